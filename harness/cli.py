@@ -1,0 +1,242 @@
+"""The `llms-benchmark` command line: thin — parse, call one function, print with rich.
+
+Exit codes: 0 ok, 1 a void run, 2 a preflight or input error (nothing served),
+3 a harness fault (the unit still destroyed).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from harness.errors import UserError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Serve a preset, run a coding agent on a mission against it, measure what holds up.")
+launch_app = typer.Typer(no_args_is_help=True, help="Run the benchmark end to end.")
+app.add_typer(launch_app, name="launch")
+
+out = Console()
+err = Console(stderr=True)
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON.")]
+
+
+def project_root() -> Path:
+    """LLMS_BENCHMARK_ROOT, else the nearest folder upwards holding `.vot/`, else the cwd."""
+    if os.environ.get("LLMS_BENCHMARK_ROOT"):
+        return Path(os.environ["LLMS_BENCHMARK_ROOT"]).resolve()
+    here = Path.cwd().resolve()
+    for folder in (here, *here.parents):
+        if (folder / ".vot").is_dir():
+            return folder
+    return here
+
+
+def say(message: str) -> None:
+    err.print(f"[dim]llms-benchmark[/dim] {message}", highlight=False)
+
+
+def user_errors(fn):
+    """A user mistake is one clear message and exit 2 — never a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except UserError as exc:
+            err.print(f"[bold red]error:[/bold red] {exc.render()}", highlight=False)
+            raise typer.Exit(exc.exit_code) from None
+
+    return wrapper
+
+
+def _emit(data: dict, as_json: bool, table: Table | None = None) -> None:
+    if as_json:
+        out.print_json(json.dumps(data, default=str))
+    elif table is not None:
+        out.print(table)
+
+
+@app.command()
+@user_errors
+def validate(paths: Annotated[list[Path], typer.Argument(help="Presets, environments or mission folders.")]) -> None:
+    """Validate presets (.vot/presets/), environments (.vot/environments/) and missions (missions/<name>/)."""
+    from harness.vot.validate import validate_path
+
+    root = project_root()
+    failed = 0
+    for path in paths:
+        try:
+            out.print(validate_path(root, path), highlight=False)
+        except UserError as exc:
+            failed += 1
+            err.print(f"[bold red]error:[/bold red] {exc.render()}", highlight=False)
+    if failed:
+        raise typer.Exit(2)
+
+
+@app.command()
+@user_errors
+def preflight(environment: str, preset: str,
+              mission: Annotated[str, typer.Option(help="Mission whose minimum context is checked.")] = "hello",
+              as_json: JsonOpt = False) -> None:
+    """Check everything that must hold before anything bills."""
+    from harness.preflight import run_preflight
+
+    pf = run_preflight(project_root(), environment, preset, mission)
+    data = {"environment": pf.env.name, "stack": pf.env.stack, "preset": pf.preset.name, "model": pf.preset.model,
+            "served_name": pf.preset.served_name, "max_model_len": pf.preset.max_model_len, "gpu": pf.gpu.label,
+            "mission": mission, "opencode": pf.opencode_version, "ok": True}
+    table = Table("check", "value", title="preflight ok")
+    for key, value in data.items():
+        table.add_row(key, str(value))
+    _emit(data, as_json, table)
+
+
+@app.command()
+@user_errors
+def serve(environment: str, preset: str, as_json: JsonOpt = False) -> None:
+    """Serve one unit by hand (it bills until `destroy`)."""
+    from harness.launch import destroy_leftovers, refuse_if_served, serve_unit
+    from harness.preflight import run_preflight
+    from harness.stacks.ledger import Ledger
+    from harness.unitlog import UnitLogCollector, wait_ready
+
+    root = project_root()
+    destroy_leftovers(root, say)
+    pf = run_preflight(root, environment, preset, None, need_opencode=False)
+    refuse_if_served(root, pf.env.name, f"vot-{pf.preset.name}")
+    ledger = Ledger(root)
+    unit = serve_unit(pf, ledger, owner=False)
+    collector = UnitLogCollector(pf.stack, unit, Path(os.devnull))
+    collector.start()
+    try:
+        say(f"serving {unit.name} at {unit.base_url}; waiting until it answers")
+        wait_ready(unit, pf.stack.ready_timeout_s, collector)
+    except BaseException:
+        collector.stop()
+        pf.stack.destroy(unit)
+        ledger.remove(unit)
+        raise
+    collector.stop()
+    data = {"unit": unit.name, "base_url": unit.base_url, "served_name": unit.served_name, "log": unit.log_path}
+    table = Table("unit", "base URL", "served name", "log", title="ready — billing until destroyed")
+    table.add_row(unit.name, unit.base_url, unit.served_name, unit.log_path or "")
+    _emit(data, as_json, table)
+    say(f"destroy with: llms-benchmark destroy {environment} {preset}")
+
+
+@app.command()
+@user_errors
+def destroy(environment: str, preset: str) -> None:
+    """Destroy unit vot-<preset> on an environment (a missing unit is reported, not an error)."""
+    from harness.launch import destroy_unit
+    from harness.stacks.ledger import Ledger
+    from harness.stacks.registry import get_stack
+    from harness.vot.environment import load_environment
+
+    root = project_root()
+    env = load_environment(root, environment)
+    ledger = Ledger(root)
+    unit = ledger.get(env.name, f"vot-{preset}")
+    if unit is None:
+        out.print(f"unit vot-{preset} does not exist on {env.name} (nothing in the ledger)")
+        return
+    existed = destroy_unit(get_stack(unit.stack, root), unit, ledger)
+    out.print(f"destroyed {unit.name} on {env.name}" + ("" if existed else " (it had already exited)"))
+
+
+@app.command()
+@user_errors
+def units(as_json: JsonOpt = False) -> None:
+    """List the units in the ledger (served and not yet destroyed)."""
+    from harness.stacks.ledger import Ledger
+
+    listed = Ledger(project_root()).all()
+    table = Table("environment", "unit", "stack", "base URL", "pid", "owner", title="units in the ledger")
+    for u in listed:
+        table.add_row(u.environment, u.name, u.stack, u.base_url, str(u.pid or ""),
+                      str(u.extra.get("owner_pid") or "by hand"))
+    _emit({"units": [u.__dict__ for u in listed]}, as_json, table)
+    if not as_json and not listed:
+        out.print("no units in the ledger")
+
+
+@app.command()
+@user_errors
+def probe(base_url: str, model: Annotated[str, typer.Option("--model", help="Served model name.")],
+          max_model_len: Annotated[int, typer.Option(help="The server's context length.")] = 0,
+          long_tokens: Annotated[int, typer.Option(help="Target size of the long-context prompt.")] = 82_000,
+          api_key_env: Annotated[str, typer.Option(help="Name of the env var holding the API key.")] = "",
+          as_json: JsonOpt = False) -> None:
+    """Measure decode (short and long context) and prefill speed of a served model."""
+    import httpx
+
+    from harness.probe import api_key_from_env, run_probe
+
+    try:
+        result = run_probe(base_url, model, max_model_len=max_model_len or None,
+                           api_key=api_key_from_env(api_key_env or None), long_target=long_tokens)
+    except httpx.HTTPError as exc:
+        raise UserError(f"the server at {base_url} did not answer the probe: {exc}",
+                        fix="check the base URL and the --model name (GET /v1/models lists it)") from None
+    table = Table("figure", "value", title=f"probe of {model}")
+    for key, value in result.model_dump().items():
+        table.add_row(key, str(value))
+    _emit(result.model_dump(), as_json, table)
+
+
+@app.command()
+@user_errors
+def collect(data_dir: Path,
+            session: Annotated[str, typer.Option("--session", help="Root session id.")] = "",
+            title: Annotated[str, typer.Option("--title", help="Root session title.")] = "",
+            as_json: JsonOpt = False) -> None:
+    """Read tokens, turns, median turn and compactions from an opencode data directory."""
+    from harness.opencode.store import collect as collect_store
+
+    figures = collect_store(data_dir, session_id=session or None, title=title or None)
+    data = json.loads(figures.model_dump_json())
+    table = Table("figure", "value", title=f"session {figures.root_session}")
+    for key, value in data.items():
+        table.add_row(key, json.dumps(value) if isinstance(value, dict) else str(value))
+    _emit(data, as_json, table)
+
+
+@launch_app.command("local")
+@user_errors
+def launch_local_cmd(
+    environment: Annotated[str, typer.Argument(help="A .vot/environments/<name>.yaml name.")],
+    preset: Annotated[str, typer.Argument(help="A .vot/presets/<name>.yaml name.")],
+    effort: Annotated[str, typer.Argument(help="Reasoning effort (low, medium, high).")] = "medium",
+    mission: Annotated[str, typer.Option(help="Mission under missions/.")] = "hello",
+    probe_long_tokens: Annotated[int, typer.Option(help="Long-context probe size (0: 82k where the context allows).")] = 0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Serve PRESET on ENVIRONMENT once, probe it, run the mission with opencode, destroy, record."""
+    from harness.launch import LaunchOptions, launch_local
+    from harness.summary import run_summary_table
+
+    record = launch_local(LaunchOptions(project_root(), environment, preset, effort, mission,
+                                        probe_long_tokens or None), say)
+    if as_json:
+        out.print_json(record.model_dump_json())
+    else:
+        out.print(run_summary_table(record))
+    raise typer.Exit(record.status.exit_code)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

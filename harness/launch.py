@@ -1,0 +1,387 @@
+"""`launch local`: the pipeline of stages over one run record.
+
+Preflight → Serve → Probe → Configure → Smoke → Run → Collect → Destroy
+
+Each stage reads what earlier stages recorded and writes its result into the
+record. Destroy runs in a `finally` and on SIGINT/SIGTERM; it is the only stage
+that always runs. A unit is in the ledger before it is created, so even a
+SIGKILLed launch leaves it findable: the next command that serves destroys it first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import traceback
+from datetime import timedelta
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from harness.errors import FatalUnitLog, StackError, UserError
+from harness.mission import prepare_workspace
+from harness.opencode import config as oc_config
+from harness.opencode.runner import Limits, RunResult, run_opencode
+from harness.opencode.store import collect
+from harness.preflight import Preflight, run_preflight
+from harness.probe import api_key_from_env, run_probe
+from harness.record import Artifacts, RowKey, RunOutcome, RunRecord, Status, Timestamps, utcnow
+from harness.stacks.base import Stack, Unit
+from harness.stacks.ledger import Ledger
+from harness.stacks.registry import get_stack
+from harness.unitlog import UnitLogCollector, wait_ready
+
+SMOKE_PROMPT = "run the shell command date and reply with its output"
+SMOKE_LIMITS = Limits(time_cap_s=10 * 60, stall_s=5 * 60)
+DEFAULT_MISSION = "hello"  # becomes `observability` once that mission lands
+
+Say = Callable[[str], None]
+
+
+class Interrupted(BaseException):
+    """SIGINT/SIGTERM during a launch: unwinds to the `finally` that destroys."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+
+
+class SmokeFailed(UserError):
+    pass
+
+
+@dataclass
+class LaunchOptions:
+    root: Path
+    environment: str
+    preset: str
+    effort: str = "medium"
+    mission: str = DEFAULT_MISSION
+    probe_long_tokens: int | None = None  # None: 82k where the context allows
+
+
+def runs_dir(root: Path) -> Path:
+    return root / ".llms-benchmark" / "runs"
+
+
+def new_run_id(preset: str, effort: str) -> str:
+    return f"{utcnow():%Y%m%dT%H%M%SZ}-{preset}-{effort}-{uuid.uuid4().hex[:4]}"
+
+
+@contextlib.contextmanager
+def signals_raise() -> Iterator[None]:
+    """SIGINT and SIGTERM raise Interrupted, so every exit path runs the finally blocks."""
+
+    def handler(signum, _frame):
+        raise Interrupted(signum)
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+@contextlib.contextmanager
+def signals_deferred(say: Say) -> Iterator[None]:
+    """While destroying, a second Ctrl-C must not abandon a half-destroyed unit."""
+
+    def handler(signum, _frame):
+        say(f"{signal.Signals(signum).name} received: finishing the destroy first")
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+# -- leftovers ------------------------------------------------------------------------
+def _owner_alive(unit: Unit) -> bool:
+    owner = unit.extra.get("owner_pid")
+    if not owner:
+        return True  # served by hand with `serve`: not a leftover
+    try:
+        return psutil.Process(owner).create_time() == unit.extra.get("owner_started")
+    except psutil.NoSuchProcess:
+        return False
+
+
+def destroy_leftovers(root: Path, say: Say) -> list[str]:
+    """Units whose launch died (SIGKILL, power loss) are destroyed before anything new."""
+    ledger = Ledger(root)
+    destroyed = []
+    for unit in ledger.all():
+        if _owner_alive(unit):
+            continue
+        say(f"leftover unit {unit.name} on {unit.environment} from a launch that died "
+            f"(pid {unit.extra.get('owner_pid')}): destroying it first")
+        stack = get_stack(unit.stack, root)
+        existed = stack.destroy(unit)
+        ledger.remove(unit)
+        destroyed.append(unit.name)
+        say(f"  {unit.name} {'destroyed' if existed else 'was already gone'}; removed from the ledger")
+    return destroyed
+
+
+def refuse_if_served(root: Path, environment: str, unit_name: str) -> None:
+    existing = Ledger(root).get(environment, unit_name)
+    if existing:
+        raise UserError(
+            f"{unit_name} is already served on {environment} ({existing.base_url}); never a second unit",
+            file=Ledger(root).path,
+            fix=f"destroy it first: llms-benchmark destroy {environment} {existing.preset}",
+        )
+
+
+# -- serve / destroy (also used by the `serve` and `destroy` commands) ---------------------
+def serve_unit(pf: Preflight, ledger: Ledger, *, owner: bool) -> Unit:
+    unit = pf.stack.plan(pf.env, pf.preset)
+    if owner:
+        me = psutil.Process()
+        unit.extra.update(owner_pid=me.pid, owner_started=me.create_time())
+    ledger.add(unit)  # before it exists: a crash from here on still finds it
+    unit = pf.stack.serve(unit, pf.env, pf.preset)
+    ledger.update(unit)
+    return unit
+
+
+def destroy_unit(stack: Stack, unit: Unit, ledger: Ledger) -> bool:
+    existed = stack.destroy(unit)
+    ledger.remove(unit)  # only after destroy verified it gone (destroy raises otherwise)
+    return existed
+
+
+# -- the pipeline ---------------------------------------------------------------------------
+class Launch:
+    def __init__(self, opts: LaunchOptions, say: Say) -> None:
+        self.opts, self.say = opts, say
+        self.root = opts.root
+        self.run_id = new_run_id(opts.preset, opts.effort)
+        self.run_dir = runs_dir(self.root) / self.run_id
+        self.stage = "preflight"
+        self.unit: Unit | None = None
+        self.stack: Stack | None = None
+        self.collector: UnitLogCollector | None = None
+        self.gpus = 0
+        self.report_name = ""
+        self.record = RunRecord(
+            run_id=self.run_id,
+            key=RowKey(preset=opts.preset, effort=opts.effort, effort_requested=opts.effort, gpu="unknown"),
+            environment=opts.environment, stack="unknown", mission=opts.mission,
+            times=Timestamps(launch=utcnow()),
+        )
+
+    def save(self) -> None:
+        self.record.save(self.run_dir)
+
+    def run(self) -> RunRecord:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.save()
+        rec = self.record
+        try:
+            with signals_raise():
+                self._stages()
+        except SmokeFailed as exc:
+            self._end(Status.refused, exc.render())
+        except UserError as exc:
+            self._end(Status.refused, exc.render())
+        except Interrupted as exc:
+            self._end(Status.fault, str(exc))
+        except (FatalUnitLog, StackError) as exc:
+            self._end(Status.fault, str(exc))
+        except Exception as exc:  # a harness bug: keep the traceback next to the record
+            (self.run_dir / "fault.txt").write_text(traceback.format_exc())
+            self._end(Status.fault, f"{type(exc).__name__}: {exc} (traceback in fault.txt)")
+        finally:
+            with signals_deferred(self.say):
+                self._destroy()
+        rec.times.end = utcnow()
+        self.save()
+        return rec
+
+    def _end(self, status: Status, reason: str) -> None:
+        self.record.status = status
+        self.record.reason = reason
+        self.record.stopped_at = self.stage
+
+    # -- stages ---------------------------------------------------------------------------
+    def _stages(self) -> None:
+        opts, rec = self.opts, self.record
+        self.say(f"run {self.run_id}")
+        destroy_leftovers(self.root, self.say)
+
+        pf = run_preflight(self.root, opts.environment, opts.preset, opts.mission)
+        self.stack, self.gpus = pf.stack, pf.gpu.gpus
+        rec.stack, rec.key.gpu = pf.env.stack, pf.gpu.label
+        rec.model, rec.served_name, rec.max_model_len = pf.preset.model, pf.preset.served_name, pf.preset.max_model_len
+        rec.preset_sha256, rec.mission_sha256 = pf.preset.sha256, pf.mission.sha256
+        rec.versions["opencode"] = pf.opencode_version or ""
+        self.say(f"preflight ok: {pf.env.stack} on {pf.gpu.label}; preset {pf.preset.name} serves "
+                 f"{pf.preset.model} as {pf.preset.served_name}")
+        refuse_if_served(self.root, pf.env.name, f"vot-{pf.preset.name}")
+
+        self.stage = "serve"
+        ledger = Ledger(self.root)
+        rec.times.serve_start = utcnow()
+        self.unit = unit = serve_unit(pf, ledger, owner=True)
+        rec.unit, rec.scripted = unit.name, unit.scripted
+        rec.artifacts.unit_log = str(self.run_dir / "unit.log")
+        self.collector = UnitLogCollector(pf.stack, unit, self.run_dir / "unit.log")
+        self.collector.start()
+        self.save()
+        self.say(f"serving {unit.name} at {unit.base_url} (billing until destroyed); waiting until it answers")
+
+        self.stage = "wait-ready"
+        api_key = api_key_from_env(unit.api_key_env)
+        wait_ready(unit, pf.stack.ready_timeout_s, self.collector, api_key=api_key)
+        rec.times.ready = utcnow()
+        self.say(f"ready after {(rec.times.ready - rec.times.serve_start).total_seconds():.0f}s")
+
+        self.stage = "probe"
+        long_target = opts.probe_long_tokens or 82_000
+        rec.probe = run_probe(unit.base_url, unit.served_name, max_model_len=unit.max_model_len,
+                              api_key=api_key, long_target=long_target)
+        self.collector.raise_if_problem()
+        self.save()
+        p = rec.probe
+        self.say(f"probe: decode {p.decode_short_tps} tok/s short, {p.decode_long_tps} tok/s at "
+                 f"{p.long_context_tokens} tokens; prefill {p.prefill_tps} tok/s")
+
+        self.stage = "configure"
+        provider = oc_config.provider_config(unit, reasoning_parser=pf.preset.reasoning_parser)
+        provider_file = oc_config.write_provider_file(provider, self.run_dir / "opencode-provider.json")
+        rec.artifacts.provider_file = str(provider_file)
+        variant = oc_config.applied_effort(provider, unit.served_name, opts.effort)
+        rec.key.effort = variant or "default"
+        argv_base = [str(pf.opencode), "run", "--model", f"vot/{unit.served_name}",
+                     *(["--variant", variant] if variant else []), "--format", "json", "--auto",
+                     "--print-logs", "--log-level", "INFO"]
+
+        self.stage = "smoke"
+        self._smoke(argv_base, provider_file, unit)
+
+        self.stage = "run"
+        mission = pf.mission
+        workspace = prepare_workspace(mission, self.run_dir / "workspace")
+        env = oc_config.isolated_env(self.run_dir / "opencode", provider_file, unit.api_key_env)
+        title = f"llms-benchmark {pf.preset.name}"
+        rec.artifacts.workspace = str(workspace)
+        rec.artifacts.opencode_events = str(self.run_dir / "opencode-events.jsonl")
+        rec.artifacts.opencode_stderr = str(self.run_dir / "opencode-stderr.log")
+        limits = Limits(time_cap_s=mission.manifest.time_cap_minutes * 60, stall_s=mission.manifest.stall_minutes * 60)
+        rec.times.mission_start = utcnow()
+        self.save()
+        self.say(f"running the '{mission.name}' mission with opencode (cap {mission.manifest.time_cap_minutes:g} min)")
+        result = run_opencode([*argv_base, "--title", title], prompt=mission.prompt_text, env=env, cwd=workspace,
+                              events_path=Path(rec.artifacts.opencode_events),
+                              stderr_path=Path(rec.artifacts.opencode_stderr), limits=limits,
+                              abort=self.collector.problem, abort_reason=self.collector.reason)
+        rec.times.mission_end = utcnow()
+        self.report_name = mission.manifest.report
+        report = workspace / mission.manifest.report
+        rec.run = RunOutcome(exit_code=result.exit_code, ended_by=result.ended_by, events=result.events,
+                             report_found=report.is_file())
+        if report.is_file():
+            shutil.copy2(report, self.run_dir / "report.md")
+            rec.artifacts.agent_output = str(self.run_dir / "report.md")
+        self.save()
+
+        self.stage = "collect"
+        try:
+            # The title and the launch time select this run's root session; the store is
+            # this run's own anyway (isolated XDG dirs), the filters only make that explicit.
+            rec.session = collect(oc_config.data_dir(env), title=title,
+                                  since=rec.times.mission_start - timedelta(seconds=2))
+        except UserError as exc:
+            rec.session = None
+            self.say(f"collect: {exc.render()}")
+        self._judge(result)
+
+    def _smoke(self, argv_base: list[str], provider_file: Path, unit: Unit) -> None:
+        smoke_dir = self.run_dir / "smoke"
+        scratch = smoke_dir / "scratch"
+        scratch.mkdir(parents=True, exist_ok=True)
+        env = oc_config.isolated_env(smoke_dir / "opencode", provider_file, unit.api_key_env)
+        self.say("smoke: asking for one bash tool call through opencode")
+        result = run_opencode([*argv_base, "--title", "llms-benchmark smoke"], prompt=SMOKE_PROMPT, env=env,
+                              cwd=scratch, events_path=smoke_dir / "events.jsonl",
+                              stderr_path=smoke_dir / "stderr.log", limits=SMOKE_LIMITS,
+                              abort=self.collector.problem, abort_reason=self.collector.reason)
+        self.collector.raise_if_problem()
+        has_bash, has_text = "bash" in result.tool_uses, bool(result.texts)
+        if has_bash and has_text:
+            self.record.smoke = "passed: a bash tool_use event and a text event"
+            self.say("smoke passed")
+            return
+        missing = [name for name, ok in (("a bash tool_use event", has_bash), ("a text event", has_text)) if not ok]
+        detail = result.ended_by or f"opencode exited {result.exit_code}"
+        self.record.smoke = f"failed: no {' and no '.join(missing)} ({detail}; tools used: {result.tool_uses or 'none'})"
+        raise SmokeFailed(
+            f"the served model failed the smoke: {self.record.smoke}",
+            file=smoke_dir / "events.jsonl",
+            fix="serve the model with a working tool-call parser (and a tool-capable chat template); "
+                "a model that answers in prose cannot drive the mission",
+        )
+
+    def _judge(self, result: RunResult) -> None:
+        rec = self.record
+        reasons = []
+        if result.ended_by:
+            reasons.append(f"the run was ended: {result.ended_by}")
+        elif result.exit_code != 0:
+            reasons.append(f"opencode exited {result.exit_code} ({'; '.join(result.errors[-1:]) or 'see stderr'})")
+        if not rec.run.report_found:
+            reasons.append(f"the agent wrote no report at {self.report_name}")
+        if rec.session is None:
+            reasons.append("no session found in the run's opencode store")
+        if reasons:
+            rec.status, rec.reason, rec.stopped_at = Status.void, "; ".join(reasons), "run"
+        else:
+            rec.status, rec.reason, rec.stopped_at = Status.ok, None, None
+
+    # -- destroy (always) --------------------------------------------------------------------
+    def _destroy(self) -> None:
+        rec = self.record
+        if self.collector is not None:
+            try:
+                self.collector.stop()
+            except Exception as exc:  # never let log collection stand between us and destroy
+                self.say(f"unit log collection failed: {exc}")
+        if self.unit is None or self.stack is None:
+            return
+        stage = self.stage
+        self.stage = "destroy"
+        try:
+            existed = destroy_unit(self.stack, self.unit, Ledger(self.root))
+            rec.times.destroyed = utcnow()
+            self.say(f"destroyed {self.unit.name}" + ("" if existed else " (it had already exited)"))
+        except Exception as exc:  # the unit may still bill: say so loudly, keep it in the ledger
+            rec.status, rec.stopped_at = Status.fault, "destroy"
+            rec.reason = f"{rec.reason + '; ' if rec.reason else ''}destroy failed: {exc} — still in the ledger"
+            self.say(f"DESTROY FAILED for {self.unit.name}: {exc}; run `llms-benchmark destroy "
+                     f"{rec.environment} {rec.key.preset}`")
+        else:
+            self.stage = stage
+        self._copy_served_log()
+        if rec.times.serve_start and rec.times.destroyed:
+            hours = (rec.times.destroyed - rec.times.serve_start).total_seconds() / 3600
+            rec.gpu_hours = round(hours * self.gpus, 4)
+
+    def _copy_served_log(self) -> None:
+        served = self.unit.extra.get("served_log") if self.unit else None
+        if served and Path(served).is_file():
+            shutil.copy2(served, self.run_dir / "served.jsonl")
+            self.record.artifacts.served_log = str(self.run_dir / "served.jsonl")
+
+
+def launch_local(opts: LaunchOptions, say: Say) -> RunRecord:
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    return Launch(opts, say).run()

@@ -1,0 +1,108 @@
+"""Missions: `missions/<name>/mission.yaml`, its prompt, its workspace template.
+
+Every run gets a fresh copy of the workspace, so no run can see another's files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from harness.errors import UserError
+from harness.vot.loader import load_yaml
+
+MANIFEST = "mission.yaml"
+
+
+class MissionManifest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
+    description: str = ""
+    prompt: str = Field(min_length=1, description="prompt file, relative to the mission folder")
+    workspace: str = Field(min_length=1, description="workspace template folder, relative to the mission folder")
+    report: str = Field(min_length=1, description="where the agent's report lands, relative to the workspace")
+    min_context: int = Field(gt=0, description="smallest --max-model-len a preset needs for this mission")
+    time_cap_minutes: float = Field(gt=0)
+    stall_minutes: float = Field(gt=0, description="no new opencode event for this long ends the run")
+
+
+class Mission(BaseModel):
+    manifest: MissionManifest
+    dir: Path
+    prompt_text: str
+    sha256: str
+
+    @property
+    def name(self) -> str:
+        return self.manifest.name
+
+    @property
+    def workspace_dir(self) -> Path:
+        return self.dir / self.manifest.workspace
+
+
+def _pydantic_to_user_error(exc: ValidationError, path: Path) -> UserError:
+    err = exc.errors()[0]
+    field = ".".join(str(p) for p in err["loc"]) or None
+    msg = err["msg"]
+    if err["type"] == "extra_forbidden":
+        allowed = ", ".join(MissionManifest.model_fields)
+        return UserError(f"unknown key '{field}'", file=path, field=field, fix=f"the known keys are: {allowed}")
+    if err["type"] == "missing":
+        return UserError("is required", file=path, field=field, fix=f"add `{field}:` to the manifest")
+    return UserError(msg, file=path, field=field, fix="see missions/hello/mission.yaml for a valid manifest")
+
+
+def _hash_tree(folder: Path, extra: list[Path]) -> str:
+    digest = hashlib.sha256()
+    files = sorted(p for p in folder.rglob("*") if p.is_file()) + extra
+    for path in files:
+        digest.update(str(path.relative_to(folder.parent)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def load_mission_dir(folder: Path) -> Mission:
+    path = folder / MANIFEST
+    data = load_yaml(path)
+    try:
+        manifest = MissionManifest.model_validate(data)
+    except ValidationError as exc:
+        raise _pydantic_to_user_error(exc, path) from None
+    if manifest.name != folder.name:
+        raise UserError(f"name '{manifest.name}' differs from its folder '{folder.name}'", file=path,
+                        field="name", fix=f"set name: {folder.name}")
+    prompt = folder / manifest.prompt
+    if not prompt.is_file():
+        raise UserError(f"prompt file {manifest.prompt} does not exist", file=path, field="prompt",
+                        fix=f"create {prompt} or point `prompt` at the mission's prompt file")
+    workspace = folder / manifest.workspace
+    if not workspace.is_dir():
+        raise UserError(f"workspace folder {manifest.workspace} does not exist", file=path, field="workspace",
+                        fix=f"create {workspace} with the files the agent starts from")
+    text = prompt.read_text(encoding="utf-8")
+    if not text.strip():
+        raise UserError("the prompt file is empty", file=prompt, fix="write the mission's prompt")
+    return Mission(manifest=manifest, dir=folder, prompt_text=text,
+                   sha256=_hash_tree(workspace, [path, prompt]))
+
+
+def load_mission(root: Path, name: str) -> Mission:
+    folder = root / "missions" / name
+    if not (folder / MANIFEST).is_file():
+        known = sorted(p.parent.name for p in (root / "missions").glob(f"*/{MANIFEST}"))
+        raise UserError(f"no mission named '{name}'", file=folder / MANIFEST,
+                        fix=f"use one of: {', '.join(known) or '(none)'}")
+    return load_mission_dir(folder)
+
+
+def prepare_workspace(mission: Mission, dest: Path) -> Path:
+    """A fresh copy of the template: isolation by construction, no clean-up needed."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    shutil.copytree(mission.workspace_dir, dest)
+    return dest

@@ -1,0 +1,193 @@
+"""Run `opencode run` headless under a wall-clock cap and a watchdog.
+
+The prompt goes on stdin from a file, byte-exact (positional arguments get wrapped
+in quotes, and an inherited open stdin hangs opencode forever). opencode runs in
+its own process group and is ended by that group only, never by name. The
+watchdog ends a run that emits no event for `stall_s`, or that meets the same
+provider error three times in a row (opencode retries a failing stream on its own).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+POLL_S = 0.2
+# stderr log lines (--print-logs) that report a failed provider call; each is one "error".
+_PROVIDER_ERROR = re.compile(r"level=ERROR.*?(?:error=|message=)(?P<msg>.+)$")
+_VOLATILE = re.compile(r"\b(?:[0-9a-f]{8,}|\d+(?:\.\d+)?(?:ms|s)?)\b|\b(?:ses|msg|prt|call)_[A-Za-z0-9]+")
+
+
+@dataclass
+class Limits:
+    time_cap_s: float
+    stall_s: float
+    same_error_limit: int = 3
+
+
+@dataclass
+class RunResult:
+    exit_code: int | None = None
+    ended_by: str | None = None
+    events: int = 0
+    session_id: str | None = None
+    tool_uses: list[str] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    started: float = 0.0
+    ended: float = 0.0
+
+
+def error_signature(text: str) -> str:
+    """Ids, counters and durations vary between identical failures: strip them."""
+    return _VOLATILE.sub("#", text.strip())[:300]
+
+
+class _Watch:
+    """State shared by the reader threads and the watchdog loop."""
+
+    def __init__(self, limit: int) -> None:
+        self.lock = threading.Lock()
+        self.last_activity = time.monotonic()
+        self.recent_errors: deque[str] = deque(maxlen=limit)
+        self.limit = limit
+
+    def activity(self) -> None:
+        with self.lock:
+            self.last_activity = time.monotonic()
+
+    def error(self, text: str) -> None:
+        with self.lock:
+            self.recent_errors.append(error_signature(text))
+
+    def repeated_error(self) -> str | None:
+        with self.lock:
+            errs = list(self.recent_errors)
+        if len(errs) == self.limit and len(set(errs)) == 1:
+            return errs[0]
+        return None
+
+
+def _read_events(stream, events_path: Path, result: RunResult, watch: _Watch) -> None:
+    with open(events_path, "ab") as out:
+        for raw in stream:
+            out.write(raw)
+            out.flush()
+            result.events += 1
+            watch.activity()
+            try:
+                event = json.loads(raw)
+            except json.JSONDecodeError:
+                continue
+            if not isinstance(event, dict):
+                continue
+            result.session_id = result.session_id or event.get("sessionID")
+            part = event.get("part") or {}
+            kind = event.get("type")
+            if kind == "tool_use":
+                result.tool_uses.append(str(part.get("tool")))
+            elif kind == "text":
+                result.texts.append(str(part.get("text", "")))
+            elif kind == "error":
+                err = event.get("error") or {}
+                msg = f"{err.get('name')}: {(err.get('data') or {}).get('message', '')}"
+                result.errors.append(msg)
+                watch.error(msg)
+
+
+def _read_stderr(stream, stderr_path: Path, result: RunResult, watch: _Watch) -> None:
+    with open(stderr_path, "ab") as out:
+        for raw in stream:
+            out.write(raw)
+            out.flush()
+            line = raw.decode("utf-8", "replace")
+            match = _PROVIDER_ERROR.search(line)
+            if match and ("stream" in line or "provider" in line or "APIError" in line or "status" in line):
+                result.errors.append(match.group("msg").strip())
+                watch.error(match.group("msg"))
+
+
+def _end_group(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """SIGTERM the run's process group, then SIGKILL what is left of it."""
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            # The leader is gone; tools it started may linger in the group.
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def run_opencode(
+    argv: list[str],
+    *,
+    prompt: str,
+    env: dict[str, str],
+    cwd: Path,
+    events_path: Path,
+    stderr_path: Path,
+    limits: Limits,
+    abort: threading.Event | None = None,
+    abort_reason: list[str] | None = None,
+) -> RunResult:
+    """Run opencode to completion or until the cap/watchdog/abort ends it."""
+    prompt_file = events_path.parent / f".{events_path.stem}.prompt"
+    prompt_file.write_bytes(prompt.encode("utf-8"))
+    result = RunResult(started=time.time())
+    watch = _Watch(limits.same_error_limit)
+    with open(prompt_file, "rb") as stdin:
+        proc = subprocess.Popen(argv, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=env, cwd=cwd, start_new_session=True)
+    readers = [
+        threading.Thread(target=_read_events, args=(proc.stdout, events_path, result, watch), daemon=True),
+        threading.Thread(target=_read_stderr, args=(proc.stderr, stderr_path, result, watch), daemon=True),
+    ]
+    for thread in readers:
+        thread.start()
+    started = time.monotonic()
+    try:
+        while proc.poll() is None:
+            now = time.monotonic()
+            repeated = watch.repeated_error()
+            if repeated:
+                result.ended_by = f"watchdog: the same provider error {limits.same_error_limit} times in a row ({repeated[:120]})"
+            elif now - watch.last_activity > limits.stall_s:
+                result.ended_by = f"watchdog: no new opencode event for {limits.stall_s:.0f}s"
+            elif now - started > limits.time_cap_s:
+                result.ended_by = f"time cap of {limits.time_cap_s:.0f}s reached"
+            elif abort is not None and abort.is_set():
+                result.ended_by = (abort_reason or ["aborted"])[0]
+            if result.ended_by:
+                _end_group(proc)
+                break
+            time.sleep(POLL_S)
+    finally:
+        # Ctrl-C, SIGTERM or a crash in here: the run's process group never outlives us.
+        if proc.poll() is None:
+            result.ended_by = result.ended_by or "interrupted"
+            _end_group(proc)
+        else:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # tools the agent left behind
+            except ProcessLookupError:
+                pass
+        for thread in readers:
+            thread.join(timeout=5)
+        prompt_file.unlink(missing_ok=True)
+    result.exit_code = proc.returncode
+    result.ended = time.time()
+    return result

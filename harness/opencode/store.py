@@ -1,0 +1,132 @@
+"""Read a run's figures from opencode's own SQLite session store (opencode.db).
+
+The store is in WAL mode: copy the db with its -wal and -shm files and query the
+copy, or committed frames can be missed. Figures are summed over the whole session
+tree (subagents carry much of the spend): Input = input + cache read + cache write,
+Output = output + reasoning, Cache = cache read + cache write; turns = assistant
+messages; median turn = median of completed − created; compactions = summary
+messages (opencode's compaction agent).
+"""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+
+from harness.errors import UserError
+from harness.record import SessionFigures, Tokens
+
+DB_NAME = "opencode.db"
+
+
+@contextmanager
+def store_copy(data_dir: Path) -> Iterator[sqlite3.Connection]:
+    db = data_dir / DB_NAME
+    if not db.is_file():
+        raise UserError(f"no opencode session store at {db}", file=data_dir,
+                        fix="pass opencode's data directory ($XDG_DATA_HOME/opencode), the one holding opencode.db")
+    with tempfile.TemporaryDirectory(prefix="llms-benchmark-store-") as tmp:
+        for suffix in ("", "-wal", "-shm"):
+            src = data_dir / f"{DB_NAME}{suffix}"
+            if src.exists():
+                shutil.copy2(src, Path(tmp) / src.name)
+        conn = sqlite3.connect(Path(tmp) / DB_NAME)
+        conn.row_factory = sqlite3.Row
+        try:
+            yield conn
+        finally:
+            conn.close()
+
+
+def _root_session(conn: sqlite3.Connection, session_id: str | None, title: str | None,
+                  since_ms: int | None, data_dir: Path) -> sqlite3.Row:
+    where, params = ["parent_id IS NULL"], []
+    if session_id:
+        where.append("id = ?")
+        params.append(session_id)
+    if title:
+        where.append("title = ?")
+        params.append(title)
+    if since_ms is not None:
+        where.append("time_created >= ?")
+        params.append(since_ms)
+    rows = conn.execute(f"SELECT * FROM session WHERE {' AND '.join(where)} ORDER BY time_created",
+                        params).fetchall()
+    if len(rows) != 1:
+        which = f"session {session_id}" if session_id else f"title {title!r}" if title else "any root session"
+        listing = ", ".join(f"{r['id']} ({r['title']!r})" for r in rows[:5])
+        raise UserError(
+            f"{len(rows)} root sessions match {which} in {data_dir / DB_NAME}" + (f": {listing}" if rows else ""),
+            file=data_dir / DB_NAME,
+            fix="name exactly one root session with --session ID or --title TITLE",
+        )
+    return rows[0]
+
+
+def _tree(conn: sqlite3.Connection, root_id: str) -> list[str]:
+    rows = conn.execute(
+        """WITH RECURSIVE tree(id) AS (
+               SELECT id FROM session WHERE id = ?
+               UNION SELECT s.id FROM session s JOIN tree t ON s.parent_id = t.id)
+           SELECT id FROM tree""",
+        (root_id,),
+    ).fetchall()
+    return [r["id"] for r in rows]
+
+
+def _ms_to_dt(ms: float | None) -> datetime | None:
+    return datetime.fromtimestamp(ms / 1000, UTC) if ms else None
+
+
+def collect(data_dir: Path, *, session_id: str | None = None, title: str | None = None,
+            since: datetime | None = None) -> SessionFigures:
+    since_ms = int(since.timestamp() * 1000) if since else None
+    with store_copy(data_dir) as conn:
+        root = _root_session(conn, session_id, title, since_ms, data_dir)
+        ids = _tree(conn, root["id"])
+        marks = ",".join("?" * len(ids))
+        sums = conn.execute(
+            f"""SELECT SUM(tokens_input) AS input, SUM(tokens_output) AS output,
+                       SUM(tokens_reasoning) AS reasoning, SUM(tokens_cache_read) AS cache_read,
+                       SUM(tokens_cache_write) AS cache_write
+                FROM session WHERE id IN ({marks})""",
+            ids,
+        ).fetchone()
+        messages = conn.execute(
+            f"""SELECT json_extract(data, '$.time.created') AS created,
+                       json_extract(data, '$.time.completed') AS completed,
+                       json_extract(data, '$.summary') AS summary,
+                       json_extract(data, '$.mode') AS mode
+                FROM message WHERE session_id IN ({marks})
+                  AND json_extract(data, '$.role') = 'assistant'""",
+            ids,
+        ).fetchall()
+    cache_read, cache_write = sums["cache_read"] or 0, sums["cache_write"] or 0
+    reasoning = sums["reasoning"] or 0
+    tokens = Tokens(
+        input=(sums["input"] or 0) + cache_read + cache_write,
+        output=(sums["output"] or 0) + reasoning,
+        cache=cache_read + cache_write,
+        reasoning=reasoning,
+    )
+    durations = [(m["completed"] - m["created"]) / 1000 for m in messages if m["created"] and m["completed"]]
+    compactions = sum(1 for m in messages if m["summary"] in (1, True, "true") or m["mode"] == "compaction")
+    ended = max((m["completed"] for m in messages if m["completed"]), default=None)
+    return SessionFigures(
+        root_session=root["id"],
+        sessions=len(ids),
+        tokens=tokens,
+        turns=len(messages),
+        median_turn_s=round(float(np.median(durations)), 3) if durations else None,
+        compactions=compactions,
+        opencode_version=root["version"] if "version" in root.keys() else None,
+        started=_ms_to_dt(root["time_created"]),
+        ended=_ms_to_dt(ended),
+    )

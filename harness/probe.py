@@ -1,0 +1,141 @@
+"""Speed probe of a served model: decode on a short prompt, decode at a long context,
+and prefill, each from streamed timings of real chat completions.
+
+Every prompt starts with a unique tag so no prefix cache serves it (cache-cold).
+Token counts come from the server's `usage`, never from our own estimate; the
+long prompt is sized by calibrating the server's tokenizer on filler text first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from dataclasses import dataclass
+
+import httpx
+
+from harness.record import Probe
+
+LONG_TARGET = 82_000  # tokens, where the context allows
+FILLER_WORDS = (
+    "river stone amber lantern quiet meadow copper signal harbor violet thunder maple "
+    "orbit canvas ember willow granite falcon prism velvet cedar beacon tundra compass"
+).split()
+
+
+@dataclass
+class Timing:
+    sent: float
+    first: float | None
+    last: float | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    chunks: int
+
+    @property
+    def ttft(self) -> float | None:
+        return self.first - self.sent if self.first else None
+
+    def decode_tps(self) -> float | None:
+        n = self.completion_tokens or self.chunks
+        if not (self.first and self.last) or n < 2 or self.last <= self.first:
+            return None
+        # The first token's time belongs to prefill; decode is the rest.
+        return (n - 1) / (self.last - self.first)
+
+
+def _filler(words: int, tag: str) -> str:
+    body = " ".join(FILLER_WORDS[i % len(FILLER_WORDS)] for i in range(words))
+    return f"[{tag}] Read the following notes, then continue the list of words.\n{body}"
+
+
+class Prober:
+    def __init__(self, base_url: str, model: str, *, api_key: str | None = None, timeout_s: float = 900) -> None:
+        self.url = base_url.rstrip("/") + "/v1/chat/completions"
+        self.model = model
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.client = httpx.Client(headers=headers, timeout=httpx.Timeout(timeout_s, connect=10))
+
+    def close(self) -> None:
+        self.client.close()
+
+    def stream(self, prompt: str, max_tokens: int) -> Timing:
+        body = {
+            "model": self.model,
+            "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "ignore_eos": True,  # vLLM and llama.cpp: decode exactly max_tokens
+        }
+        sent = time.monotonic()
+        first = last = None
+        chunks = 0
+        usage: dict = {}
+        with self.client.stream("POST", self.url, json=body) as resp:
+            if resp.status_code != 200:
+                resp.read()
+                raise httpx.HTTPStatusError(f"{resp.status_code}: {resp.text[:300]}", request=resp.request,
+                                            response=resp)
+            for line in resp.iter_lines():
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                chunk = json.loads(data)
+                usage = chunk.get("usage") or usage
+                for choice in chunk.get("choices") or []:
+                    delta = choice.get("delta") or {}
+                    if delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning"):
+                        now = time.monotonic()
+                        first = first or now
+                        last = now
+                        chunks += 1
+        return Timing(sent, first, last, usage.get("prompt_tokens"), usage.get("completion_tokens"), chunks)
+
+    def tokens_per_word(self) -> float:
+        """Calibrate the server's tokenizer on the filler (two sizes cancel the template)."""
+        tag = uuid.uuid4().hex[:12]
+        small = self.stream(_filler(50, tag), 1).prompt_tokens
+        big = self.stream(_filler(550, tag + "b"), 1).prompt_tokens
+        if not small or not big or big <= small:
+            return 1.3  # a server that reports no usage: a common English ratio
+        return (big - small) / 500
+
+
+def run_probe(base_url: str, model: str, *, max_model_len: int | None, api_key: str | None = None,
+              long_target: int = LONG_TARGET, short_tokens: int = 128, long_output: int = 64) -> Probe:
+    prober = Prober(base_url, model, api_key=api_key)
+    probe = Probe()
+    try:
+        short = prober.stream(f"[{uuid.uuid4().hex[:12]}] Count upwards from one, one number per line.", short_tokens)
+        probe.decode_short_tps = _round(short.decode_tps())
+        probe.ttft_short_s = _round(short.ttft, 3)
+
+        room = (max_model_len or long_target) - long_output - 512  # template + calibration slack
+        target = min(long_target, room)
+        if target < long_target:
+            probe.notes.append(f"long context capped at {target} tokens by max-model-len {max_model_len}")
+        per_word = prober.tokens_per_word()
+        words = max(1, int(target / per_word))
+        long = prober.stream(_filler(words, uuid.uuid4().hex[:12]), long_output)
+        probe.long_context_tokens = long.prompt_tokens
+        probe.decode_long_tps = _round(long.decode_tps())
+        probe.ttft_long_s = _round(long.ttft, 3)
+        if long.prompt_tokens and long.ttft:
+            probe.prefill_tps = _round(long.prompt_tokens / long.ttft)
+    finally:
+        prober.close()
+    return probe
+
+
+def _round(value: float | None, digits: int = 1) -> float | None:
+    return round(value, digits) if value is not None else None
+
+
+def api_key_from_env(name: str | None) -> str | None:
+    return os.environ.get(name) if name else None

@@ -1,0 +1,143 @@
+"""The run record: the single source of truth a launch writes (`run.json`).
+
+Every later view (the results page, scores, reports) is rendered from run records
+and rulings alone. Times are UTC, ISO 8601.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Status(StrEnum):
+    ok = "ok"  # a row was produced (exit 0)
+    void = "void"  # the run happened but yields no row (exit 1)
+    refused = "refused"  # preflight or smoke refused: nothing (more) measured (exit 2)
+    fault = "fault"  # the harness itself failed, or the launch was interrupted (exit 3)
+
+    @property
+    def exit_code(self) -> int:
+        return {"ok": 0, "void": 1, "refused": 2, "fault": 3}[self.value]
+
+
+class RowKey(BaseModel):
+    """What identifies a results row: preset, effort as applied, CLI, GPU cell."""
+
+    preset: str
+    effort: str  # as applied: the requested level, or "default" when the model has no variant
+    effort_requested: str
+    cli: str = "opencode"
+    gpu: str
+
+
+class Timestamps(BaseModel):
+    launch: datetime
+    serve_start: datetime | None = None
+    ready: datetime | None = None
+    mission_start: datetime | None = None
+    mission_end: datetime | None = None
+    destroyed: datetime | None = None
+    end: datetime | None = None
+
+
+class Probe(BaseModel):
+    decode_short_tps: float | None = None
+    decode_long_tps: float | None = None
+    prefill_tps: float | None = None
+    long_context_tokens: int | None = None
+    ttft_short_s: float | None = None
+    ttft_long_s: float | None = None
+    notes: list[str] = Field(default_factory=list)
+
+
+class Tokens(BaseModel):
+    input: int = 0  # input + cache read + cache write
+    output: int = 0  # output + reasoning
+    cache: int = 0  # cache read + cache write
+    reasoning: int = 0
+
+
+class SessionFigures(BaseModel):
+    """What Collect reads from the run's own opencode session store."""
+
+    root_session: str
+    sessions: int
+    tokens: Tokens
+    turns: int
+    median_turn_s: float | None
+    compactions: int
+    opencode_version: str | None
+    started: datetime | None = None
+    ended: datetime | None = None
+
+
+class RunOutcome(BaseModel):
+    """How the opencode process ended, and why if the harness ended it."""
+
+    exit_code: int | None = None
+    ended_by: str | None = None  # None: it ended on its own; else "watchdog: ..." / "time cap" / "interrupted"
+    events: int = 0
+    report_found: bool = False
+
+
+class Artifacts(BaseModel):
+    unit_log: str | None = None
+    opencode_events: str | None = None
+    opencode_stderr: str | None = None
+    agent_output: str | None = None  # the agent's report
+    provider_file: str | None = None
+    workspace: str | None = None
+    served_log: str | None = None  # replay only: what the script served
+
+
+class RunRecord(BaseModel):
+    run_id: str
+    schema_version: int = 1
+    key: RowKey
+    environment: str
+    stack: str
+    mission: str
+    scripted: bool = False  # a replay trajectory, not a model: never a real row
+    status: Status = Status.fault
+    reason: str | None = None
+    stopped_at: str | None = None  # the stage that ended a non-ok launch
+    times: Timestamps
+    gpu_hours: float | None = None
+    unit: str | None = None
+    served_name: str | None = None
+    model: str | None = None
+    max_model_len: int | None = None
+    preset_sha256: str | None = None
+    mission_sha256: str | None = None
+    probe: Probe | None = None
+    smoke: str | None = None
+    run: RunOutcome | None = None
+    session: SessionFigures | None = None
+    versions: dict[str, str] = Field(default_factory=dict)
+    artifacts: Artifacts = Field(default_factory=Artifacts)
+
+    def save(self, run_dir: Path) -> Path:
+        """Written atomically (temp file + rename): a crash mid-write keeps the last version."""
+        run_dir.mkdir(parents=True, exist_ok=True)
+        target = run_dir / "run.json"
+        fd, tmp = tempfile.mkstemp(dir=run_dir, prefix=".run.", suffix=".tmp")
+        with os.fdopen(fd, "w") as fh:
+            fh.write(self.model_dump_json(indent=2))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+        return target
+
+    @classmethod
+    def load(cls, path: Path) -> RunRecord:
+        return cls.model_validate_json(path.read_text())

@@ -1,0 +1,30 @@
+"""Stack name → implementation. vllm-on-tap's `aca` is read as `azure`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.errors import UserError
+from harness.stacks.base import Stack
+from harness.stacks.llamacpp import LlamaCppStack
+from harness.stacks.local_vllm import LocalVllmStack
+from harness.stacks.replay import ReplayStack
+from harness.stacks.unsupported import UnsupportedStack
+
+_STACKS = {
+    "local-vllm": LocalVllmStack,
+    "local-llamacpp": LlamaCppStack,
+    "replay": ReplayStack,
+}
+# Recognised (vllm-on-tap has them) but refused by preflight until their issue lands.
+_NOT_YET = ("azure", "local-vllm-docker", "local-vllm-metal")
+
+
+def get_stack(name: str, root: Path) -> Stack:
+    name = "azure" if name == "aca" else name
+    if name in _STACKS:
+        return _STACKS[name](root)
+    if name in _NOT_YET:
+        return UnsupportedStack(name)
+    raise UserError(f"unknown stack '{name}'", field="stack",
+                    fix=f"use one of: {', '.join([*_STACKS, *_NOT_YET])}")

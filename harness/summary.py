@@ -1,0 +1,48 @@
+"""What a person sees at the end of a launch: one rich table over the run record."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from harness.record import RunRecord
+
+
+def minutes_seconds(seconds: float) -> str:
+    """`NmSSs`, minutes not rolled into hours (the results tables' format)."""
+    total = round(seconds)
+    return f"{total // 60}m{total % 60:02d}s"
+
+
+def run_summary_table(rec: RunRecord) -> Table:
+    title = f"run {rec.run_id}: {rec.status.value}"
+    if rec.scripted:
+        title += " — SCRIPTED TRAJECTORY (replay), not a model"
+    table = Table("", "", title=title, show_header=False, title_justify="left")
+    rows: list[tuple[str, str]] = [
+        ("preset / effort", f"{rec.key.preset} / {rec.key.effort} (asked {rec.key.effort_requested})"),
+        ("environment / GPU", f"{rec.environment} ({rec.stack}) / {rec.key.gpu}"),
+        ("mission", rec.mission),
+    ]
+    if rec.reason:
+        rows.append(("reason", f"{rec.reason} (stopped at {rec.stopped_at})"))
+    if rec.probe:
+        p = rec.probe
+        rows.append(("probe", f"decode {p.decode_short_tps} tok/s short, {p.decode_long_tps} tok/s at "
+                              f"{p.long_context_tokens} tokens; prefill {p.prefill_tps} tok/s"))
+    if rec.smoke:
+        rows.append(("smoke", rec.smoke))
+    if rec.session:
+        s = rec.session
+        rows.append(("tokens", f"input {s.tokens.input:,} · output {s.tokens.output:,} · cache {s.tokens.cache:,}"))
+        median = f"{s.median_turn_s:.1f}s" if s.median_turn_s is not None else "—"
+        rows.append(("turns", f"{s.turns} (median turn {median}), compactions {s.compactions}"))
+    t = rec.times
+    if t.mission_start and t.mission_end:
+        rows.append(("mission time", minutes_seconds((t.mission_end - t.mission_start).total_seconds())))
+    if t.serve_start and t.destroyed:
+        rows.append(("served", f"{minutes_seconds((t.destroyed - t.serve_start).total_seconds())} "
+                               f"(GPU-hours {rec.gpu_hours})"))
+    rows.append(("record", f".llms-benchmark/runs/{rec.run_id}/run.json"))
+    for key, value in rows:
+        table.add_row(key, value)
+    return table

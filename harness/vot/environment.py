@@ -1,0 +1,90 @@
+"""vllm-on-tap environments: where presets are served (`.vot/environments/<name>.yaml`).
+
+Same format as vllm-on-tap, plus two stacks of ours: `local-llamacpp` (the
+embedded CPU default) and `replay` (a scripted server for tests and demos).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from harness.errors import UserError
+from harness.vot.loader import check, load_yaml
+
+ENVIRONMENTS_DIR = Path(".vot") / "environments"
+
+# vLLM listens on 8000 by default (also the container's target port on azure);
+# our own servers pick a free port unless told otherwise.
+DEFAULT_PORTS = {
+    "local-vllm": 8000,
+    "local-vllm-metal": 8000,
+    "local-vllm-docker": 8000,
+    "azure": 8000,
+    "local-llamacpp": 0,
+    "replay": 0,
+}
+
+# Azure config keys from vllm-on-tap < 0.2.1: accepted, then dropped (the Container
+# Apps environment and the cache storage are discovered in the resource group now).
+HISTORIC_AZURE_KEYS = ("environment", "storage", "api_key_env")
+
+
+class Environment(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    stack: str  # `aca` already read as `azure`
+    was_aca: bool = False  # so a rewrite or a message can mention the old name
+    otlp_endpoint: str | None = None
+    config: dict[str, Any] = Field(default_factory=dict)
+    path: Path
+
+    @property
+    def port(self) -> int:
+        return int(self.config.get("port", DEFAULT_PORTS[self.stack]))
+
+
+def load_environment_file(path: Path) -> Environment:
+    path = Path(path)
+    data = load_yaml(path)
+    check(data, "environment", path)
+    if data["name"] != path.stem:
+        raise UserError(
+            f"name '{data['name']}' != file name '{path.stem}'",
+            file=path,
+            field="name",
+            fix=f"rename the file or set name: {path.stem}",
+        )
+    stack = "azure" if data["stack"] == "aca" else data["stack"]
+    config = dict(data.get("config") or {})
+    if stack == "azure":
+        config = {k: v for k, v in config.items() if k not in HISTORIC_AZURE_KEYS}
+    return Environment(
+        name=data["name"],
+        stack=stack,
+        was_aca=data["stack"] == "aca",
+        otlp_endpoint=data.get("otlp_endpoint") or None,
+        config=config,
+        path=path,
+    )
+
+
+def available_environments(root: Path) -> list[str]:
+    folder = Path(root) / ENVIRONMENTS_DIR
+    return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
+
+
+def load_environment(root: Path, name: str) -> Environment:
+    path = Path(root) / ENVIRONMENTS_DIR / f"{name}.yaml"
+    if "/" in name or "\\" in name or not path.is_file():
+        names = available_environments(root)
+        listed = ", ".join(names) if names else "none"
+        raise UserError(
+            f"no environment '{name}' in {ENVIRONMENTS_DIR}/ (available: {listed})",
+            file=path,
+            fix=f"pick one of the available environments, or write .vot/environments/{name}.yaml",
+        )
+    return load_environment_file(path)

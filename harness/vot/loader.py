@@ -1,0 +1,247 @@
+"""Read vllm-on-tap YAML files and check them against their JSON Schemas.
+
+Every mistake becomes one `UserError` naming the file, the field and (where
+the YAML tells us) the line, with a fix: a preset that fails the schema is never
+served, so the message has to be enough to correct the file.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError, best_match, relevance
+
+from harness.errors import UserError
+
+SCHEMA_DIR = Path(__file__).parent / "schema"
+
+# vllm-on-tap names these stacks but refuses them ("not supported in this version").
+PLANNED_STACKS = ("kubernetes", "aws", "gcp")
+
+
+def load_yaml_bytes(path: Path) -> tuple[dict[str, Any], bytes]:
+    """The mapping in `path` and the file's bytes (so callers can hash what they read)."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise UserError("file not found", file=path) from None
+    except IsADirectoryError:
+        raise UserError("is a folder, not a YAML file", file=path) from None
+    try:
+        data = yaml.safe_load(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise UserError("is not UTF-8 text", file=path, fix="save it as UTF-8") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise UserError(
+            f"not valid YAML: {problem}",
+            file=path,
+            line=mark.line + 1 if mark is not None else None,
+            fix="check indentation, colons and quoting on that line",
+        ) from None
+    if not isinstance(data, dict):
+        kind = "empty" if data is None else _yaml_type(data)
+        raise UserError(
+            f"the file is {kind}; it must be a mapping of keys (name: ..., ...)",
+            file=path,
+            line=1,
+            fix="start the file with 'name: <name>' at column 0",
+        )
+    return data, raw
+
+
+def load_yaml(path: Path) -> dict[str, Any]:
+    """The top-level mapping in a YAML file; any problem is a UserError."""
+    return load_yaml_bytes(path)[0]
+
+
+@lru_cache(maxsize=None)
+def _validator(schema_name: str) -> Draft202012Validator:
+    schema = json.loads((SCHEMA_DIR / f"{schema_name}.schema.json").read_text("utf-8"))
+    return Draft202012Validator(schema)
+
+
+def _errors(instance: Any, schema_name: str) -> list[ValidationError]:
+    """All errors, best match first, then by jsonschema's relevance."""
+    errors = list(_validator(schema_name).iter_errors(instance))
+    if not errors:
+        return []
+    best = best_match(errors)
+    rest = sorted((e for e in errors if e is not best), key=relevance, reverse=True)
+    return [best, *rest]
+
+
+def schema_errors(instance: Any, schema_name: str) -> list[tuple[str, str]]:
+    """(field path, message) for every schema error, best first; [] when valid."""
+    return [_explain(e)[:2] for e in _errors(instance, schema_name)]
+
+
+def check(instance: Any, schema_name: str, path: Path) -> None:
+    """Raise one UserError for the best schema error in `instance` (read from `path`)."""
+    errors = _errors(instance, schema_name)
+    if not errors:
+        return
+    field, message, fix, parts = _explain(errors[0])
+    raise UserError(message, file=path, field=field or None, fix=fix, line=_line_of(path, parts))
+
+
+# --- turning a jsonschema error into field / message / fix -------------------
+
+
+def _explain(error: ValidationError) -> tuple[str, str, str | None, list[Any]]:
+    """(field, message, fix, path parts) for one error."""
+    parts = list(error.absolute_path)
+    kind = error.validator
+    value = error.instance
+    schema = error.schema if isinstance(error.schema, dict) else {}
+
+    if "propertyNames" in error.relative_schema_path:
+        # jsonschema reports a bad key at its parent; the key itself is the instance.
+        parts.append(value)
+        return (
+            _field(parts),
+            f"'{value}' is not a flag: keys must look like --max-model-len (two dashes, lower case)",
+            f"write it as '--{str(value).lstrip('-').lower()}'",
+            parts,
+        )
+    if kind == "additionalProperties":
+        allowed = sorted(schema.get("properties", {}))
+        extra = next((k for k in value if k not in allowed), "?")
+        parts.append(extra)
+        close = difflib.get_close_matches(str(extra), allowed, n=1)
+        fix = f"did you mean '{close[0]}'?" if close else f"allowed keys: {', '.join(allowed)}"
+        return _field(parts), f"unknown key '{extra}'", fix, parts
+    if kind == "required":
+        missing = next((k for k in error.validator_value if k not in value), "?")
+        parts.append(missing)
+        return _field(parts), f"missing required key '{missing}'", f"add '{missing}: ...'", parts
+
+    field = _field(parts)
+    leaf = parts[-1] if parts else ""
+    if kind == "pattern":
+        if isinstance(leaf, int) and parts[:1] == ["env"]:
+            upper = str(value).upper().replace("-", "_")
+            return (
+                field,
+                f"'{value}' must be an upper-case environment variable name like HF_TOKEN",
+                f"write it as {upper} (the name only, never the value)",
+                parts,
+            )
+        return (
+            field,
+            f"'{value}' must be lower-case letters, digits and dashes, starting with a letter or digit",
+            f"try '{_slug(value)}'",
+            parts,
+        )
+    if kind == "exclusiveMinimum":
+        return field, f"must be greater than {error.validator_value}, not {value}", _gpu_fix(leaf), parts
+    if kind == "minimum":
+        return field, f"must be at least {error.validator_value}, not {value}", None, parts
+    if kind == "maximum":
+        return field, f"must be at most {error.validator_value}, not {value}", None, parts
+    if kind == "minLength":
+        return field, "must not be empty", f"give '{leaf}' a value or remove the key", parts
+    if kind == "enum":
+        options = [str(o) for o in error.validator_value]
+        if leaf == "stack" and value in PLANNED_STACKS:
+            message = f"stack '{value}' is planned in vllm-on-tap but not supported in this version"
+        else:
+            message = f"'{value}' is not one of the allowed values"
+        close = difflib.get_close_matches(str(value), options, n=1)
+        fix = (f"did you mean '{close[0]}'? " if close else "") + f"allowed: {', '.join(options)}"
+        return field, message, fix, parts
+    if kind == "type":
+        wanted = error.validator_value
+        wanted = wanted if isinstance(wanted, list) else [wanted]
+        fix = None
+        if isinstance(value, str) and {"number", "integer"} & set(wanted) and _is_number(value):
+            fix = f"write {value} without quotes"
+        names = " or ".join(_JSON_TYPES.get(w, w) for w in wanted)
+        return field, f"must be {names}, not {_yaml_type(value)}", fix, parts
+    return field, error.message, None, parts
+
+
+_JSON_TYPES = {
+    "string": "a string",
+    "number": "a number",
+    "integer": "a whole number",
+    "boolean": "a boolean",
+    "object": "a mapping",
+    "array": "a list",
+}
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _field(parts: list[Any]) -> str:
+    """`vllm_args.--max-model-len`, `env[0]`, `stacks.azure.gpu_memory_gb`."""
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out
+
+
+def _slug(value: Any) -> str:
+    text = "".join(c if c.isalnum() else "-" for c in str(value).lower()).strip("-")
+    return text or "my-name"
+
+
+def _gpu_fix(leaf: Any) -> str | None:
+    if leaf == "gpu_memory_gb":
+        return "set the smallest GPU memory in GB the preset runs on (weights + KV cache), e.g. 16"
+    return None
+
+
+def _yaml_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return type(value).__name__
+
+
+# --- finding the line of a field ----------------------------------------------
+
+
+def _line_of(path: Path, parts: list[Any]) -> int | None:
+    """1-based line of the deepest node of `parts` present in the file (None for the root)."""
+    try:
+        node = yaml.compose(Path(path).read_text("utf-8"))
+    except Exception:  # the file already parsed once; if it now does not, just omit the line
+        return None
+    line = None
+    for part in parts:
+        if isinstance(node, yaml.MappingNode):
+            match = next(((k, v) for k, v in node.value if k.value == str(part)), None)
+            if match is None:
+                break
+            line = match[0].start_mark.line + 1
+            node = match[1]
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            node = node.value[part]
+            line = node.start_mark.line + 1
+        else:
+            break
+    return line

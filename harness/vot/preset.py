@@ -1,0 +1,163 @@
+"""vllm-on-tap presets: what is served (model + `vllm serve` flags), never where.
+
+The file format is vllm-on-tap's own (checked against its schema), so a preset
+written here still validates there. Resolution, the name == file-name rule and
+the per-stack merge follow its load-preset skill.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from harness.errors import UserError
+from harness.vot.loader import check, load_yaml_bytes
+
+# bool first: YAML `true` must stay a bool (a bare flag), never become 1 or "True".
+ArgValue = Union[bool, int, float, str]
+
+# Stacks a preset may override (vllm-on-tap's); `aca` is the pre-0.2.0 name of azure.
+OVERRIDE_STACKS = ("local-vllm", "local-vllm-metal", "local-vllm-docker", "azure")
+# Our extensions have no override key: they serve one fixed kind of model.
+EXTRA_STACKS = ("local-llamacpp", "replay")
+STACKS = OVERRIDE_STACKS + EXTRA_STACKS
+
+PRESETS_DIR = Path(".vot") / "presets"
+
+
+class StackOverride(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str | None = None
+    gpu_memory_gb: float | None = None
+    vllm_args: dict[str, ArgValue] = Field(default_factory=dict)
+
+
+class ResolvedPreset(BaseModel):
+    """A preset merged for one stack: what the stack actually serves."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    model: str
+    served_name: str
+    gpu_memory_gb: float | None
+    vllm_args: dict[str, ArgValue]
+    env: list[str]
+    stack: str
+    path: Path
+    sha256: str
+
+    @property
+    def max_model_len(self) -> int | None:
+        value = self.vllm_args.get("--max-model-len")
+        if isinstance(value, bool) or value is None:
+            return None
+        if isinstance(value, float):
+            return int(value) if value.is_integer() else None
+        try:
+            return int(value)
+        except ValueError:
+            return None
+
+    @property
+    def tool_calling(self) -> bool:
+        # vLLM only emits tool calls with both flags; either alone serves plain chat.
+        parser = self.vllm_args.get("--tool-call-parser")
+        auto = self.vllm_args.get("--enable-auto-tool-choice")
+        return auto is True and isinstance(parser, str) and parser != ""
+
+    @property
+    def reasoning_parser(self) -> str | None:
+        value = self.vllm_args.get("--reasoning-parser")
+        return value if isinstance(value, str) and value else None
+
+
+class Preset(BaseModel):
+    """The preset file as written."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    description: str | None = None
+    model: str
+    served_model_name: str | None = None
+    gpu_memory_gb: float | None = None
+    vllm_args: dict[str, ArgValue] = Field(default_factory=dict)
+    env: list[str] = Field(default_factory=list)
+    stacks: dict[str, StackOverride] = Field(default_factory=dict)
+    path: Path
+    sha256: str
+
+    def override_for(self, stack: str) -> StackOverride | None:
+        stack = "azure" if stack == "aca" else stack
+        if stack not in STACKS:
+            raise ValueError(f"unknown stack {stack!r}")
+        found = self.stacks.get(stack)
+        if found is None and stack == "azure":
+            found = self.stacks.get("aca")  # vllm-on-tap still reads aca as azure
+        return found
+
+    def resolve(self, stack: str) -> ResolvedPreset:
+        """Merge the stack's override: model and gpu replaced, vllm_args key by key.
+
+        `false` values are kept here (the override's way to remove a flag) and
+        dropped by the renderer.
+        """
+        over = self.override_for(stack) or StackOverride()
+        return ResolvedPreset(
+            name=self.name,
+            model=over.model or self.model,
+            served_name=self.served_model_name or self.name,
+            gpu_memory_gb=over.gpu_memory_gb if over.gpu_memory_gb is not None else self.gpu_memory_gb,
+            vllm_args={**self.vllm_args, **over.vllm_args},
+            env=list(self.env),
+            stack="azure" if stack == "aca" else stack,
+            path=self.path,
+            sha256=self.sha256,
+        )
+
+
+def load_preset_file(path: Path) -> Preset:
+    path = Path(path)
+    data, raw = load_yaml_bytes(path)
+    check(data, "preset", path)
+    if data["name"] != path.stem:
+        raise UserError(
+            f"name '{data['name']}' != file name '{path.stem}'",
+            file=path,
+            field="name",
+            fix=f"rename the file or set name: {path.stem}",
+        )
+    return Preset(**data, path=path, sha256=hashlib.sha256(raw).hexdigest())
+
+
+def available_presets(root: Path) -> list[str]:
+    folder = Path(root) / PRESETS_DIR
+    return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
+
+
+def load_preset(root: Path, name: str) -> Preset:
+    """`<root>/.vot/presets/<name>.yaml`. vllm-on-tap would then fetch a builtin from
+    GitHub; we work offline, so only local presets exist."""
+    path = Path(root) / PRESETS_DIR / f"{name}.yaml"
+    if "/" in name or "\\" in name or not path.is_file():
+        names = available_presets(root)
+        listed = ", ".join(names) if names else "none"
+        raise UserError(
+            f"no preset '{name}' in {PRESETS_DIR}/ (available: {listed})",
+            file=path,
+            fix="pick one of the available presets, or write .vot/presets/"
+            f"{name}.yaml (only local presets are supported: vllm-on-tap's builtins "
+            "come from GitHub and this harness does not fetch them)",
+        )
+    return load_preset_file(path)
+
+
+def missing_env(resolved: ResolvedPreset) -> list[str]:
+    """Names the preset needs that are not exported. Presence only: values are never read."""
+    return [name for name in resolved.env if name not in os.environ]

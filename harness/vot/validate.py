@@ -1,0 +1,48 @@
+"""`validate <path>`: tell the kind of file from its folder and check it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.errors import UserError
+from harness.vot.environment import load_environment_file
+from harness.vot.preset import load_preset_file
+
+KINDS = (
+    "a preset (.vot/presets/<name>.yaml)",
+    "an environment (.vot/environments/<name>.yaml)",
+    "a mission (missions/<name>/)",
+)
+
+
+def _mission_name(root: Path, path: Path) -> str | None:
+    try:
+        parts = path.resolve().relative_to(Path(root).resolve()).parts
+    except ValueError:
+        return None
+    return parts[1] if len(parts) >= 2 and parts[0] == "missions" else None
+
+
+def validate_path(root: Path, path: Path) -> str:
+    """Check one file and return a one-line summary; any problem is a UserError."""
+    path = Path(path)
+    if not path.is_absolute() and not path.exists():
+        path = Path(root) / path  # relative to the current folder first, else to the project
+    folder = path.parent
+    if folder.parent.name == ".vot" and folder.name == "presets":
+        return f"preset {load_preset_file(path).name}: ok"
+    if folder.parent.name == ".vot" and folder.name == "environments":
+        return f"environment {load_environment_file(path).name}: ok"
+    mission = _mission_name(root, path)
+    if mission is not None:
+        try:  # lazily: the mission module is optional for everything else here
+            from harness.mission import load_mission
+        except ImportError:
+            raise UserError("missions are not validated yet", file=path) from None
+        load_mission(root, mission)
+        return f"mission {mission}: ok"
+    raise UserError(
+        "cannot tell what kind of file this is",
+        file=path,
+        fix="validate " + ", ".join(KINDS[:-1]) + " or " + KINDS[-1],
+    )
