@@ -231,6 +231,8 @@ def launch_local_cmd(
         out.print_json(record.model_dump_json())
     else:
         out.print(run_summary_table(record))
+    if record.reason:
+        err.print(f"[bold red]{record.status.value}:[/bold red] {record.reason}", highlight=False)
     raise typer.Exit(record.status.exit_code)
 
 

