@@ -29,10 +29,11 @@ from harness.opencode import config as oc_config
 from harness.opencode.runner import Limits, RunResult, run_opencode
 from harness.opencode.store import collect
 from harness.preflight import Preflight, run_preflight
-from harness.probe import api_key_from_env, run_probe
+from harness.probe import LONG_TARGET, api_key_from_env, run_probe
 from harness.record import Artifacts, RowKey, RunOutcome, RunRecord, Status, Timestamps, utcnow
 from harness.stacks.base import Stack, Unit
 from harness.stacks.ledger import Ledger
+from harness.stacks.local_process import AGENT_MARKER_VAR, kill_marked
 from harness.stacks.registry import get_stack
 from harness.unitlog import UnitLogCollector, wait_ready
 
@@ -125,10 +126,30 @@ def destroy_leftovers(root: Path, say: Say) -> list[str]:
             f"(pid {unit.extra.get('owner_pid')}): destroying it first")
         stack = get_stack(unit.stack, root)
         existed = stack.destroy(unit)
+        agents = kill_marked(unit.extra.get("marker", ""), AGENT_MARKER_VAR)
         ledger.remove(unit)
         destroyed.append(unit.name)
-        say(f"  {unit.name} {'destroyed' if existed else 'was already gone'}; removed from the ledger")
+        say(f"  {unit.name} {'destroyed' if existed else 'was already gone'}; removed from the ledger"
+            + (f"; ended its orphaned opencode (pid {', '.join(map(str, agents))})" if agents else ""))
+        _close_dead_record(unit)
     return destroyed
+
+
+def _close_dead_record(unit: Unit) -> None:
+    """The dead launch never wrote its ending: say in its record what happened."""
+    path = Path(unit.extra.get("run_dir", "")) / "run.json"
+    if not path.is_file():
+        return
+    try:
+        rec = RunRecord.load(path)
+    except ValueError:
+        return
+    if rec.times.end is not None:
+        return
+    rec.status, rec.stopped_at = Status.fault, rec.stopped_at or "killed"
+    rec.reason = "the launch process died without finishing (SIGKILL or crash); a later command destroyed its unit"
+    rec.times.destroyed = rec.times.end = utcnow()
+    rec.save(path.parent)
 
 
 def refuse_if_served(root: Path, environment: str, unit_name: str) -> None:
@@ -142,11 +163,11 @@ def refuse_if_served(root: Path, environment: str, unit_name: str) -> None:
 
 
 # -- serve / destroy (also used by the `serve` and `destroy` commands) ---------------------
-def serve_unit(pf: Preflight, ledger: Ledger, *, owner: bool) -> Unit:
+def serve_unit(pf: Preflight, ledger: Ledger, *, owner: bool, run_dir: Path | None = None) -> Unit:
     unit = pf.stack.plan(pf.env, pf.preset)
     if owner:
         me = psutil.Process()
-        unit.extra.update(owner_pid=me.pid, owner_started=me.create_time())
+        unit.extra.update(owner_pid=me.pid, owner_started=me.create_time(), run_dir=str(run_dir or ""))
     ledger.add(unit)  # before it exists: a crash from here on still finds it
     unit = pf.stack.serve(unit, pf.env, pf.preset)
     ledger.update(unit)
@@ -231,7 +252,7 @@ class Launch:
         self.stage = "serve"
         ledger = Ledger(self.root)
         rec.times.serve_start = utcnow()
-        self.unit = unit = serve_unit(pf, ledger, owner=True)
+        self.unit = unit = serve_unit(pf, ledger, owner=True, run_dir=self.run_dir)
         rec.unit, rec.scripted = unit.name, unit.scripted
         rec.artifacts.unit_log = str(self.run_dir / "unit.log")
         self.collector = UnitLogCollector(pf.stack, unit, self.run_dir / "unit.log")
@@ -246,9 +267,13 @@ class Launch:
         self.say(f"ready after {(rec.times.ready - rec.times.serve_start).total_seconds():.0f}s")
 
         self.stage = "probe"
-        long_target = opts.probe_long_tokens or 82_000
+        cap = getattr(pf.stack, "probe_long_cap", None)
+        long_target = opts.probe_long_tokens or cap or LONG_TARGET
         rec.probe = run_probe(unit.base_url, unit.served_name, max_model_len=unit.max_model_len,
                               api_key=api_key, long_target=long_target)
+        if long_target < LONG_TARGET:
+            why = "--probe-long-tokens" if opts.probe_long_tokens else f"the {pf.stack.name} stack's cap"
+            rec.probe.notes.append(f"long-context target {long_target} tokens ({why})")
         self.collector.raise_if_problem()
         self.save()
         p = rec.probe
@@ -271,7 +296,7 @@ class Launch:
         self.stage = "run"
         mission = pf.mission
         workspace = prepare_workspace(mission, self.run_dir / "workspace")
-        env = oc_config.isolated_env(self.run_dir / "opencode", provider_file, unit.api_key_env)
+        env = self._agent_env(self.run_dir / "opencode", provider_file, unit)
         title = f"llms-benchmark {pf.preset.name}"
         rec.artifacts.workspace = str(workspace)
         rec.artifacts.opencode_events = str(self.run_dir / "opencode-events.jsonl")
@@ -305,11 +330,17 @@ class Launch:
             self.say(f"collect: {exc.render()}")
         self._judge(result)
 
+    @staticmethod
+    def _agent_env(home: Path, provider_file: Path, unit: Unit) -> dict[str, str]:
+        env = oc_config.isolated_env(home, provider_file, unit.api_key_env)
+        env[AGENT_MARKER_VAR] = unit.extra.get("marker", "")
+        return env
+
     def _smoke(self, argv_base: list[str], provider_file: Path, unit: Unit) -> None:
         smoke_dir = self.run_dir / "smoke"
         scratch = smoke_dir / "scratch"
         scratch.mkdir(parents=True, exist_ok=True)
-        env = oc_config.isolated_env(smoke_dir / "opencode", provider_file, unit.api_key_env)
+        env = self._agent_env(smoke_dir / "opencode", provider_file, unit)
         self.say("smoke: asking for one bash tool call through opencode")
         result = run_opencode([*argv_base, "--title", "llms-benchmark smoke"], prompt=SMOKE_PROMPT, env=env,
                               cwd=scratch, events_path=smoke_dir / "events.jsonl",

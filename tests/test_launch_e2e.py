@@ -232,14 +232,31 @@ def test_sigint_during_the_mission_destroys_and_records_a_fault(project: Project
 
 
 # -- 5. a SIGKILLed launch, then the next one ---------------------------------------------------
+def _agents_of(marker: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("LLMS_BENCHMARK_AGENT_OF") == marker and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
 @pytest.mark.slow
-@pytest.mark.timeout(360)
+@pytest.mark.timeout(420)
 def test_sigkilled_launch_leftover_is_destroyed_by_the_next(project: Project):
-    args = ["launch", "local", "replay", "replay-hello", "--mission", "hello"]
-    first = project.popen(args)
+    """SIGKILL mid-mission: the unit and the agent are orphaned; the next launch ends both
+    before serving anything, and closes the dead launch's record."""
+    project.add_trajectory("stall")
+    project.add_preset("replay-stall", trajectory="stall")
+    first = project.popen(["launch", "local", "replay", "replay-stall", "--mission", "hello", *SMALL_PROBE])
     try:
-        unit = wait_for("a served unit (with its pid) in the ledger",
-                        lambda: next((u for u in project.ledger().values() if u.get("pid")), None), 120, first)
+        wait_for("times.mission_start in run.json",
+                 lambda: (run_json(project) or {}).get("times", {}).get("mission_start"), 200, first)
+        unit = next(iter(project.ledger().values()))
+        wait_for("the mission's model call at the replay server",
+                 lambda: _requests_in_flight(unit["base_url"]) >= 1, 90, first)
         first.kill()
         first.communicate(timeout=30)
     finally:
@@ -247,29 +264,34 @@ def test_sigkilled_launch_leftover_is_destroyed_by_the_next(project: Project):
             first.kill()
             first.communicate(timeout=30)
 
-    # Nothing destroyed it: the replay server outlives its launch, still in the ledger.
+    # Nothing destroyed it: the replay server and opencode outlive their launch.
     server = psutil.Process(unit["pid"])
     server_started = server.create_time()
     assert server.is_running() and server.status() != psutil.STATUS_ZOMBIE
     orphans = marker_processes_under(project.root)
     assert unit["pid"] in {p.pid for p in orphans}
-    assert all(p.environ().get("LLMS_BENCHMARK_UNIT") == unit["extra"]["marker"] for p in orphans)
-    assert list(project.ledger()) == ["replay/vot-replay-hello"]
+    agents = _agents_of(unit["extra"]["marker"])
+    assert agents, "the mission's opencode should still be running after its launch was SIGKILLed"
+    assert list(project.ledger()) == ["replay/vot-replay-stall"]
 
+    args = ["launch", "local", "replay", "replay-hello", "--mission", "hello"]
     code, out, err = project.run_cli(args, timeout=240)
     assert code == 0, dump(out, err)
     flat = " ".join(err.split())
-    assert (f"leftover unit vot-replay-hello on replay from a launch that died (pid {first.pid}): "
+    assert (f"leftover unit vot-replay-stall on replay from a launch that died (pid {first.pid}): "
             "destroying it first") in flat, err
-    assert "vot-replay-hello destroyed; removed from the ledger" in flat, err
+    assert "vot-replay-stall destroyed; removed from the ledger; ended its orphaned opencode" in flat, err
     assert flat.index("destroying it first") < flat.index("serving vot-replay-hello")
     assert not _same_process_alive(unit["pid"], server_started), "the orphaned replay server survived"
+    assert _agents_of(unit["extra"]["marker"]) == [], "the orphaned opencode survived"
 
-    records = {r["run_id"]: r for r in project.records()}
-    assert len(records) == 2
-    second = max(records.values(), key=lambda r: r["times"]["launch"])
-    assert second["status"] == "ok", second
-    assert_destroyed(project, second)
+    records = {r["key"]["preset"]: r for r in project.records()}
+    assert set(records) == {"replay-stall", "replay-hello"}
+    dead = records["replay-stall"]
+    assert dead["status"] == "fault" and dead["stopped_at"] == "killed", dead
+    assert "died without finishing" in dead["reason"] and dead["times"]["destroyed"]
+    assert records["replay-hello"]["status"] == "ok"
+    assert_destroyed(project, records["replay-hello"])
 
 
 # -- 6. preflight refusals: nothing served --------------------------------------------------------

@@ -80,6 +80,9 @@ class LlamaCppStack(LocalProcessStack):
     name = "local-llamacpp"
     ready_timeout_s = 180
     stop_grace_s = 10.0
+    # CPU prefill runs at ~60-100 tok/s on two cores: an 82k-token probe would take over
+    # twenty minutes. The record notes the cap.
+    probe_long_cap = 4096
 
     def fatal_patterns(self) -> tuple[str, ...]:
         return ("failed to load model", "error loading model", "main: exiting due to model loading error")

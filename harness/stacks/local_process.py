@@ -25,6 +25,9 @@ from harness.vot.environment import Environment
 from harness.vot.preset import ResolvedPreset
 
 MARKER_VAR = "LLMS_BENCHMARK_UNIT"
+# Set on every opencode process a launch starts, valued with its unit's marker, so a
+# SIGKILLed launch's agent is found and ended with its unit by the next command.
+AGENT_MARKER_VAR = "LLMS_BENCHMARK_AGENT_OF"
 
 # Children this process started: reaped on destroy so no zombie is left behind.
 _children: dict[str, subprocess.Popen] = {}
@@ -46,11 +49,11 @@ def port_taken(port: int, host: str = "127.0.0.1") -> bool:
         return False
 
 
-def processes_with_marker(marker: str) -> list[psutil.Process]:
+def processes_with_marker(marker: str, var: str = MARKER_VAR) -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter():
         try:
-            if proc.environ().get(MARKER_VAR) == marker and proc.status() != psutil.STATUS_ZOMBIE:
+            if proc.environ().get(var) == marker and proc.status() != psutil.STATUS_ZOMBIE:
                 found.append(proc)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
@@ -64,6 +67,7 @@ class LocalProcessStack:
     host = "127.0.0.1"
     ready_timeout_s = 15 * 60
     stop_grace_s = 60.0
+    probe_long_cap: int | None = None  # tokens; None: the probe's 82k where the context allows
     gpu_cell = GpuCell("unknown", 0)
 
     def __init__(self, root: Path) -> None:
@@ -175,6 +179,17 @@ class LocalProcessStack:
             raise StackError(f"{unit.name}: processes survive SIGKILL: {[p.pid for p in left]}")
         (self.run_dir / f"{unit.name}.pid").unlink(missing_ok=True)
         return existed
+
+
+def kill_marked(marker: str, var: str) -> list[int]:
+    """SIGKILL every process carrying `var=marker` (an orphaned agent); returns their PIDs."""
+    procs = processes_with_marker(marker, var) if marker else []
+    for proc in procs:
+        if _pgid(proc.pid) == proc.pid:
+            _signal_group(proc.pid, signal.SIGKILL)  # the tools it started too
+        _signal(proc, signal.SIGKILL)
+    psutil.wait_procs(procs, timeout=10)
+    return [p.pid for p in procs]
 
 
 def _pgid(pid: int) -> int | None:
