@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from harness.errors import UserError
+from harness.errors import StackError, UserError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Serve a preset, run a coding agent on a mission against it, measure what holds up.")
@@ -54,6 +54,9 @@ def user_errors(fn):
         except UserError as exc:
             err.print(f"[bold red]error:[/bold red] {exc.render()}", highlight=False)
             raise typer.Exit(exc.exit_code) from None
+        except StackError as exc:  # the unit failed to start or answer (already destroyed)
+            err.print(f"[bold red]unit failure:[/bold red] {exc}", highlight=False)
+            raise typer.Exit(3) from None
 
     return wrapper
 
@@ -125,6 +128,9 @@ def serve(environment: str, preset: str, as_json: JsonOpt = False) -> None:
         collector.stop()
         pf.stack.destroy(unit)
         ledger.remove(unit)
+        say(f"{unit.name} destroyed; the last lines of its log ({unit.log_path}):")
+        tail = Path(unit.log_path).read_text(errors="replace").splitlines()[-20:] if unit.log_path else []
+        err.print("\n".join(tail), highlight=False, markup=False)
         raise
     collector.stop()
     data = {"unit": unit.name, "base_url": unit.base_url, "served_name": unit.served_name, "log": unit.log_path}

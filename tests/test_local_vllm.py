@@ -1,0 +1,113 @@
+"""The local-vllm stack driven through stand-in `vllm` and `nvidia-smi` executables on
+PATH: the exact `vllm serve` argv, readiness on /v1/models (the stand-in execs the
+replay server, a real OpenAI-compatible endpoint), a fatal start destroyed at once,
+and the missing-vllm refusal."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _project(tmp_path: Path, fatal: bool) -> tuple[Path, dict]:
+    root = tmp_path / "proj"
+    (root / ".vot" / "environments").mkdir(parents=True)
+    (root / ".vot" / "presets").mkdir(parents=True)
+    (root / "replay").mkdir()
+    shutil.copytree(ROOT / "missions" / "hello", root / "missions" / "hello")
+    with socket.socket() as s:  # vLLM stacks take a fixed port (8000 by default): pick a free one
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    (root / ".vot" / "environments" / "local-gpu.yaml").write_text(
+        f"name: local-gpu\nstack: local-vllm\nconfig:\n  port: {port}\n")
+    for name in ("odd-qwen3-8-27b.yaml",):
+        (root / ".vot" / "presets" / name).write_text((ROOT / ".vot" / "presets" / name).read_text())
+    (root / "replay" / "empty.yaml").write_text("trajectories: []\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    argv_file = tmp_path / "vllm-argv.json"
+    (bin_dir / "nvidia-smi").write_text("#!/bin/sh\necho 'NVIDIA A100-SXM4-80GB, 81920'\n")
+    body = f"""\
+        #!{sys.executable}
+        import json, os, sys, time
+        json.dump(sys.argv[1:], open({str(argv_file)!r}, "w"))
+        if {fatal!r}:
+            print("INFO loading weights", flush=True)
+            print("RuntimeError: Engine core initialization failed. See root cause above.", flush=True)
+            print("ERROR EngineCore failed to start.", flush=True)
+            time.sleep(300)
+        args = sys.argv[1:]
+        port, served = args[args.index("--port") + 1], args[args.index("--served-model-name") + 1]
+        os.execv(sys.executable, [sys.executable, "-m", "harness.replay.server", "--trajectory",
+                 {str(root / "replay" / "empty.yaml")!r}, "--port", port, "--served-model-name", served,
+                 "--max-model-len", "262144"])
+    """
+    (bin_dir / "vllm").write_text(textwrap.dedent(body))
+    for exe in bin_dir.iterdir():
+        exe.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "LLMS_BENCHMARK_ROOT": str(root),
+           "PYTHONPATH": str(ROOT), "COLUMNS": "300"}
+    return root, {"env": env, "argv_file": argv_file}
+
+
+def _cli(args, env, timeout=120):
+    proc = subprocess.run([str(Path(sys.executable).parent / "llms-benchmark"), *args], env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def test_serve_renders_vllm_argv_and_waits_for_models(tmp_path):
+    root, ctx = _project(tmp_path, fatal=False)
+    code, out, err = _cli(["preflight", "local-gpu", "odd-qwen3-8-27b", "--json"], ctx["env"])
+    assert code == 0, err
+    assert json.loads(out)["gpu"] == "A100-SXM4-80GB 80 GB"
+    code, out, err = _cli(["serve", "local-gpu", "odd-qwen3-8-27b", "--json"], ctx["env"])
+    try:
+        assert code == 0, err
+        argv = json.loads(ctx["argv_file"].read_text())
+        assert argv[:2] == ["serve", "Qwen/Qwen3.8-27B-FP8"]
+        assert argv[argv.index("--host") + 1] == "127.0.0.1"
+        assert argv[argv.index("--served-model-name") + 1] == "qwen3.8-27b"
+        spec = argv[argv.index("--speculative-config") + 1]
+        assert json.loads(spec) == {"method": "mtp", "num_speculative_tokens": 3}  # one argv item, intact
+        assert "--enable-auto-tool-choice" in argv and argv[argv.index("--max-model-len") + 1] == "262144"
+        assert (root / ".vot" / "run" / "vot-odd-qwen3-8-27b.pid").is_file()
+        assert (root / ".vot" / "run" / "vot-odd-qwen3-8-27b.log").is_file()
+    finally:
+        code, out, err = _cli(["destroy", "local-gpu", "odd-qwen3-8-27b"], ctx["env"])
+    assert code == 0 and "destroyed vot-odd-qwen3-8-27b" in out, err
+    assert json.loads((root / ".vot" / "run" / "units.json").read_text()) == {}
+    assert not (root / ".vot" / "run" / "vot-odd-qwen3-8-27b.pid").exists()
+
+
+def test_fatal_engine_start_is_destroyed_at_once(tmp_path):
+    root, ctx = _project(tmp_path, fatal=True)
+    started = time.monotonic()
+    code, out, err = _cli(["serve", "local-gpu", "odd-qwen3-8-27b"], ctx["env"])
+    assert code == 3, (out, err)
+    assert time.monotonic() - started < 30  # not the 15-minute readiness bound
+    flat = " ".join(err.split())
+    assert "EngineCore failed to start" in flat and "destroyed" in flat
+    assert "Traceback" not in err
+    assert json.loads((root / ".vot" / "run" / "units.json").read_text()) == {}
+
+
+def test_missing_vllm_is_refused_clearly(tmp_path):
+    root, ctx = _project(tmp_path, fatal=False)
+    (tmp_path / "bin" / "vllm").unlink()
+    env = {**ctx["env"], "PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin"}
+    code, out, err = _cli(["preflight", "local-gpu", "odd-qwen3-8-27b"], env)
+    assert code == 2
+    flat = " ".join(err.split())
+    assert "local-gpu.yaml" in flat and "`vllm` is not installed" in flat and "fix:" in flat
