@@ -108,7 +108,7 @@ def preflight(environment: str, preset: str,
 @user_errors
 def serve(environment: str, preset: str, as_json: JsonOpt = False) -> None:
     """Serve one unit by hand (it bills until `destroy`)."""
-    from harness.launch import destroy_leftovers, refuse_if_served, serve_unit
+    from harness.launch import destroy_leftovers, plan_unit, refuse_if_served, start_unit
     from harness.preflight import run_preflight
     from harness.stacks.ledger import Ledger
     from harness.unitlog import UnitLogCollector, wait_ready
@@ -118,10 +118,11 @@ def serve(environment: str, preset: str, as_json: JsonOpt = False) -> None:
     pf = run_preflight(root, environment, preset, None, need_opencode=False)
     refuse_if_served(root, pf.env.name, f"vot-{pf.preset.name}")
     ledger = Ledger(root)
-    unit = serve_unit(pf, ledger, owner=False)
+    unit = plan_unit(pf, ledger, owner=False)
     collector = UnitLogCollector(pf.stack, unit, Path(os.devnull))
-    collector.start()
     try:
+        unit = start_unit(pf, unit, ledger)
+        collector.start()
         say(f"serving {unit.name} at {unit.base_url}; waiting until it answers")
         wait_ready(unit, pf.stack.ready_timeout_s, collector)
     except BaseException:

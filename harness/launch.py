@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import psutil
 
 from harness.errors import FatalUnitLog, StackError, UserError
@@ -75,12 +76,8 @@ def new_run_id(preset: str, effort: str) -> str:
 
 
 @contextlib.contextmanager
-def signals_raise() -> Iterator[None]:
-    """SIGINT and SIGTERM raise Interrupted, so every exit path runs the finally blocks."""
-
-    def handler(signum, _frame):
-        raise Interrupted(signum)
-
+def on_signals(handler) -> Iterator[None]:
+    """Route SIGINT and SIGTERM to `handler` for the duration of the block."""
     previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
@@ -89,19 +86,9 @@ def signals_raise() -> Iterator[None]:
             signal.signal(s, h)
 
 
-@contextlib.contextmanager
-def signals_deferred(say: Say) -> Iterator[None]:
-    """While destroying, a second Ctrl-C must not abandon a half-destroyed unit."""
-
-    def handler(signum, _frame):
-        say(f"{signal.Signals(signum).name} received: finishing the destroy first")
-
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
+def _raise_interrupted(signum, _frame):
+    """SIGINT and SIGTERM unwind to the `finally` that destroys."""
+    raise Interrupted(signum)
 
 
 # -- leftovers ------------------------------------------------------------------------
@@ -163,12 +150,17 @@ def refuse_if_served(root: Path, environment: str, unit_name: str) -> None:
 
 
 # -- serve / destroy (also used by the `serve` and `destroy` commands) ---------------------
-def serve_unit(pf: Preflight, ledger: Ledger, *, owner: bool, run_dir: Path | None = None) -> Unit:
+def plan_unit(pf: Preflight, ledger: Ledger, *, owner: bool, run_dir: Path | None = None) -> Unit:
+    """Decide the unit and write it to the ledger before it exists: a crash from here on still finds it."""
     unit = pf.stack.plan(pf.env, pf.preset)
     if owner:
         me = psutil.Process()
         unit.extra.update(owner_pid=me.pid, owner_started=me.create_time(), run_dir=str(run_dir or ""))
-    ledger.add(unit)  # before it exists: a crash from here on still finds it
+    ledger.add(unit)
+    return unit
+
+
+def start_unit(pf: Preflight, unit: Unit, ledger: Ledger) -> Unit:
     unit = pf.stack.serve(unit, pf.env, pf.preset)
     ledger.update(unit)
     return unit
@@ -208,11 +200,9 @@ class Launch:
         self.save()
         rec = self.record
         try:
-            with signals_raise():
+            with on_signals(_raise_interrupted):
                 self._stages()
-        except SmokeFailed as exc:
-            self._end(Status.refused, exc.render())
-        except UserError as exc:
+        except UserError as exc:  # SmokeFailed included: the model cannot drive the mission
             self._end(Status.refused, exc.render())
         except Interrupted as exc:
             self._end(Status.fault, str(exc))
@@ -222,7 +212,9 @@ class Launch:
             (self.run_dir / "fault.txt").write_text(traceback.format_exc())
             self._end(Status.fault, f"{type(exc).__name__}: {exc} (traceback in fault.txt)")
         finally:
-            with signals_deferred(self.say):
+            # A second Ctrl-C must not abandon a half-destroyed unit.
+            with on_signals(lambda signum, _f: self.say(
+                    f"{signal.Signals(signum).name} received: finishing the destroy first")):
                 self._destroy()
         rec.times.end = utcnow()
         self.save()
@@ -252,7 +244,8 @@ class Launch:
         self.stage = "serve"
         ledger = Ledger(self.root)
         rec.times.serve_start = utcnow()
-        self.unit = unit = serve_unit(pf, ledger, owner=True, run_dir=self.run_dir)
+        self.unit = plan_unit(pf, ledger, owner=True, run_dir=self.run_dir)
+        unit = start_unit(pf, self.unit, ledger)
         rec.unit, rec.scripted = unit.name, unit.scripted
         rec.artifacts.unit_log = str(self.run_dir / "unit.log")
         self.collector = UnitLogCollector(pf.stack, unit, self.run_dir / "unit.log")
@@ -269,8 +262,11 @@ class Launch:
         self.stage = "probe"
         cap = getattr(pf.stack, "probe_long_cap", None)
         long_target = opts.probe_long_tokens or cap or LONG_TARGET
-        rec.probe = run_probe(unit.base_url, unit.served_name, max_model_len=unit.max_model_len,
-                              api_key=api_key, long_target=long_target)
+        try:
+            rec.probe = run_probe(unit.base_url, unit.served_name, max_model_len=unit.max_model_len,
+                                  api_key=api_key, long_target=long_target)
+        except httpx.HTTPError as exc:
+            raise StackError(f"{unit.name} failed the speed probe: {exc}") from exc
         if long_target < LONG_TARGET:
             why = "--probe-long-tokens" if opts.probe_long_tokens else f"the {pf.stack.name} stack's cap"
             rec.probe.notes.append(f"long-context target {long_target} tokens ({why})")

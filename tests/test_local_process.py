@@ -9,7 +9,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from harness.launch import destroy_leftovers, serve_unit
+from harness.launch import destroy_leftovers, plan_unit, start_unit
 from harness.preflight import Preflight
 from harness.stacks.base import GpuCell
 from harness.stacks.ledger import Ledger
@@ -50,7 +50,7 @@ def _wait_for(predicate, timeout=10.0):
 def test_unit_is_in_the_ledger_and_destroy_kills_the_whole_tree(tmp_path):
     pf, stack = _fixtures(tmp_path)
     ledger = Ledger(tmp_path)
-    unit = serve_unit(pf, ledger, owner=True)
+    unit = start_unit(pf, plan_unit(pf, ledger, owner=True), ledger)
     marker = unit.extra["marker"]
     assert ledger.get("replay", "vot-sleeper").pid == unit.pid
     assert _wait_for(lambda: len(processes_with_marker(marker)) == 2)  # the server and its grandchild
@@ -64,7 +64,7 @@ def test_unit_is_in_the_ledger_and_destroy_kills_the_whole_tree(tmp_path):
 def test_leftover_of_a_dead_launch_is_destroyed_first(tmp_path):
     pf, stack = _fixtures(tmp_path)
     ledger = Ledger(tmp_path)
-    unit = serve_unit(pf, ledger, owner=False)
+    unit = start_unit(pf, plan_unit(pf, ledger, owner=False), ledger)
     # Pretend a launch that has since died owned it (a PID that no longer exists).
     dead = psutil.Popen([sys.executable, "-c", "pass"])
     dead.wait()
@@ -81,7 +81,7 @@ def test_leftover_of_a_dead_launch_is_destroyed_first(tmp_path):
 def test_units_served_by_hand_are_not_leftovers(tmp_path):
     pf, stack = _fixtures(tmp_path)
     ledger = Ledger(tmp_path)
-    unit = serve_unit(pf, ledger, owner=False)
+    unit = start_unit(pf, plan_unit(pf, ledger, owner=False), ledger)
     try:
         assert destroy_leftovers(tmp_path, lambda m: None) == []
         assert processes_with_marker(unit.extra["marker"])

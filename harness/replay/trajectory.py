@@ -10,10 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from harness.errors import UserError
+from harness.vot.loader import load_yaml
 
 DEFAULT_LABEL = "scripted trajectory (not a model)"
 DEFAULT_TTFT = 0.05
@@ -153,28 +153,7 @@ class Trajectory(_Strict):
 def load_trajectory(path: str | Path) -> Trajectory:
     """Read and validate a trajectory YAML file, or raise a UserError that says what to fix."""
     path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(
-            "trajectory file not found", file=path, fix="pass an existing YAML file to --trajectory"
-        ) from None
-    except OSError as exc:
-        raise UserError(f"cannot read trajectory file: {exc.strerror}", file=path) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise UserError(
-            f"not valid YAML: {getattr(exc, 'problem', None) or exc}",
-            file=path,
-            line=mark.line + 1 if mark is not None else None,
-            fix="fix the YAML syntax",
-        ) from None
-    if not isinstance(raw, dict):
-        raise UserError(
-            "a trajectory file must be a YAML mapping",
-            file=path,
-            fix="start from `label:`, `fallback:` and `trajectories:` keys",
-        )
+    raw = load_yaml(path)  # missing file, bad YAML (with its line), not a mapping
     try:
         return Trajectory.model_validate(raw)
     except ValidationError as exc:

@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness.errors import UserError
-from harness.vot.loader import check, load_yaml
+from harness.vot.loader import check, check_name_matches_file, load_yaml
 
 ENVIRONMENTS_DIR = Path(".vot") / "environments"
 
@@ -51,13 +51,7 @@ def load_environment_file(path: Path) -> Environment:
     path = Path(path)
     data = load_yaml(path)
     check(data, "environment", path)
-    if data["name"] != path.stem:
-        raise UserError(
-            f"name '{data['name']}' != file name '{path.stem}'",
-            file=path,
-            field="name",
-            fix=f"rename the file or set name: {path.stem}",
-        )
+    check_name_matches_file(data, path)
     stack = "azure" if data["stack"] == "aca" else data["stack"]
     config = dict(data.get("config") or {})
     if stack == "azure":

@@ -245,3 +245,14 @@ def _line_of(path: Path, parts: list[Any]) -> int | None:
         else:
             break
     return line
+
+
+def check_name_matches_file(data: dict[str, Any], path: Path) -> None:
+    """vllm-on-tap's rule for presets and environments: `name` is the file's stem."""
+    if data["name"] != path.stem:
+        raise UserError(
+            f"name '{data['name']}' != file name '{path.stem}'",
+            file=path,
+            field="name",
+            fix=f"rename the file or set name: {path.stem}",
+        )

@@ -15,7 +15,7 @@ from typing import Union
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness.errors import UserError
-from harness.vot.loader import check, load_yaml_bytes
+from harness.vot.loader import check, check_name_matches_file, load_yaml_bytes
 
 # bool first: YAML `true` must stay a bool (a bare flag), never become 1 or "True".
 ArgValue = Union[bool, int, float, str]
@@ -126,13 +126,7 @@ def load_preset_file(path: Path) -> Preset:
     path = Path(path)
     data, raw = load_yaml_bytes(path)
     check(data, "preset", path)
-    if data["name"] != path.stem:
-        raise UserError(
-            f"name '{data['name']}' != file name '{path.stem}'",
-            file=path,
-            field="name",
-            fix=f"rename the file or set name: {path.stem}",
-        )
+    check_name_matches_file(data, path)
     return Preset(**data, path=path, sha256=hashlib.sha256(raw).hexdigest())
 
 
