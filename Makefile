@@ -19,7 +19,9 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 node_modules/.installed: package.json package-lock.json
-	npm ci --no-audit --no-fund --loglevel=error
+	# `npm install`, not `npm ci`: the lock records only the platform binaries the registry
+	# served here, which `npm ci` calls out of sync. opencode-ai itself is pinned exactly.
+	npm install --no-audit --no-fund --loglevel=error
 	touch $@
 
 # The embedded model is expected to fail the smoke (it answers in prose): that launch
