@@ -32,6 +32,7 @@ from harness.opencode.store import collect
 from harness.preflight import Preflight, run_preflight
 from harness.probe import LONG_TARGET, api_key_from_env, run_probe
 from harness.record import Artifacts, RowKey, RunOutcome, RunRecord, Status, Timestamps, utcnow
+from harness.server_metrics import GENERATED, counter
 from harness.stacks.base import Stack, Unit
 from harness.stacks.ledger import Ledger
 from harness.stacks.local_process import AGENT_MARKER_VAR, kill_marked
@@ -338,6 +339,7 @@ class Launch:
         scratch.mkdir(parents=True, exist_ok=True)
         env = self._agent_env(smoke_dir / "opencode", provider_file, unit)
         self.say("smoke: asking for one bash tool call through opencode")
+        before = counter(unit.base_url, GENERATED, api_key=api_key_from_env(unit.api_key_env))
         result = run_opencode([*argv_base, "--title", "llms-benchmark smoke"], prompt=SMOKE_PROMPT, env=env,
                               cwd=scratch, events_path=smoke_dir / "events.jsonl",
                               stderr_path=smoke_dir / "stderr.log", limits=SMOKE_LIMITS,
@@ -348,9 +350,15 @@ class Launch:
             self.record.smoke = "passed: a bash tool_use event and a text event"
             self.say("smoke passed")
             return
-        missing = [name for name, ok in (("a bash tool_use event", has_bash), ("a text event", has_text)) if not ok]
-        detail = result.ended_by or f"opencode exited {result.exit_code}"
-        self.record.smoke = f"failed: no {' and no '.join(missing)} ({detail}; tools used: {result.tool_uses or 'none'})"
+        missing = " and ".join(name for name, ok in (("bash tool_use event", has_bash), ("text event", has_text))
+                               if not ok)
+        how = result.ended_by or f"opencode exited {result.exit_code}"
+        after = counter(unit.base_url, GENERATED, api_key=api_key_from_env(unit.api_key_env))
+        if before is not None and after is not None:
+            # Evidence from the server itself: a model streaming prose without end finishes no part.
+            how += f"; the server generated {after - before:,.0f} tokens meanwhile"
+        used = ", ".join(result.tool_uses) or "none"
+        self.record.smoke = f"failed: no {missing}; {how}; tools used: {used}"
         raise SmokeFailed(
             f"the served model failed the smoke: {self.record.smoke}",
             file=smoke_dir / "events.jsonl",

@@ -193,6 +193,24 @@ def test_watchdog_ends_a_run_that_errors_forever(project: Project):
     assert mission_s <= 90, mission_s
 
 
+# -- 3b. a model that answers the smoke in prose --------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_smoke_in_prose_refuses_and_destroys(project: Project):
+    project.add_trajectory("prose")
+    project.add_preset("replay-prose", trajectory="prose")
+    code, out, err = project.run_cli(["launch", "local", "replay", "replay-prose", "--mission", "hello",
+                                      *SMALL_PROBE], timeout=200)
+    assert code == 2, dump(out, err)
+    assert "Traceback" not in err
+    _, rec = project.only_run()
+    assert rec["status"] == "refused" and rec["stopped_at"] == "smoke", rec
+    assert rec["smoke"].startswith("failed: no bash tool_use event; opencode exited 0")
+    assert "the server generated 16 tokens meanwhile" in rec["smoke"]  # read from the unit's /metrics
+    assert rec["run"] is None and rec["session"] is None  # the mission never ran
+    assert_destroyed(project, rec)
+
+
 # -- 4. Ctrl-C during the mission -------------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.timeout(300)

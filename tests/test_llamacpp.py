@@ -9,6 +9,7 @@ import pytest
 
 from harness.errors import PreflightError
 from harness.probe import run_probe
+from harness.server_metrics import GENERATED, counter
 from harness.stacks.ledger import Ledger
 from harness.stacks.llamacpp import LlamaCppStack, llama_server_binary
 from harness.stacks.local_process import processes_with_marker
@@ -72,6 +73,8 @@ def test_real_llama_server_serves_probes_and_is_destroyed(tmp_path):
         assert probe.decode_short_tps and probe.decode_short_tps > 5
         assert probe.prefill_tps and probe.prefill_tps > 10
         assert 1500 <= probe.long_context_tokens <= 2100
+        # llama.cpp's /metrics (enabled by the stack) counts what it generated: short + long + calibration
+        assert counter(unit.base_url, GENERATED) >= 32 + 16
     finally:
         collector.stop()
         assert stack.destroy(unit) is True
