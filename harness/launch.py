@@ -272,6 +272,7 @@ class Launch:
             why = "--probe-long-tokens" if opts.probe_long_tokens else f"the {pf.stack.name} stack's cap"
             rec.probe.notes.append(f"long-context target {long_target} tokens ({why})")
         self.collector.raise_if_problem()
+        rec.times.probed = utcnow()
         self.save()
         p = rec.probe
         self.say(f"probe: decode {p.decode_short_tps} tok/s short, {p.decode_long_tps} tok/s at "
@@ -289,6 +290,7 @@ class Launch:
 
         self.stage = "smoke"
         self._smoke(argv_base, provider_file, unit)
+        rec.times.smoked = utcnow()
 
         self.stage = "run"
         mission = pf.mission

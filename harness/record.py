@@ -44,6 +44,8 @@ class Timestamps(BaseModel):
     launch: datetime
     serve_start: datetime | None = None
     ready: datetime | None = None
+    probed: datetime | None = None
+    smoked: datetime | None = None
     mission_start: datetime | None = None
     mission_end: datetime | None = None
     destroyed: datetime | None = None

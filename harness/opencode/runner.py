@@ -115,8 +115,12 @@ def _read_stderr(stream, stderr_path: Path, result: RunResult, watch: _Watch) ->
                 watch.error(match.group("msg"))
 
 
-def _end_group(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
-    """SIGTERM the run's process group, then SIGKILL what is left of it."""
+def _end_group(proc: subprocess.Popen, grace_s: float = 3.0) -> None:
+    """SIGTERM the run's process group, then SIGKILL what is left of it.
+
+    opencode 1.18.33 ignores SIGTERM, SIGINT and SIGHUP while a model stream is open
+    (measured: still alive 15 s later), so the grace is short; its store is SQLite in
+    WAL mode, so what it committed survives the SIGKILL."""
     for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
         try:
             os.killpg(proc.pid, sig)
