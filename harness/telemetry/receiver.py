@@ -1,0 +1,735 @@
+"""The telemetry store process: an OTLP/HTTP receiver that writes traces, metrics, logs
+and CPU profiles into one DuckDB file, and answers read-only SQL over HTTP.
+
+    python -m harness.telemetry.receiver --db PATH [--host 127.0.0.1] [--port 4318]
+                                         [--counters PATH]
+
+Prints one line `telemetry store listening on http://HOST:PORT` once it accepts
+connections, and runs until SIGTERM/SIGINT (exit 0, queue drained, DB closed).
+
+DuckDB allows a single writing process, so this process is the only one that opens the
+file; everything else reads through `POST /query`. Requests are decoded on the HTTP
+threads and handed to one writer thread through a bounded queue: a full queue blocks
+the request (backpressure), nothing is ever dropped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import datetime as dt
+import decimal
+import json
+import math
+import os
+import queue
+import signal
+import socket
+import sys
+import threading
+import time
+import uuid
+import zlib
+from collections import Counter
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import duckdb
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
+from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+from opentelemetry.proto.trace.v1 import trace_pb2
+
+from harness.telemetry.schema import TABLES, create_all, insert_sql
+
+MAX_BODY = 64 * 1024 * 1024  # bytes, after decompression
+QUEUE_ITEMS = 256  # requests waiting for the writer before senders block
+WRITE_BATCH_ROWS = 20_000  # rows the writer gathers into one transaction
+FLUSH_WAIT_S = 60.0  # longest a query waits for the writer to catch up
+QUERY_TIMEOUT_S = 60.0  # a query running longer is interrupted
+DEFAULT_LIMIT = 1000
+MAX_LIMIT = 200_000
+UNKNOWN_SERVICE = "unknown_service"
+_ID_KEYS = {"traceId", "spanId", "parentSpanId", "trace_id", "span_id", "parent_span_id"}
+_SEVERITIES = ((21, "FATAL"), (17, "ERROR"), (13, "WARN"), (9, "INFO"), (5, "DEBUG"), (1, "TRACE"))
+
+
+class BadRequest(Exception):
+    """A request the store refuses with HTTP 400 and this message."""
+
+
+class ShuttingDown(Exception):
+    """The store stopped taking telemetry (HTTP 503)."""
+
+
+# -- OTLP → rows ------------------------------------------------------------------------
+# Sorted keys: equal attribute sets give equal strings, so they group as one series.
+# One encoder for all: json.dumps with options builds a new one per call.
+_dumps = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
+
+
+def any_value(v) -> Any:
+    """An OTLP AnyValue as plain JSON-able Python (bytes as hex, non-finite floats as
+    strings, since JSON has no NaN)."""
+    kind = v.WhichOneof("value")
+    if kind is None:
+        return None
+    if kind == "array_value":
+        return [any_value(x) for x in v.array_value.values]
+    if kind == "kvlist_value":
+        return kv_dict(v.kvlist_value.values)
+    if kind == "bytes_value":
+        return v.bytes_value.hex()
+    if kind == "double_value" and not math.isfinite(v.double_value):
+        return str(v.double_value)
+    return getattr(v, kind)
+
+
+def kv_dict(kvs) -> dict[str, Any]:
+    return {kv.key: any_value(kv.value) for kv in kvs}
+
+
+def _hex_or_none(raw: bytes) -> str | None:
+    return raw.hex() if raw and any(raw) else None
+
+
+def _resource(resource) -> tuple[str, str]:
+    attrs = kv_dict(resource.attributes)
+    return str(attrs.get("service.name") or UNKNOWN_SERVICE), _dumps(attrs)
+
+
+def _enum_name(enum_type, number: int, prefix: str) -> str:
+    try:
+        return enum_type.Name(number).removeprefix(prefix)
+    except ValueError:
+        return str(number)
+
+
+def span_rows(req) -> list[tuple]:
+    rows = []
+    for rs in req.resource_spans:
+        service, resource = _resource(rs.resource)
+        for ss in rs.scope_spans:
+            scope = ss.scope.name or None
+            for s in ss.spans:
+                events = [
+                    {"name": e.name, "time_ns": e.time_unix_nano, "attributes": kv_dict(e.attributes)}
+                    for e in s.events
+                ]
+                start, end = s.start_time_unix_nano, s.end_time_unix_nano
+                rows.append((
+                    _hex_or_none(s.trace_id), _hex_or_none(s.span_id), _hex_or_none(s.parent_span_id),
+                    service, s.name, _enum_name(trace_pb2.Span.SpanKind, s.kind, "SPAN_KIND_"),
+                    start, end, (end - start) / 1e6 if end >= start else None,
+                    _enum_name(trace_pb2.Status.StatusCode, s.status.code, "STATUS_CODE_"),
+                    s.status.message or None, _dumps(kv_dict(s.attributes)), resource, scope,
+                    _dumps(events),
+                ))
+    return rows
+
+
+def _temporality(number: int) -> str | None:
+    return {1: "DELTA", 2: "CUMULATIVE"}.get(number)
+
+
+def _number(dp) -> float | None:
+    kind = dp.WhichOneof("value")
+    return float(getattr(dp, kind)) if kind else None
+
+
+def _exponential_as_explicit(dp) -> tuple[list[float], list[int]]:
+    """Exponential buckets as explicit ones, so every histogram reads the same way:
+    bucket k of the positive range covers (base^k, base^(k+1)]; zero and negative
+    counts fall in the first bucket."""
+    base = 2.0 ** (2.0 ** -dp.scale)
+    offset, counts = dp.positive.offset, list(dp.positive.bucket_counts)
+    bounds = [base ** (offset + i) for i in range(len(counts) + 1)]
+    first = dp.zero_count + sum(dp.negative.bucket_counts)
+    return bounds, [first, *counts, 0]
+
+
+def _metric_points(metric) -> list[dict]:
+    """One dict per data point with the type-specific columns filled."""
+    kind = metric.WhichOneof("data")
+    if kind in ("gauge", "sum"):
+        data = getattr(metric, kind)
+        mono = data.is_monotonic if kind == "sum" else None
+        temp = _temporality(data.aggregation_temporality) if kind == "sum" else None
+        return [
+            {"dp": dp, "type": kind, "value": _number(dp), "is_monotonic": mono, "temporality": temp}
+            for dp in data.data_points
+        ]
+    if kind == "histogram":
+        temp = _temporality(metric.histogram.aggregation_temporality)
+        return [
+            {"dp": dp, "type": "histogram", "count": dp.count, "sum": dp.sum if dp.HasField("sum") else None,
+             "bounds": list(dp.explicit_bounds), "bucket_counts": list(dp.bucket_counts), "temporality": temp}
+            for dp in metric.histogram.data_points
+        ]
+    if kind == "exponential_histogram":
+        temp = _temporality(metric.exponential_histogram.aggregation_temporality)
+        points = []
+        for dp in metric.exponential_histogram.data_points:
+            bounds, counts = _exponential_as_explicit(dp)
+            points.append({"dp": dp, "type": "histogram", "count": dp.count,
+                           "sum": dp.sum if dp.HasField("sum") else None,
+                           "bounds": bounds, "bucket_counts": counts, "temporality": temp})
+        return points
+    if kind == "summary":
+        # No quantile columns: a summary keeps its count and sum, as a one-bucket histogram.
+        return [
+            {"dp": dp, "type": "histogram", "count": dp.count, "sum": dp.sum, "bounds": [],
+             "bucket_counts": [dp.count], "temporality": "CUMULATIVE"}
+            for dp in metric.summary.data_points
+        ]
+    return []
+
+
+def metric_rows(req) -> list[tuple]:
+    rows = []
+    for rm in req.resource_metrics:
+        service, resource = _resource(rm.resource)
+        for sm in rm.scope_metrics:
+            scope = sm.scope.name or None
+            for m in sm.metrics:
+                for p in _metric_points(m):
+                    dp = p["dp"]
+                    rows.append((
+                        service, m.name, p["type"], m.unit or None, m.description or None,
+                        dp.time_unix_nano, dp.start_time_unix_nano or None, p.get("value"),
+                        p.get("count"), p.get("sum"),
+                        _dumps(p["bounds"]) if "bounds" in p else None,
+                        _dumps(p["bucket_counts"]) if "bucket_counts" in p else None,
+                        p.get("is_monotonic"), p.get("temporality"),
+                        _dumps(kv_dict(dp.attributes)), resource, scope,
+                    ))
+    return rows
+
+
+def _severity_text(text: str, number: int) -> str | None:
+    if text:
+        return text
+    return next((name for floor, name in _SEVERITIES if number >= floor), None)
+
+
+def _body_text(body) -> str | None:
+    value = any_value(body)
+    if value is None or isinstance(value, str):
+        return value
+    return _dumps(value)
+
+
+def log_rows(req) -> list[tuple]:
+    rows = []
+    for rl in req.resource_logs:
+        service, resource = _resource(rl.resource)
+        for sl in rl.scope_logs:
+            scope = sl.scope.name or None
+            for r in sl.log_records:
+                observed = r.observed_time_unix_nano or None
+                rows.append((
+                    r.time_unix_nano or observed, observed, service,
+                    _severity_text(r.severity_text, r.severity_number), r.severity_number or None,
+                    _body_text(r.body), _hex_or_none(r.trace_id), _hex_or_none(r.span_id),
+                    _dumps(kv_dict(r.attributes)), resource, scope,
+                ))
+    return rows
+
+
+def profile_rows(doc: Any) -> list[tuple]:
+    """Rows from our profile format: {"service", "time_ns", "period_ms", "stacks":
+    {"root;...;leaf": samples}}."""
+    if not isinstance(doc, dict):
+        raise BadRequest("profile must be a JSON object")
+    service, stacks = doc.get("service"), doc.get("stacks")
+    if not isinstance(service, str) or not service:
+        raise BadRequest("profile needs a non-empty string 'service'")
+    if not isinstance(stacks, dict):
+        raise BadRequest("profile needs 'stacks': {\"root;...;leaf\": samples}")
+    time_ns = doc.get("time_ns", time.time_ns())
+    period_ms = doc.get("period_ms", 10.0)
+    if not isinstance(time_ns, int) or not isinstance(period_ms, (int, float)):
+        raise BadRequest("profile 'time_ns' must be an integer and 'period_ms' a number")
+    rows = []
+    for stack, samples in stacks.items():
+        if not stack or not isinstance(samples, int) or isinstance(samples, bool) or samples < 0:
+            raise BadRequest(f"bad stack entry {stack!r}: samples must be a non-negative integer")
+        rows.append((time_ns, service, stack, samples, float(period_ms)))
+    return rows
+
+
+@dataclass(frozen=True)
+class Signal:
+    table: str
+    request: type
+    response: type
+    to_rows: Any
+
+
+SIGNALS = {
+    "/v1/traces": Signal("spans", trace_service_pb2.ExportTraceServiceRequest,
+                         trace_service_pb2.ExportTraceServiceResponse, span_rows),
+    "/v1/metrics": Signal("metrics", metrics_service_pb2.ExportMetricsServiceRequest,
+                          metrics_service_pb2.ExportMetricsServiceResponse, metric_rows),
+    "/v1/logs": Signal("logs", logs_service_pb2.ExportLogsServiceRequest,
+                       logs_service_pb2.ExportLogsServiceResponse, log_rows),
+}
+
+
+def _hex_ids_to_base64(node: Any) -> Any:
+    """OTLP/JSON writes trace and span ids as hex, protobuf's JSON mapping expects base64."""
+    if isinstance(node, list):
+        return [_hex_ids_to_base64(x) for x in node]
+    if not isinstance(node, dict):
+        return node
+    out = {}
+    for key, value in node.items():
+        if key in _ID_KEYS and isinstance(value, str):
+            try:
+                value = base64.b64encode(bytes.fromhex(value)).decode()
+            except ValueError:
+                pass  # not hex: leave it to the parser to judge
+        out[key] = _hex_ids_to_base64(value)
+    return out
+
+
+def decode_otlp(sig: Signal, body: bytes, is_json: bool):
+    msg = sig.request()
+    try:
+        if is_json:
+            json_format.ParseDict(_hex_ids_to_base64(json.loads(body)), msg, ignore_unknown_fields=True)
+        else:
+            msg.ParseFromString(body)
+    except (DecodeError, json_format.ParseError, ValueError) as exc:
+        raise BadRequest(f"cannot decode OTLP {'JSON' if is_json else 'protobuf'}: {exc}") from exc
+    return msg
+
+
+# -- the store --------------------------------------------------------------------------
+@dataclass
+class _Item:
+    table: str
+    rows: list[tuple]
+
+
+_STOP = object()
+
+
+class Store:
+    """The DuckDB file, its single writer thread and the counters."""
+
+    def __init__(self, path: str | Path, counters: str | Path | None = None):
+        self.con = duckdb.connect(str(path))
+        create_all(self.con)
+        # Queries are agent-written SQL: no file access, and no way to turn it back on.
+        self.con.execute("SET enable_external_access = false")
+        self.con.execute("SET lock_configuration = true")
+        self.counters_path = Path(counters) if counters else None
+        self.queue: queue.Queue = queue.Queue(maxsize=QUEUE_ITEMS)
+        self.cond = threading.Condition()
+        self.enqueued = 0  # items put (or about to be put) on the queue
+        self.done = 0  # items the writer has finished (stored or rejected)
+        self.received: Counter = Counter()
+        self.rejected = 0
+        self.closing = False
+        self._last_counters = 0.0
+        self._sql = {t: insert_sql(t) for t in TABLES}
+        self.writer = threading.Thread(target=self._run, name="store-writer", daemon=True)
+        self.writer.start()
+
+    # ingest
+    def submit(self, table: str, rows: list[tuple]) -> None:
+        """Queue rows for the writer; blocks while the queue is full (backpressure)."""
+        with self.cond:
+            if self.closing:
+                raise ShuttingDown("store is shutting down")
+            self.enqueued += 1
+            self.received["requests"] += 1
+            self.received[table] += len(rows)
+        self.queue.put(_Item(table, rows))
+
+    def reject(self) -> None:
+        with self.cond:
+            self.rejected += 1
+
+    def flush(self, timeout_s: float = FLUSH_WAIT_S) -> bool:
+        """Wait until the writer has stored everything queued before this call."""
+        with self.cond:
+            target = self.enqueued
+            return self.cond.wait_for(lambda: self.done >= target, timeout=timeout_s)
+
+    def _run(self) -> None:
+        while True:
+            batch, stop = self._gather()
+            if batch:
+                self._write(batch)
+                with self.cond:
+                    self.done += len(batch)
+                    self.cond.notify_all()
+                self._maybe_write_counters()
+            if stop:
+                return
+
+    def _gather(self) -> tuple[list[_Item], bool]:
+        """One blocking get, then whatever else is already waiting (bounded by rows)."""
+        first = self.queue.get()
+        if first is _STOP:
+            return [], True
+        batch, rows = [first], len(first.rows)
+        while rows < WRITE_BATCH_ROWS:
+            try:
+                item = self.queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is _STOP:
+                return batch, True
+            batch.append(item)
+            rows += len(item.rows)
+        return batch, False
+
+    def _write(self, batch: list[_Item]) -> None:
+        try:
+            self._insert(batch)
+        except Exception:  # one bad request must not lose its neighbours: retry alone
+            for item in batch:
+                try:
+                    self._insert([item])
+                except Exception as exc:
+                    print(f"telemetry store: rejected {len(item.rows)} {item.table} rows: {exc}",
+                          file=sys.stderr, flush=True)
+                    self.reject()
+
+    def _insert(self, batch: list[_Item]) -> None:
+        by_table: dict[str, list[tuple]] = {}
+        for item in batch:
+            by_table.setdefault(item.table, []).extend(item.rows)
+        cur = self.con.cursor()
+        try:
+            cur.execute("BEGIN")
+            try:
+                for table, rows in by_table.items():
+                    if rows:
+                        cur.execute(self._sql[table], [list(col) for col in zip(*rows)])
+                cur.execute("COMMIT")
+            except Exception:
+                cur.execute("ROLLBACK")
+                raise
+        finally:
+            cur.close()
+
+    # read
+    def query(self, sql: str, limit: int) -> dict:
+        check_read_only(sql)
+        self.flush()
+        cur = self.con.cursor()
+        timer = threading.Timer(QUERY_TIMEOUT_S, cur.interrupt)
+        timer.start()
+        try:
+            columns, result = _run_select(cur, sql)
+            rows = result.fetchmany(limit + 1)
+        except duckdb.Error as exc:
+            if isinstance(exc, duckdb.InterruptException):
+                raise BadRequest(f"query ran over {QUERY_TIMEOUT_S:.0f} s and was stopped") from exc
+            raise BadRequest(_first_line(exc)) from exc
+        finally:
+            timer.cancel()
+            cur.close()
+        return {"columns": columns, "rows": [list(r) for r in rows[:limit]], "truncated": len(rows) > limit}
+
+    def stats(self) -> dict:
+        self.flush()
+        cur = self.con.cursor()
+        try:
+            rows = {t: cur.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in TABLES}
+        finally:
+            cur.close()
+        return {"rows": rows, **self.counters()}
+
+    def counters(self) -> dict:
+        with self.cond:
+            received = {k: self.received.get(k, 0) for k in ("requests", *TABLES)}
+            return {"received": received, "dropped": 0, "rejected": self.rejected}
+
+    def _maybe_write_counters(self, force: bool = False) -> None:
+        # At most once a second: the file is for whoever reads it after the run.
+        if not self.counters_path or (not force and time.monotonic() - self._last_counters < 1.0):
+            return
+        self._last_counters = time.monotonic()
+        tmp = self.counters_path.with_name(self.counters_path.name + ".tmp")
+        tmp.write_text(json.dumps(self.counters(), sort_keys=True) + "\n")
+        os.replace(tmp, self.counters_path)
+
+    def close(self) -> None:
+        with self.cond:
+            self.closing = True
+        self.queue.put(_STOP)
+        self.writer.join(timeout=120)
+        self._maybe_write_counters(force=True)
+        self.con.close()
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def check_read_only(sql: str) -> None:
+    """Refuse anything but one SELECT (WITH, DESCRIBE, SHOW, SUMMARIZE, FROM-first parse
+    as SELECT in DuckDB)."""
+    if not isinstance(sql, str) or not sql.strip():
+        raise BadRequest("'sql' must be a non-empty string")
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise BadRequest(_first_line(exc)) from exc
+    if len(statements) != 1:
+        raise BadRequest(f"read-only store: send exactly one statement, got {len(statements)}")
+    kind = statements[0].type
+    if kind != duckdb.StatementType.SELECT:
+        raise BadRequest(
+            f"read-only store: only SELECT / WITH / DESCRIBE / SHOW queries are allowed, not {kind.name}"
+        )
+
+
+def _run_select(cur, sql: str):
+    """Execute; TIMESTAMPTZ columns come back as text, since converting them to Python
+    needs pytz, which the store does not carry."""
+    rel = cur.sql(sql)
+    columns, types = rel.columns, [str(t) for t in rel.types]
+    if not any("WITH TIME ZONE" in t for t in types):
+        return columns, cur.execute(sql)
+    proj = ", ".join(f"#{i + 1}::VARCHAR" if "WITH TIME ZONE" in t else f"#{i + 1}" for i, t in enumerate(types))
+    return columns, cur.execute(f"SELECT {proj} FROM ({sql})")
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    if isinstance(value, (dt.datetime, dt.date, dt.time)):
+        return value.isoformat()
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).hex()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    return str(value)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    return value
+
+
+def to_json(doc: Any) -> bytes:
+    try:
+        text = json.dumps(doc, default=_jsonable, allow_nan=False)
+    except ValueError:  # NaN / inf are not JSON: send null
+        text = json.dumps(_finite(doc), default=_jsonable, allow_nan=False)
+    return text.encode()
+
+
+# -- HTTP -------------------------------------------------------------------------------
+def _inflate(body: bytes, encoding: str) -> bytes:
+    encoding = encoding.strip().lower()
+    if encoding in ("", "identity"):
+        return body
+    if encoding not in ("gzip", "deflate", "x-gzip"):
+        raise BadRequest(f"unsupported Content-Encoding {encoding!r}")
+    # wbits 47: accept gzip or zlib headers; max_length guards against a zip bomb.
+    inflater = zlib.decompressobj(wbits=47)
+    try:
+        out = inflater.decompress(body, MAX_BODY + 1)
+    except zlib.error:
+        try:
+            out = zlib.decompress(body, wbits=-15)  # raw deflate, as some clients send
+        except zlib.error as exc:
+            raise BadRequest(f"cannot decompress {encoding} body: {exc}") from exc
+    if len(out) > MAX_BODY:
+        raise BadRequest("body too large")
+    return out
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive: the exporters reuse their connection
+    server_version = "telemetry-store/1"
+    store: Store  # set on the subclass made by make_server
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet by design
+        pass
+
+    def _send(self, status: int, body: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _send_json(self, status: int, doc: Any) -> None:
+        self._send(status, to_json(doc), "application/json")
+
+    def _read_body(self) -> bytes:
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            body = self._read_chunked()
+        else:
+            length = int(self.headers.get("Content-Length") or 0)
+            if length > MAX_BODY:
+                raise BadRequest("body too large")
+            body = self.rfile.read(length)
+        return _inflate(body, self.headers.get("Content-Encoding", ""))
+
+    def _read_chunked(self) -> bytes:
+        parts, total = [], 0
+        while True:
+            size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+            if size == 0:
+                self.rfile.readline()
+                return b"".join(parts)
+            total += size
+            if total > MAX_BODY:
+                raise BadRequest("body too large")
+            parts.append(self.rfile.read(size))
+            self.rfile.readline()
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        path = self.path.split("?", 1)[0]
+        if path == "/health":
+            self._send_json(200, {"status": "ok"})
+        elif path == "/stats":
+            self._send_json(200, self.store.stats())
+        else:
+            self._send_json(404, {"error": f"no route GET {path}"})
+
+    def do_POST(self) -> None:  # noqa: N802
+        path = self.path.split("?", 1)[0]
+        try:
+            body = self._read_body()
+            if path in SIGNALS:
+                self._otlp(SIGNALS[path], body)
+            elif path == "/v1/profiles":
+                self._profiles(body)
+            elif path == "/query":
+                self._query(body)
+            else:
+                self._send_json(404, {"error": f"no route POST {path}"})
+        except BadRequest as exc:
+            if path in SIGNALS or path == "/v1/profiles":
+                self.store.reject()
+            self._send_json(400, {"error": str(exc)})
+        except ShuttingDown as exc:
+            self._send_json(503, {"error": str(exc)})
+        except Exception as exc:  # a bug of ours: answer, count, and keep serving
+            if path in SIGNALS or path == "/v1/profiles":
+                self.store.reject()
+            self._send_json(500, {"error": f"{type(exc).__name__}: {exc}"})
+
+    def _is_json(self) -> bool:
+        return "json" in self.headers.get("Content-Type", "").lower()
+
+    def _otlp(self, sig: Signal, body: bytes) -> None:
+        is_json = self._is_json()
+        rows = sig.to_rows(decode_otlp(sig, body, is_json))
+        self.store.submit(sig.table, rows)
+        if is_json:
+            self._send(200, json_format.MessageToJson(sig.response()).encode(), "application/json")
+        else:
+            self._send(200, sig.response().SerializeToString(), "application/x-protobuf")
+
+    def _profiles(self, body: bytes) -> None:
+        try:
+            doc = json.loads(body)
+        except ValueError as exc:
+            raise BadRequest(f"profile is not JSON: {exc}") from exc
+        rows = profile_rows(doc)
+        self.store.submit("profiles", rows)
+        self._send_json(200, {"accepted": len(rows)})
+
+    def _query(self, body: bytes) -> None:
+        try:
+            doc = json.loads(body)
+        except ValueError as exc:
+            raise BadRequest(f"query is not JSON: {exc}") from exc
+        if not isinstance(doc, dict):
+            raise BadRequest('send {"sql": "SELECT ...", "limit": N}')
+        limit = doc.get("limit", DEFAULT_LIMIT)
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+            raise BadRequest("'limit' must be a non-negative integer")
+        self._send_json(200, self.store.query(doc.get("sql"), min(limit, MAX_LIMIT)))
+
+
+class Server(ThreadingHTTPServer):
+    """Tracks open connections so that stopping can close idle keep-alive ones: a
+    handler thread left blocked on its socket would outlive the store."""
+
+    daemon_threads = True
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._open: set = set()
+        self._open_lock = threading.Lock()
+
+    def process_request_thread(self, request, client_address) -> None:
+        with self._open_lock:
+            self._open.add(request)
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self._open_lock:
+                self._open.discard(request)
+
+    def close_connections(self, timeout_s: float = 10.0) -> None:
+        with self._open_lock:
+            sockets = list(self._open)
+        for sock in sockets:
+            try:
+                sock.shutdown(socket.SHUT_RD)  # idle ones see EOF; busy ones can still answer
+            except OSError:
+                pass
+        deadline = time.monotonic() + timeout_s
+        while self._open and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+
+def make_server(store: Store, host: str, port: int) -> Server:
+    handler = type("BoundHandler", (Handler,), {"store": store})
+    return Server((host, port), handler)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m harness.telemetry.receiver", description=__doc__.split("\n\n")[0])
+    p.add_argument("--db", required=True, help="DuckDB file (created if missing)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=4318, help="0 picks a free port")
+    p.add_argument("--counters", help="write the received/dropped/rejected counters here (JSON)")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    store = Store(args.db, args.counters)
+    server = make_server(store, args.host, args.port)
+    serving = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
+    serving.start()
+    print(f"telemetry store listening on http://{args.host}:{server.server_address[1]}", flush=True)
+    while not stop.wait(0.5):  # wake now and then so the signal handler gets to run
+        pass
+    server.shutdown()
+    server.server_close()
+    server.close_connections()
+    store.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
