@@ -17,11 +17,14 @@ from rich.console import Console
 from rich.table import Table
 
 from harness.errors import StackError, UserError
+from harness.mission import DEFAULT_MISSION
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Serve a preset, run a coding agent on a mission against it, measure what holds up.")
 launch_app = typer.Typer(no_args_is_help=True, help="Run the benchmark end to end.")
 app.add_typer(launch_app, name="launch")
+mission_app = typer.Typer(no_args_is_help=True, help="Missions: check that one works end to end.")
+app.add_typer(mission_app, name="mission")
 
 out = Console()
 err = Console(stderr=True)
@@ -89,7 +92,7 @@ def validate(paths: Annotated[list[Path], typer.Argument(help="Presets, environm
 @app.command()
 @user_errors
 def preflight(environment: str, preset: str,
-              mission: Annotated[str, typer.Option(help="Mission whose minimum context is checked.")] = "hello",
+              mission: Annotated[str, typer.Option(help="Mission whose minimum context is checked.")] = DEFAULT_MISSION,
               as_json: JsonOpt = False) -> None:
     """Check everything that must hold before anything bills."""
     from harness.preflight import run_preflight
@@ -224,7 +227,7 @@ def launch_local_cmd(
     environment: Annotated[str, typer.Argument(help="A .vot/environments/<name>.yaml name.")],
     preset: Annotated[str, typer.Argument(help="A .vot/presets/<name>.yaml name.")],
     effort: Annotated[str, typer.Argument(help="Reasoning effort (low, medium, high).")] = "medium",
-    mission: Annotated[str, typer.Option(help="Mission under missions/.")] = "hello",
+    mission: Annotated[str, typer.Option(help="Mission under missions/.")] = DEFAULT_MISSION,
     probe_long_tokens: Annotated[int, typer.Option(help="Long-context probe size (0: 82k where the context allows).")] = 0,
     as_json: JsonOpt = False,
 ) -> None:
@@ -241,6 +244,39 @@ def launch_local_cmd(
     if record.reason:
         err.print(f"[bold red]{record.status.value}:[/bold red] {record.reason}", highlight=False)
     raise typer.Exit(record.status.exit_code)
+
+
+@mission_app.command("check")
+@user_errors
+def mission_check(name: str,
+                  duration: Annotated[float, typer.Option(help="Scenario length in seconds.")] = 120,
+                  as_json: JsonOpt = False) -> None:
+    """Start what the mission runs, drive its scenario, run its key's self-test; exit 0 only if all is there."""
+    import tempfile
+
+    from harness.mission import load_mission, prepare_workspace
+    from harness.mission_services import check_mission
+
+    mission = load_mission(project_root(), name)
+    with tempfile.TemporaryDirectory(prefix=f"llms-benchmark-check-{name}-") as tmp:
+        workspace = prepare_workspace(mission, Path(tmp) / "workspace")
+        result = check_mission(mission, workspace, Path(tmp), duration)
+    if as_json:
+        out.print_json(json.dumps(result, default=str))
+    else:
+        table = Table("signal", *next(iter(result["signals"].values()), {}).keys(), title="rows per service")
+        for signal_name, per in result["signals"].items():
+            table.add_row(signal_name, *(str(n) for n in per.values()))
+        out.print(table)
+        defects = Table("defect", "kind", "found", "evidence", title="key self-test")
+        for d in result["defects"]:
+            defects.add_row(d["id"], d["kind"], "yes" if d["found"] else "[red]NO[/red]",
+                            "; ".join(f"{c['expect']} (got {c['got']})" for c in d["checks"]))
+        out.print(defects)
+        found = sum(d["found"] for d in result["defects"])
+        out.print(f"{found}/{len(result['defects'])} defects found; workspace "
+                  + ("clean" if not result["workspace_hits"] else f"names the key: {result['workspace_hits'][:5]}"))
+    raise typer.Exit(0 if result["ok"] else 1)
 
 
 def main() -> None:

@@ -25,10 +25,12 @@ import httpx
 import psutil
 
 from harness.errors import FatalUnitLog, StackError, UserError
-from harness.mission import prepare_workspace
+from harness.mission import DEFAULT_MISSION, prepare_workspace
+from harness.mission_services import merge_env, start_services
 from harness.opencode import config as oc_config
 from harness.opencode.runner import Limits, RunResult, run_opencode
-from harness.opencode.store import collect
+from harness.opencode.store import collect, session_tree
+from harness.phases import files_read_before, queried_signals, read_phases
 from harness.preflight import Preflight, run_preflight
 from harness.probe import LONG_TARGET, api_key_from_env, run_probe
 from harness.record import Artifacts, RowKey, RunOutcome, RunRecord, Status, Timestamps, utcnow
@@ -41,7 +43,6 @@ from harness.unitlog import UnitLogCollector, wait_ready
 
 SMOKE_PROMPT = "run the shell command date and reply with its output"
 SMOKE_LIMITS = Limits(time_cap_s=10 * 60, stall_s=5 * 60)
-DEFAULT_MISSION = "hello"  # becomes `observability` once that mission lands
 
 Say = Callable[[str], None]
 
@@ -186,6 +187,7 @@ class Launch:
         self.collector: UnitLogCollector | None = None
         self.gpus = 0
         self.report_name = ""
+        self.services = None
         self.record = RunRecord(
             run_id=self.run_id,
             key=RowKey(preset=opts.preset, effort=opts.effort, effort_requested=opts.effort, gpu="unknown"),
@@ -292,12 +294,15 @@ class Launch:
         self._smoke(argv_base, provider_file, unit)
         rec.times.smoked = utcnow()
 
-        self.stage = "run"
+        self.stage = "mission-setup"
         mission = pf.mission
         workspace = prepare_workspace(mission, self.run_dir / "workspace")
-        env = self._agent_env(self.run_dir / "opencode", provider_file, unit)
-        title = f"llms-benchmark {pf.preset.name}"
         rec.artifacts.workspace = str(workspace)
+        self.services = start_services(mission, workspace, self.run_dir)
+        env = merge_env(self._agent_env(self.run_dir / "opencode", provider_file, unit), self.services)
+
+        self.stage = "run"
+        title = f"llms-benchmark {pf.preset.name}"
         rec.artifacts.opencode_events = str(self.run_dir / "opencode-events.jsonl")
         rec.artifacts.opencode_stderr = str(self.run_dir / "opencode-stderr.log")
         limits = Limits(time_cap_s=mission.manifest.time_cap_minutes * 60, stall_s=mission.manifest.stall_minutes * 60)
@@ -309,6 +314,7 @@ class Launch:
                               stderr_path=Path(rec.artifacts.opencode_stderr), limits=limits,
                               abort=self.collector.problem, abort_reason=self.collector.reason)
         rec.times.mission_end = utcnow()
+        self._stop_services()  # services flush their telemetry on the way down
         self.report_name = mission.manifest.report
         report = workspace / mission.manifest.report
         rec.run = RunOutcome(exit_code=result.exit_code, ended_by=result.ended_by, events=result.events,
@@ -327,6 +333,7 @@ class Launch:
         except UserError as exc:
             rec.session = None
             self.say(f"collect: {exc.render()}")
+        self._mission_figures(mission, workspace, oc_config.data_dir(env))
         self._judge(result)
 
     @staticmethod
@@ -368,6 +375,32 @@ class Launch:
                 "a model that answers in prose cannot drive the mission",
         )
 
+    def _mission_figures(self, mission, workspace: Path, data_dir: Path) -> None:
+        """Phases from the drive record, signals from the query log, reads before the drive."""
+        rec, m = self.record, mission.manifest
+        drive = workspace / m.drive_record if m.drive_record else None
+        log = workspace / m.signal_log if m.signal_log else None
+        if drive is not None:
+            rec.artifacts.drive_record = str(drive)
+            rec.phases = read_phases(drive, rec.times.mission_start, rec.times.mission_end)
+        if log is not None:
+            rec.artifacts.signal_log = str(log)
+            rec.signals = queried_signals(log)
+        if rec.session and rec.phases and rec.phases.drive_start:
+            ids = session_tree(data_dir, rec.session.root_session)
+            rec.files_read_before_drive = files_read_before(data_dir, ids, rec.phases.drive_start)
+        telemetry = self.run_dir / "telemetry.duckdb"
+        if telemetry.exists():
+            rec.artifacts.telemetry = str(telemetry)
+
+    def _stop_services(self) -> None:
+        services, self.services = self.services, None
+        if services is not None:
+            try:
+                services.stop()
+            except Exception as exc:  # never let it stand between us and destroy
+                self.say(f"stopping the mission's services failed: {exc}")
+
     def _judge(self, result: RunResult) -> None:
         rec = self.record
         reasons = []
@@ -387,6 +420,7 @@ class Launch:
     # -- destroy (always) --------------------------------------------------------------------
     def _destroy(self) -> None:
         rec = self.record
+        self._stop_services()
         if self.collector is not None:
             try:
                 self.collector.stop()

@@ -15,6 +15,7 @@ from harness.errors import UserError
 from harness.vot.loader import load_yaml
 
 MANIFEST = "mission.yaml"
+DEFAULT_MISSION = "observability"  # the benchmark's mission; `hello` is the smallest
 
 
 class MissionManifest(BaseModel):
@@ -28,6 +29,12 @@ class MissionManifest(BaseModel):
     min_context: int = Field(gt=0, description="smallest --max-model-len a preset needs for this mission")
     time_cap_minutes: float = Field(gt=0)
     stall_minutes: float = Field(gt=0, description="no new opencode event for this long ends the run")
+    setup: str | None = Field(None, description="Python file (relative to the mission folder) whose "
+                              "start(workspace, run_dir) starts what the mission observes; its .env reaches "
+                              "the agent, its .stop() ends it all")
+    drive_record: str | None = Field(None, description="the scenario's drive record, relative to the workspace")
+    signal_log: str | None = Field(None, description="the agent's query log (one JSON line per call), "
+                                   "relative to the workspace")
 
 
 class Mission(BaseModel):
@@ -84,6 +91,9 @@ def load_mission_dir(folder: Path) -> Mission:
     if not workspace.is_dir():
         raise UserError(f"workspace folder {manifest.workspace} does not exist", file=path, field="workspace",
                         fix=f"create {workspace} with the files the agent starts from")
+    if manifest.setup and not (folder / manifest.setup).is_file():
+        raise UserError(f"setup file {manifest.setup} does not exist", file=path, field="setup",
+                        fix=f"create {folder / manifest.setup} with a start(workspace, run_dir) function")
     text = prompt.read_text(encoding="utf-8")
     if not text.strip():
         raise UserError("the prompt file is empty", file=prompt, fix="write the mission's prompt")

@@ -83,6 +83,17 @@ class SessionFigures(BaseModel):
     ended: datetime | None = None
 
 
+class Phases(BaseModel):
+    """From the scenario's drive record: preflight = mission start → drive start,
+    drive = its window, observation = drive end → mission end."""
+
+    drive_start: datetime | None = None
+    drive_end: datetime | None = None
+    preflight_s: float | None = None
+    drive_s: float | None = None
+    observation_s: float | None = None
+
+
 class RunOutcome(BaseModel):
     """How the opencode process ended, and why if the harness ended it."""
 
@@ -100,6 +111,9 @@ class Artifacts(BaseModel):
     provider_file: str | None = None
     workspace: str | None = None
     served_log: str | None = None  # replay only: what the script served
+    drive_record: str | None = None
+    signal_log: str | None = None
+    telemetry: str | None = None  # the run's own telemetry store (kept for rulings)
 
 
 class RunRecord(BaseModel):
@@ -125,6 +139,9 @@ class RunRecord(BaseModel):
     smoke: str | None = None
     run: RunOutcome | None = None
     session: SessionFigures | None = None
+    phases: Phases | None = None
+    signals: list[str] = Field(default_factory=list)  # telemetry signals queried with a non-empty result
+    files_read_before_drive: list[str] = Field(default_factory=list)
     versions: dict[str, str] = Field(default_factory=dict)
     artifacts: Artifacts = Field(default_factory=Artifacts)
 

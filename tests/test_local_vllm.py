@@ -69,7 +69,7 @@ def _cli(args, env, timeout=120):
 
 def test_serve_renders_vllm_argv_and_waits_for_models(tmp_path):
     root, ctx = _project(tmp_path, fatal=False)
-    code, out, err = _cli(["preflight", "local-gpu", "odd-qwen3-8-27b", "--json"], ctx["env"])
+    code, out, err = _cli(["preflight", "local-gpu", "odd-qwen3-8-27b", "--mission", "hello", "--json"], ctx["env"])
     assert code == 0, err
     assert json.loads(out)["gpu"] == "A100-SXM4-80GB 80 GB"
     code, out, err = _cli(["serve", "local-gpu", "odd-qwen3-8-27b", "--json"], ctx["env"])
@@ -107,7 +107,7 @@ def test_missing_vllm_is_refused_clearly(tmp_path):
     root, ctx = _project(tmp_path, fatal=False)
     (tmp_path / "bin" / "vllm").unlink()
     env = {**ctx["env"], "PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin"}
-    code, out, err = _cli(["preflight", "local-gpu", "odd-qwen3-8-27b"], env)
+    code, out, err = _cli(["preflight", "local-gpu", "odd-qwen3-8-27b", "--mission", "hello"], env)
     assert code == 2
     flat = " ".join(err.split())
     assert "local-gpu.yaml" in flat and "`vllm` is not installed" in flat and "fix:" in flat

@@ -81,6 +81,11 @@ def _tree(conn: sqlite3.Connection, root_id: str) -> list[str]:
     return [r["id"] for r in rows]
 
 
+def session_tree(data_dir: Path, root_id: str) -> list[str]:
+    with store_copy(data_dir) as conn:
+        return _tree(conn, root_id)
+
+
 def _ms_to_dt(ms: float | None) -> datetime | None:
     return datetime.fromtimestamp(ms / 1000, UTC) if ms else None
 

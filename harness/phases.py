@@ -1,0 +1,92 @@
+"""Phases and signals of a mission run, from the files the run itself leaves.
+
+Phases come from the scenario's drive record: preflight = mission start → drive
+start, drive = the drive's window, observation = drive end → mission end. Signals
+are the four telemetry signals the agent queried with a non-empty result, from the
+`obs` call log. Files read before the drive come from the run's opencode store.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from datetime import UTC, datetime
+from pathlib import Path
+
+from harness.opencode.store import store_copy
+from harness.record import Phases
+
+SIGNALS = ("traces", "metrics", "logs", "profiles")
+_PATH = re.compile(r"(?:^|[\s'\"=/])((?:\./)?src/[\w./-]+\.\w+)")
+
+
+def _when(value) -> datetime | None:
+    if not value:
+        return None
+    try:
+        stamp = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)
+
+
+def read_phases(drive_record: Path | None, mission_start: datetime, mission_end: datetime) -> Phases:
+    phases = Phases()
+    if drive_record is None or not drive_record.is_file():
+        return phases
+    try:
+        data = json.loads(drive_record.read_text())
+    except (OSError, ValueError):
+        return phases
+    start = _when(data.get("start") or data.get("started") or data.get("start_utc"))
+    end = _when(data.get("end") or data.get("ended") or data.get("end_utc"))
+    if start is None or end is None:
+        return phases
+    return Phases(drive_start=start, drive_end=end,
+                  preflight_s=round((start - mission_start).total_seconds(), 1),
+                  drive_s=round((end - start).total_seconds(), 1),
+                  observation_s=round((mission_end - end).total_seconds(), 1))
+
+
+def queried_signals(signal_log: Path | None) -> list[str]:
+    """Signals with at least one successful query that returned rows."""
+    found: set[str] = set()
+    if signal_log is None or not signal_log.is_file():
+        return []
+    for line in signal_log.read_text(errors="replace").splitlines():
+        try:
+            call = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(call, dict) and call.get("signal") in SIGNALS and call.get("ok") and (call.get("rows") or 0) > 0:
+            found.add(call["signal"])
+    return [s for s in SIGNALS if s in found]
+
+
+def files_read_before(data_dir: Path, session_ids: list[str], before: datetime | None) -> list[str]:
+    """Source files (under src/) the agent read with a tool before the drive started."""
+    if before is None or not session_ids:
+        return []
+    cutoff = before.timestamp() * 1000
+    marks = ",".join("?" * len(session_ids))
+    seen: list[str] = []
+    with store_copy(data_dir) as conn:
+        try:
+            rows = conn.execute(
+                f"""SELECT json_extract(data, '$.tool') AS tool, json_extract(data, '$.state.input') AS input,
+                           json_extract(data, '$.state.time.start') AS started
+                    FROM part WHERE session_id IN ({marks}) AND json_extract(data, '$.type') = 'tool'
+                    ORDER BY time_created""", session_ids).fetchall()
+        except sqlite3.Error:
+            return []
+    for row in rows:
+        if not row["started"] or row["started"] >= cutoff:
+            continue
+        args = json.loads(row["input"] or "{}")
+        text = " ".join(str(v) for v in args.values()) if isinstance(args, dict) else str(args)
+        for match in _PATH.finditer(text):
+            path = match.group(1).removeprefix("./")
+            if path not in seen:
+                seen.append(path)
+    return seen

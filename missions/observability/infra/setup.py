@@ -1,0 +1,125 @@
+"""What the observability mission runs beside the agent: a fresh telemetry store
+(its DuckDB file in the run folder, kept for rulings) and the shop stack exporting
+to it. The launch calls start() before the agent runs and stop() whatever happens.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from stack import start_stack  # noqa: E402  (a sibling file, not a package)
+
+STORE_START_TIMEOUT_S = 30
+
+
+class MissionServices:
+    def __init__(self, store: subprocess.Popen, store_url: str, stack, workspace: Path) -> None:
+        self.store, self.store_url, self.stack = store, store_url, stack
+        obs = workspace / ".obs"
+        self.env = {
+            "OBS_URL": store_url,
+            "OBS_LOG": str(obs / "calls.jsonl"),
+            "OBS_SPILL_DIR": str(obs),
+            **stack.env(),
+            # `obs` and the scenario's Python live in the harness's environment.
+            "PATH": str(Path(sys.executable).parent),
+        }
+
+    def stop(self) -> None:
+        try:
+            self.stack.stop()  # the services flush their telemetry as they shut down
+        finally:
+            _stop(self.store)
+
+
+def _stop(proc: subprocess.Popen, grace_s: float = 20) -> None:
+    if proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)  # the store drains its queue and closes the DB
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
+def start_store(db: Path, log: Path) -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness.telemetry.receiver", "--db", str(db), "--host", "127.0.0.1", "--port", "0"],
+        stdout=subprocess.PIPE, stderr=open(log, "wb"), stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+    deadline = time.monotonic() + STORE_START_TIMEOUT_S
+    line = ""
+    while time.monotonic() < deadline and proc.poll() is None:
+        line = proc.stdout.readline()
+        match = re.search(r"listening on (http://\S+)", line)
+        if match:
+            return proc, match.group(1)
+    _stop(proc)
+    raise RuntimeError(f"the telemetry store did not start (last line: {line!r}; log {log})")
+
+
+def start(workspace: Path, run_dir: Path) -> MissionServices:
+    store, url = start_store(run_dir / "telemetry.duckdb", run_dir / "telemetry-store.log")
+    try:
+        stack = start_stack(url, run_dir / "stack")
+    except BaseException:
+        _stop(store)
+        raise
+    return MissionServices(store, url, stack, workspace)
+
+
+SIGNAL_TABLES = {"traces": "spans", "metrics": "metrics", "logs": "logs", "profiles": "profiles"}
+SERVICES = ("shop-api", "shop-mcp", "shop-agent")
+
+
+def _selftest():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "key" / "selftest.py"
+    spec = importlib.util.spec_from_file_location("observability_key_selftest", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def check(workspace: Path, run_dir: Path, duration: float) -> dict:
+    """`llms-benchmark mission check observability`: start the store and the stack, drive
+    the scenario, stop the stack (it flushes), then report what each signal holds per
+    service and run the key's self-test against that data."""
+    import httpx
+    import yaml
+
+    services = start(workspace, run_dir)
+    try:
+        env = {**os.environ, **{k: v for k, v in services.env.items() if k != "PATH"}}
+        drive = subprocess.run([sys.executable, "-m", "scenario", "run", "--duration", str(duration), "--vus", "5"],
+                               cwd=workspace, env=env, capture_output=True, text=True, timeout=duration + 300)
+        services.stack.stop()
+        found: dict[str, dict[str, int]] = {}
+        for signal_name, table in SIGNAL_TABLES.items():
+            resp = httpx.post(f"{services.store_url}/query", timeout=60,
+                              json={"sql": f"SELECT service, count(*) FROM {table} GROUP BY service"})
+            resp.raise_for_status()
+            counts = dict(resp.json()["rows"])
+            found[signal_name] = {s: int(counts.get(s, 0)) for s in SERVICES}
+        selftest = _selftest()
+        defects = yaml.safe_load(selftest.KEY.read_text())["defects"]
+        evidence = selftest.run_evidence(services.store_url, defects)
+        hits = selftest.scan_workspace(selftest.key_words(defects))
+    finally:
+        services.stop()
+    complete = all(n > 0 for per in found.values() for n in per.values())
+    return {
+        "drive": {"exit_code": drive.returncode, "stderr_tail": drive.stderr[-1000:]},
+        "signals": found,
+        "defects": evidence,
+        "workspace_hits": hits,
+        "ok": drive.returncode == 0 and complete and all(d["found"] for d in evidence) and not hits,
+    }

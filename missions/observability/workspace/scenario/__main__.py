@@ -1,0 +1,3 @@
+from scenario.run import main
+
+raise SystemExit(main())
