@@ -29,6 +29,7 @@ def test_scripted_observation_records_phases_and_signals(project: Project):
     run_dir, rec = project.only_run()
     assert rec["status"] == "ok" and rec["scripted"] is True
     assert rec["signals"] == ["traces", "metrics", "logs", "profiles"]
+    assert rec["files_read_before_drive"] == ["src/shop_api/__main__.py"]  # the trajectory reads it first
     phases = rec["phases"]
     assert phases["drive_s"] == pytest.approx(10, abs=6)  # the trajectory drives a 10-second scenario
     assert phases["preflight_s"] >= 0 and phases["observation_s"] >= 0
