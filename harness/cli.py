@@ -25,6 +25,8 @@ launch_app = typer.Typer(no_args_is_help=True, help="Run the benchmark end to en
 app.add_typer(launch_app, name="launch")
 mission_app = typer.Typer(no_args_is_help=True, help="Missions: check that one works end to end.")
 app.add_typer(mission_app, name="mission")
+score_app = typer.Typer(no_args_is_help=True, help="Recompute a results row's Scoring from its cells.")
+app.add_typer(score_app, name="score")
 
 out = Console()
 err = Console(stderr=True)
@@ -277,6 +279,47 @@ def mission_check(name: str,
         out.print(f"{found}/{len(result['defects'])} defects found; workspace "
                   + ("clean" if not result["workspace_hits"] else f"names the key: {result['workspace_hits'][:5]}"))
     raise typer.Exit(0 if result["ok"] else 1)
+
+
+def _score_output(result, as_json: bool) -> None:
+    if as_json:
+        _emit(result.to_dict(), True)
+        return
+    table = Table("axis", "points", "weight", title=f"{result.kind} scoring {result.score:.1f}")
+    for axis, points in result.axes.items():
+        table.add_row(axis, f"{points:.1f}", f"{result.weights[axis]:.3f}")
+    _emit({}, False, table)
+
+
+UsdPerConfirmedOpt = Annotated[str | None, typer.Option(
+    "--usd-per-confirmed", help="$/confirmed cell ($0.016 or 0.016); may be omitted with 0 confirmed.")]
+SecondsPerConfirmedOpt = Annotated[str | None, typer.Option(
+    "--seconds-per-confirmed", help="seconds/confirmed cell (56s or 56); may be omitted with 0 confirmed.")]
+TotalOpt = Annotated[str, typer.Option("--total", help="Total cell: NmSSs (150m02s) or seconds (9002).")]
+AccuracyOpt = Annotated[str, typer.Option("--accuracy", help="Accuracy cell (88% or 88).")]
+ConfirmedOpt = Annotated[str, typer.Option("--confirmed", help="Confirmed findings (7, or the cell 7 / 8).")]
+
+
+@score_app.command("local")
+@user_errors
+def score_local_cmd(total: TotalOpt, accuracy: AccuracyOpt, confirmed: ConfirmedOpt,
+                    seconds_per_confirmed: SecondsPerConfirmedOpt = None, as_json: JsonOpt = False) -> None:
+    """Score a local-serving row: seconds/confirmed 3/7, Total 2/7, Accuracy 1/7, Confirmed 1/7."""
+    from harness.scoring import score_local
+
+    _score_output(score_local(seconds_per_confirmed, total, accuracy, confirmed), as_json)
+
+
+@score_app.command("remote")
+@user_errors
+def score_remote_cmd(total: TotalOpt, accuracy: AccuracyOpt, confirmed: ConfirmedOpt,
+                     usd_per_confirmed: UsdPerConfirmedOpt = None,
+                     seconds_per_confirmed: SecondsPerConfirmedOpt = None, as_json: JsonOpt = False) -> None:
+    """Score a remote-serving row: $/confirmed 0.30, seconds/confirmed 0.30, Total 0.20,
+    Accuracy 0.10, Confirmed 0.10."""
+    from harness.scoring import score_remote
+
+    _score_output(score_remote(usd_per_confirmed, seconds_per_confirmed, total, accuracy, confirmed), as_json)
 
 
 def main() -> None:
