@@ -1,0 +1,222 @@
+"""Rulings and the key-matcher: proposals re-run on the run's own telemetry store, counts
+(restatements 0, bundles once per defect), recall, the file's round trip, and bad input
+refused with one error naming the file and the finding."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import pytest
+import yaml
+
+from harness.errors import UserError
+from harness.keymatch import NO_DEFECT_REASON, draft_rulings, load_key, name_defects
+from harness.report import Finding
+from harness.rulings import HELD_UP, NOT_HELD_UP, Rulings, load_rulings, save_rulings
+from harness.telemetry.schema import DDL
+
+KEY = Path(__file__).resolve().parents[1] / "missions" / "observability" / "key" / "defects.yaml"
+
+REPORT = """---
+services: [shop-api, shop-mcp, shop-agent]
+window: 2026-11-30T01:00:00Z/2026-11-30T01:02:00Z
+mode: drive
+---
+# Observation report
+
+## Anomalies
+
+| # | Finding | Kind | Severity | Evidence |
+|---|---------|------|----------|----------|
+| 1 | POST /orders spans have no database child span, unlike GET /products/{product_id} | Telemetry | high | `{ name = "POST /orders" } >> { span.db.system.name = "sqlite" }` → 0 traces |
+| 2 | GET /stats spends its CPU in json.dumps rendering the catalog | Perf | medium | `obs profiles top shop-api` → json:dumps 40 % self |
+| 3 | Order writes go to SQLite without a db child span under POST /orders | Telemetry | medium | same query as finding 1 |
+| 4 | shop-mcp exports no logs at all, and shop.orders.placed carries the constant product.category "general" | Telemetry | medium | `obs logs search --service shop-mcp` → 0; `obs metrics query shop.orders.placed --by product.category` → one series |
+| 5 | The slowest spans belong to shop-api | Perf | low | `obs traces search --limit 5` → 5 spans |
+
+## Telemetry gaps
+
+- gen_ai.client.operation.duration is absent although chat spans exist — new — `obs metrics list`
+"""
+
+
+def _store(path: Path) -> None:
+    con = duckdb.connect(str(path))
+    for sql in DDL.values():
+        con.execute(sql)
+
+    def span(trace, sid, parent, service, name, kind="SERVER", status="UNSET", attrs=None):
+        con.execute(
+            "INSERT INTO spans (trace_id, span_id, parent_span_id, service, name, kind, start_ns, end_ns, "
+            "duration_ms, status_code, attributes, resource, scope, events) "
+            "VALUES (?, ?, ?, ?, ?, ?, 0, 1000000, 1.0, ?, ?, '{}', 'test', '[]')",
+            [trace, sid, parent, service, name, kind, status, json.dumps(attrs or {})])
+
+    # T01 holds: POST /orders has no sqlite child; GET /products/{product_id} has one.
+    span("t1", "s1", None, "shop-api", "POST /orders")
+    span("t2", "s2", None, "shop-api", "GET /products/{product_id}")
+    span("t2", "s3", "s2", "shop-api", "SELECT products", kind="CLIENT", attrs={"db.system.name": "sqlite"})
+    # T06 holds: failed shop-mcp client calls, and no shop_mcp.api log records.
+    span("t3", "s4", None, "shop-mcp", "GET", kind="CLIENT", status="ERROR")
+    # T03 holds: every point of shop.orders.placed carries category "general".
+    for t in (1, 2):
+        con.execute("INSERT INTO metrics (service, name, type, time_ns, value, attributes) "
+                    "VALUES ('shop-api', 'shop.orders.placed', 'sum', ?, ?, ?)",
+                    [t, float(t), json.dumps({"product.category": "general"})])
+    # T05 does not hold: the duration metric is absent, but so are chat spans.
+    # P04 does not hold: no profiles at all.
+    con.close()
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Path:
+    run = tmp_path / ".llms-benchmark" / "runs" / "20261130T010000Z-test-run"
+    run.mkdir(parents=True)
+    (run / "report.md").write_text(REPORT)
+    _store(run / "telemetry.duckdb")
+    return run
+
+
+def test_key_matcher_proposals(run_dir: Path):
+    r = draft_rulings(run_dir, KEY)
+    assert r.run_id == run_dir.name and r.final is False
+    by = {f.number: f for f in r.findings}
+    assert list(by) == ["1", "2", "3", "4", "5", "G1"]
+    assert all(f.ruled_by == "key-matcher" for f in r.findings)
+
+    one = by["1"]
+    assert one.defects == ["T01-orders-bypass-db-span"] and one.verdict == HELD_UP and one.counts == 1
+    assert "matched:" in one.reason and "child" in one.reason and "sqlite" in one.reason
+    assert [(e.expect, e.result, e.holds) for e in one.evidence] == [("value == 0", 0, True), ("value > 0", 1, True)]
+    assert all("FROM spans" in e.query for e in one.evidence)
+
+    two = by["2"]  # named, but its evidence is false in this run's store
+    assert two.defects == ["P04-stats-payload-rendered"] and two.verdict == NOT_HELD_UP and two.counts == 1
+    assert two.evidence[0].result == 0 and two.evidence[0].holds is False
+    assert "does not hold" in two.reason
+
+    three = by["3"]  # restates finding 1
+    assert three.defects == ["T01-orders-bypass-db-span"]
+    assert (three.counts, three.restates, three.verdict) == (0, "1", NOT_HELD_UP)
+    assert "restates finding 1" in three.reason
+
+    four = by["4"]  # a bundle of two defects, both holding
+    assert set(four.defects) == {"T06-mcp-call-logs-unexported", "T03-constant-category-label"}
+    assert four.verdict == HELD_UP and four.counts == 2 and "bundle of 2" in four.reason
+
+    five = by["5"]  # names nothing
+    assert five.defects == [] and five.verdict == NOT_HELD_UP and five.counts == 1
+    assert five.reason == NO_DEFECT_REASON and five.evidence == []
+
+    gap = by["G1"]  # named, half its evidence false (no chat spans)
+    assert gap.defects == ["T05-operation-duration-declared-unrecorded"] and gap.verdict == NOT_HELD_UP
+    assert [e.holds for e in gap.evidence] == [True, False]
+
+    assert r.reported == 6  # 1 + 1 + 0 + 2 + 1 + 1
+    assert r.confirmed == 3
+    assert r.by_kind == {"Telemetry": 3, "Perf": 0, "Behavior": 0}
+    assert r.accuracy == 50
+    assert r.recall.found == sorted(["T01-orders-bypass-db-span", "T03-constant-category-label",
+                                     "T06-mcp-call-logs-unexported"])
+    assert r.recall.planted == 15
+
+
+def test_the_store_is_opened_read_only(run_dir: Path):
+    con = duckdb.connect(str(run_dir / "telemetry.duckdb"), read_only=True)  # another reader meanwhile
+    try:
+        r = draft_rulings(run_dir, KEY)
+    finally:
+        con.close()
+    assert r.finding("1").verdict == HELD_UP
+
+
+def test_a_run_without_a_store_holds_up_nothing(run_dir: Path):
+    (run_dir / "telemetry.duckdb").unlink()
+    r = draft_rulings(run_dir, KEY)
+    assert r.confirmed == 0 and r.recall.found == []
+    assert "no telemetry store" in str(r.finding("1").evidence[0].result)
+
+
+def test_a_single_finding_at_a_shared_location_names_one_defect():
+    defects = load_key(KEY)
+    finding = Finding(number="1", text="GET /stats reads every product row and aggregates in Python", kind="Perf",
+                      section="anomalies")
+    assert [m.defect.id for m in name_defects(finding, defects)] == ["P03-stats-reads-whole-table"]
+    bundle = finding.model_copy(update={"text": "GET /stats reads the whole product table and renders it with "
+                                                "json.dumps on every call"})
+    assert {m.defect.id for m in name_defects(bundle, defects)} == {"P03-stats-reads-whole-table",
+                                                                    "P04-stats-payload-rendered"}
+
+
+def test_round_trip(run_dir: Path, tmp_path: Path):
+    r = draft_rulings(run_dir, KEY)
+    path = save_rulings(r, tmp_path / "rulings" / f"{r.run_id}.yaml")
+    assert not [p for p in path.parent.iterdir() if p.name.endswith(".tmp")]
+    back = load_rulings(path, report=run_dir / "report.md")
+    assert back == r
+    assert (back.confirmed, back.reported, back.accuracy) == (3, 6, 50)
+    # A person rules finding 5 held up, and finalises.
+    data = yaml.safe_load(path.read_text())
+    data["findings"][4].update(verdict="held up", ruled_by="person", evidence="`obs traces search` → shop-api 5/5",
+                               reason="The five slowest spans are all shop-api's.")
+    data["final"] = True
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    ruled = load_rulings(path)
+    assert ruled.final and ruled.confirmed == 4 and ruled.by_kind["Perf"] == 1 and ruled.accuracy == 67
+    assert ruled.finding("5").evidence[0].query.startswith("`obs traces search`")
+
+
+def _bad(run_dir: Path, tmp_path: Path, change) -> UserError:
+    path = save_rulings(draft_rulings(run_dir, KEY), tmp_path / "bad.yaml")
+    data = yaml.safe_load(path.read_text())
+    change(data)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(UserError) as info:
+        load_rulings(path, report=run_dir / "report.md")
+    return info.value
+
+
+def test_unknown_verdict(run_dir: Path, tmp_path: Path):
+    err = _bad(run_dir, tmp_path, lambda d: d["findings"][1].update(verdict="confirmed"))
+    assert err.file.endswith("bad.yaml") and "finding 2" in err.message and "'confirmed'" in err.message
+    assert "bad.yaml" in str(err) and err.field == "verdict"
+
+
+@pytest.mark.parametrize("reason", [None, "", "   "])
+def test_missing_reason(run_dir: Path, tmp_path: Path, reason):
+    def change(d):
+        if reason is None:
+            del d["findings"][5]["reason"]
+        else:
+            d["findings"][5]["reason"] = reason
+    err = _bad(run_dir, tmp_path, change)
+    assert "bad.yaml" in str(err) and "finding G1" in err.message and "reason" in str(err)
+
+
+def test_finding_not_in_the_report(run_dir: Path, tmp_path: Path):
+    err = _bad(run_dir, tmp_path, lambda d: d["findings"][4].update(number="9"))
+    assert "bad.yaml" in str(err) and "finding 9" in err.message and "not in the report" in err.message
+
+
+def test_several_problems_are_one_error(run_dir: Path, tmp_path: Path):
+    def change(d):
+        d["findings"][0]["verdict"] = "maybe"
+        d["findings"][1]["reason"] = ""
+    err = _bad(run_dir, tmp_path, change)
+    assert "2 problems" in err.message and "finding 1" in err.message and "finding 2" in err.message
+
+
+def test_restatement_must_count_zero_and_ruled_by_is_known():
+    base = {"run_id": "r", "report": "report.md", "ruled_at": "2026-11-30T01:00:00Z",
+            "findings": [{"number": 1, "verdict": "held up", "kind": "Perf", "reason": "x.", "ruled_by": "person"}]}
+    assert Rulings.model_validate(base).findings[0].number == "1"
+    bad = json.loads(json.dumps(base))
+    bad["findings"].append({"number": 2, "verdict": "did not hold up", "reason": "restates 1.",
+                            "ruled_by": "grader:gpt-x", "counts": 1, "restates": 1})
+    with pytest.raises(ValueError, match="restatement counts 0"):
+        Rulings.model_validate(bad)
+    bad["findings"][1].update(counts=0, ruled_by="someone")
+    with pytest.raises(ValueError, match="ruled_by"):
+        Rulings.model_validate(bad)
