@@ -248,6 +248,44 @@ def launch_local_cmd(
     raise typer.Exit(record.status.exit_code)
 
 
+@app.command("rule")
+@user_errors
+def rule_cmd(run_id: str,
+             accept: Annotated[bool, typer.Option("--accept", help="Accept every proposal (scripts).")] = False,
+             as_json: JsonOpt = False) -> None:
+    """Draft RUN_ID's rulings with the key-matcher, then accept or override each finding."""
+    import sys
+
+    from rich.prompt import Prompt
+
+    from harness.rule import VERDICT_CHOICES, rule
+
+    def ask(finding):
+        out.print(f"\n[bold]finding {finding.number}[/bold] ({finding.kind or 'no kind'}): {finding.text}")
+        out.print(f"  proposed: [bold]{finding.verdict}[/bold] by {finding.ruled_by} — {finding.reason}",
+                  highlight=False)
+        choice = Prompt.ask("  [a]ccept, [h]eld up, [d]id not hold up", choices=list(VERDICT_CHOICES), default="a")
+        if VERDICT_CHOICES[choice] is None:
+            return None
+        return VERDICT_CHOICES[choice], Prompt.ask("  reason, in one sentence")
+
+    interactive = not accept and sys.stdin.isatty()
+    rulings, path = rule(project_root(), run_id, ask=ask if interactive else None, accept=accept)
+    summary = {"rulings": str(path), "final": rulings.final, "confirmed": rulings.confirmed,
+               "reported": rulings.reported, "accuracy": rulings.accuracy, "by_kind": rulings.by_kind,
+               "recall": f"{len(rulings.recall.found)}/{rulings.recall.planted}"}
+    if as_json:
+        out.print_json(json.dumps(summary))
+    else:
+        table = Table("#", "kind", "verdict", "by", "reason", title=f"rulings for {run_id}")
+        for f in rulings.findings:
+            table.add_row(f.number, f.kind or "—", f.verdict, f.ruled_by, f.reason)
+        out.print(table)
+        out.print(f"{summary['confirmed']} / {summary['reported']} held up, accuracy {summary['accuracy']}%, "
+                  f"planted defects found {summary['recall']}; written to {path}"
+                  + ("" if rulings.final else " — a DRAFT: rerun at a terminal, or with --accept"))
+
+
 @mission_app.command("check")
 @user_errors
 def mission_check(name: str,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import shutil
 
 import duckdb
+import yaml
 import pytest
 
 from harness.report import parse_report_file
@@ -36,7 +37,7 @@ def test_scripted_observation_records_phases_and_signals(project: Project):
     assert rec["times"]["mission_start"] < phases["drive_start"] < phases["drive_end"] < rec["times"]["mission_end"]
 
     report = parse_report_file(run_dir / "report.md")
-    assert [f.number for f in report.findings] == ["1", "G1"]
+    assert [f.number for f in report.findings] == ["1", "2", "G1"]
 
     # The run keeps its own store: every service left data in each signal.
     with duckdb.connect(str(run_dir / "telemetry.duckdb"), read_only=True) as db:
@@ -44,3 +45,18 @@ def test_scripted_observation_records_phases_and_signals(project: Project):
             services = {row[0] for row in db.execute(f"SELECT DISTINCT service FROM {table}").fetchall()}
             assert {"shop-api", "shop-mcp", "shop-agent"} <= services, (table, services)
     assert project.ledger() == {}
+
+    # Rulings: the key-matcher names T01 for finding 1 and re-runs its evidence on this
+    # run's own telemetry; --accept makes the proposals final.
+    shutil.copytree(REPO / "missions" / "observability" / "key", project.root / "missions" / "observability" / "key",
+                    dirs_exist_ok=True)
+    code, out, err = project.run_cli(["rule", rec["run_id"], "--accept", "--json"], timeout=120)
+    assert code == 0, err[-3000:]
+    rulings = yaml.safe_load((project.root / "rulings" / f"{rec['run_id']}.yaml").read_text())
+    assert rulings["final"] is True
+    by_number = {f["number"]: f for f in rulings["findings"]}
+    assert by_number["1"]["verdict"] == "held up" and by_number["1"]["defects"] == ["T01-orders-bypass-db-span"]
+    assert by_number["2"]["verdict"] == "did not hold up"  # names no planted defect
+    assert rulings["recall"] == {"found": ["T01-orders-bypass-db-span"], "planted": 15}
+    code, out, err = project.run_cli(["rule", "no-such-run"], timeout=60)
+    assert code == 2 and "no run 'no-such-run'" in " ".join(err.split())
