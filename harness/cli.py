@@ -360,6 +360,49 @@ def score_remote_cmd(total: TotalOpt, accuracy: AccuracyOpt, confirmed: Confirme
     _score_output(score_remote(usd_per_confirmed, seconds_per_confirmed, total, accuracy, confirmed), as_json)
 
 
+PageOpt = Annotated[Path | None, typer.Option("--page", help="The results page (default .llms-benchmark/README.md).")]
+
+
+@score_app.command("check")
+@user_errors
+def score_check_cmd(page: PageOpt = None, as_json: JsonOpt = False) -> None:
+    """Recompute every Scoring cell of the results page from its own row; exit 1 if one disagrees."""
+    from rich.markup import escape
+
+    from harness.results.check import check_rows
+    from harness.results.render import PAGE
+
+    path = page or project_root() / PAGE
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError("no results page", file=path, fix="render it with: llms-benchmark render") from None
+    checked, problems = check_rows(text)
+    if as_json:
+        _emit({"page": str(path), "rows": checked, "ok": not problems, "problems": problems}, True)
+    else:
+        for problem in problems:
+            err.print(f"[bold red]disagrees:[/bold red] {escape(problem)}", highlight=False)
+        out.print(f"{path}: {checked} rows, " + (f"{len(problems)} disagree" if problems else "every Scoring agrees"),
+                  highlight=False)
+    raise typer.Exit(1 if problems else 0)
+
+
+@app.command()
+@user_errors
+def render(page: PageOpt = None, as_json: JsonOpt = False) -> None:
+    """Render the results tables (run records + final rulings, remote rows) into the page between its markers."""
+    from harness.results.render import PAGE, render_page
+
+    root = project_root()
+    path = page or root / PAGE
+    changed = render_page(root, path)
+    if as_json:
+        _emit({"page": str(path), "changed": changed}, True)
+    else:
+        out.print(f"{path}: " + ("rewritten" if changed else "unchanged, already up to date"), highlight=False)
+
+
 def main() -> None:
     app()
 

@@ -1,0 +1,179 @@
+"""Render the results page: the tables between `<!-- results:begin -->` and
+`<!-- results:end -->`, from run records + rulings (local) and the remote rows file.
+
+Everything outside the markers is hand-written prose and is kept byte for byte. All
+rows are built (and every remote cell checked) before anything is written; the page is
+written atomically (temp file + os.replace) and only when a byte changes, so a second
+render is a no-op.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
+from harness.errors import UserError
+from harness.results.rows import (
+    DASH,
+    NonConclusive,
+    Row,
+    format_score,
+    load_local_rows,
+    load_non_conclusive,
+    load_remote_rows,
+)
+from harness.scoring import parse_percent, parse_seconds, parse_total, parse_usd, rank_key
+
+BEGIN = "<!-- results:begin -->"
+END = "<!-- results:end -->"
+PAGE = Path(".llms-benchmark") / "README.md"
+TEMPLATES = Path(__file__).parent / "templates"
+
+REMOTE_HEADERS = ["Rank", "Model", "Effort", "CLI", "Provider", "oddyssey", "Scoring", "Confirmed / reported",
+                  "Telemetry / Perf / Behavior", "Total", "Cost", "Accuracy", "$/confirmed", "seconds/confirmed"]
+REMOTE_DETAIL_HEADERS = ["Model", "Effort", "CLI", "Provider", "oddyssey", "Preflight", "Drive", "Observation",
+                         "Turns", "Median turn", "Input", "Output", "Cache", "Signals"]
+LOCAL_HEADERS = ["Rank", "Preset", "Effort", "CLI", "GPU", "oddyssey", "Scoring", "Confirmed / reported",
+                 "Telemetry / Perf / Behavior", "Total", "Accuracy", "seconds/confirmed"]
+LOCAL_DETAIL_HEADERS = ["Preset", "Effort", "CLI", "GPU", "oddyssey", "Preflight", "Drive", "Observation",
+                        "Turns", "Median turn", "Input", "Output", "Cache", "Signals", "Planted found"]
+NON_CONCLUSIVE_HEADERS = ["Preset", "Environment", "Date", "Reason"]
+
+
+def bold(cell: str) -> str:
+    return f"**{cell}**"
+
+
+def preset_link(preset: str) -> str:
+    return f"[`{preset}`](../.vot/presets/{preset}.yaml)"
+
+
+def _best(rows: list[Row], cell: Callable[[Row], str], parse: Callable[[str], float], highest: bool) -> set[int]:
+    """Indexes of the rows that hold the column's best value (ties all bold); `—` never wins."""
+    values = {i: parse(cell(r)) for i, r in enumerate(rows) if cell(r) not in (DASH, None)}
+    if not values:
+        return set()
+    best = max(values.values()) if highest else min(values.values())
+    return {i for i, v in values.items() if v == best}
+
+
+def sort_rows(rows: list[Row]) -> list[Row]:
+    """Highest Scoring first; a tie goes to the cheaper run (remote) or the shorter run (local)."""
+    return sorted(rows, key=lambda r: rank_key(r.score, cost=r.cost, total=r.total))
+
+
+def table_cells(rows: list[Row]) -> tuple[list[list[str]], list[list[str]]]:
+    """(headline cells, detail cells) per row, in rank order, bold applied."""
+    rows = sort_rows(rows)
+    remote = bool(rows) and rows[0].kind == "remote"
+    columns: dict[str, set[int]] = {
+        "score": _best(rows, format_score_of, float, True),
+        "total": _best(rows, lambda r: r.total, parse_total, False),
+        "accuracy": _best(rows, lambda r: r.accuracy, parse_percent, True),
+        "spc": _best(rows, lambda r: r.seconds_per_confirmed, parse_seconds, False),
+    }
+    if remote:
+        columns["cost"] = _best(rows, lambda r: r.cost, parse_usd, False)
+        columns["upc"] = _best(rows, lambda r: r.usd_per_confirmed, parse_usd, False)
+
+    def b(col: str, i: int, cell: str) -> str:
+        return bold(cell) if i in columns[col] else cell
+
+    headline, detail = [], []
+    for i, r in enumerate(rows):
+        name = f"`{r.name}`" if remote else preset_link(r.name)
+        ratio = bold(r.confirmed_reported) if r.reported and r.confirmed == r.reported else r.confirmed_reported
+        head = [bold(f"#{i + 1}"), name, r.effort, r.cli, r.where, r.oddyssey, b("score", i, format_score(r.score)),
+                ratio, r.by_kind, b("total", i, r.total)]
+        if remote:
+            head.append(b("cost", i, r.cost))
+        head.append(b("accuracy", i, r.accuracy))
+        if remote:
+            head.append(b("upc", i, r.usd_per_confirmed))
+        head.append(b("spc", i, r.seconds_per_confirmed))
+        headline.append(head)
+        more = [name, r.effort, r.cli, r.where, r.oddyssey, r.preflight, r.drive, r.observation, r.turns,
+                r.median_turn, r.input, r.output, r.cache, r.signals]
+        if not remote:
+            more.append(r.planted_found or DASH)
+        detail.append(more)
+    return headline, detail
+
+
+def format_score_of(row: Row) -> str:
+    return format_score(row.score)
+
+
+def _non_conclusive_cells(entries: list[NonConclusive]) -> list[list[str]]:
+    return [[preset_link(e.preset), f"`{e.environment}`", e.date, e.reason] for e in entries]
+
+
+def _environment() -> Environment:
+    env = Environment(loader=FileSystemLoader(str(TEMPLATES)), undefined=StrictUndefined, autoescape=False,
+                      keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
+    env.filters["mdrow"] = lambda cells: "| " + " | ".join(cells) + " |"
+    env.filters["mdrule"] = lambda cells: "| " + " | ".join("---" for _ in cells) + " |"
+    return env
+
+
+def render_results(root: Path) -> str:
+    """The text that goes between the markers (raises before anything is written)."""
+    root = Path(root)
+    remote_head, remote_detail = table_cells(load_remote_rows(root))
+    local_head, local_detail = table_cells(load_local_rows(root))
+    body = _environment().get_template("results.md.j2").render(
+        remote_headers=REMOTE_HEADERS, remote_detail_headers=REMOTE_DETAIL_HEADERS,
+        remote_rows=remote_head, remote_detail_rows=remote_detail,
+        local_headers=LOCAL_HEADERS, local_detail_headers=LOCAL_DETAIL_HEADERS,
+        local_rows=local_head, local_detail_rows=local_detail,
+        non_conclusive_headers=NON_CONCLUSIVE_HEADERS,
+        non_conclusive_rows=_non_conclusive_cells(load_non_conclusive(root)),
+    )
+    return re.sub(r"\n{3,}", "\n\n", body).strip("\n")  # one blank line between blocks
+
+
+def splice(text: str, body: str, page: Path) -> str:
+    """Replace what lies between the markers; every byte outside them is kept."""
+    if text.count(BEGIN) != 1 or text.count(END) != 1:
+        raise UserError(f"the page needs exactly one {BEGIN} and one {END} line", file=page,
+                        fix="put the two marker lines where the results tables go")
+    start = text.index(BEGIN) + len(BEGIN)
+    stop = text.index(END)
+    if stop < start:
+        raise UserError(f"{END} comes before {BEGIN}", file=page, fix="put the begin marker first")
+    return text[:start] + "\n" + body + "\n" + text[stop:]
+
+
+def write_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def render_page(root: Path, page: Path | None = None) -> bool:
+    """Render the results into the page between its markers; True when a byte changed."""
+    root = Path(root)
+    page = Path(page) if page is not None else root / PAGE
+    try:
+        with open(page, encoding="utf-8", newline="") as fh:
+            text = fh.read()
+    except FileNotFoundError:
+        raise UserError("no results page", file=page,
+                        fix=f"write the page with its prose and the two markers {BEGIN} / {END}") from None
+    new = splice(text, render_results(root), page)
+    if new == text:
+        return False
+    write_atomic(page, new)
+    return True

@@ -1,0 +1,318 @@
+"""The results page's rows, as cells (strings, formatted the way the page writes them).
+
+Local rows are rendered from run records (`.llms-benchmark/runs/*/run.json`: status ok,
+not scripted) joined with their FINAL rulings (`rulings/<run-id>.yaml`,
+`final: true`); one row per key (preset, effort, CLI, GPU), the latest run (by its
+launch time) replacing older ones. Remote rows are kept by hand in
+`.llms-benchmark/remote-rows.yaml`, their cells as written; every cell's shape is
+checked. Both get their Scoring from their own cells (`harness.scoring`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from decimal import ROUND_HALF_UP, Decimal
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from harness.errors import UserError
+from harness.record import RunRecord, Status
+from harness.rulings import Rulings, load_rulings
+from harness.scoring import Score, format_total, parse_total, score_local, score_remote
+
+# The benchmark's protocol revision: the local tables' `oddyssey` column reads
+# `llms-benchmark <PROTOCOL>`; a row measured under another revision is marked ` ⚠`.
+PROTOCOL = "1"
+PROTOCOL_LABEL = "llms-benchmark"
+STALE = " ⚠"
+
+RUNS_DIR = Path(".llms-benchmark") / "runs"
+RULINGS_DIR = Path("rulings")
+REMOTE_ROWS = Path(".llms-benchmark") / "remote-rows.yaml"
+NON_CONCLUSIVE = Path(".llms-benchmark") / "non-conclusive.yaml"
+
+SIGNALS = ("metrics", "traces", "logs", "profiles")
+DASH = "—"
+
+
+# --- cell formats ----------------------------------------------------------------------
+
+def _half_up(value: float, places: str = "1") -> Decimal:
+    return Decimal(repr(value)).quantize(Decimal(places), rounding=ROUND_HALF_UP)
+
+
+def format_tokens(n: int | None) -> str:
+    """5_012_345 → `5.0M`, 182_400 → `182k`, 0 or absent → `—`."""
+    if not n:
+        return DASH
+    if n < 1000:
+        return str(n)
+    k = int(_half_up(n / 1000))
+    if k < 1000:
+        return f"{k}k"
+    return f"{_half_up(n / 1_000_000, '0.1')}M"
+
+
+def format_duration(seconds: float | None) -> str:
+    return DASH if seconds is None else format_total(seconds)
+
+
+def format_median_turn(seconds: float | None) -> str:
+    return DASH if seconds is None else f"{_half_up(seconds, '0.1')}s"
+
+
+def format_score(score: Score) -> str:
+    return f"{score.score:.1f}"
+
+
+# --- rows ------------------------------------------------------------------------------
+
+@dataclass
+class Row:
+    """One row of a table: its key cells, headline cells and detail cells, as written."""
+
+    kind: str  # "remote" or "local"
+    name: str  # the model id (remote) or the preset (local)
+    effort: str
+    cli: str
+    where: str  # Provider (remote) or GPU (local)
+    oddyssey: str
+    confirmed_reported: str
+    by_kind: str
+    total: str
+    accuracy: str
+    seconds_per_confirmed: str
+    cost: str | None = None  # remote only
+    usd_per_confirmed: str | None = None  # remote only
+    preflight: str = DASH
+    drive: str = DASH
+    observation: str = DASH
+    turns: str = DASH
+    median_turn: str = DASH
+    input: str = DASH
+    output: str = DASH
+    cache: str = DASH
+    signals: str = DASH
+    planted_found: str | None = None  # local only
+    run_id: str | None = None
+    score: Score = field(init=False)
+
+    def __post_init__(self) -> None:
+        if self.kind == "remote":
+            self.score = score_remote(self.usd_per_confirmed, self.seconds_per_confirmed, self.total,
+                                      self.accuracy, self.confirmed_reported)
+        else:
+            self.score = score_local(self.seconds_per_confirmed, self.total, self.accuracy,
+                                     self.confirmed_reported)
+
+    @property
+    def confirmed(self) -> int:
+        return int(self.confirmed_reported.split("/")[0])
+
+    @property
+    def reported(self) -> int:
+        return int(self.confirmed_reported.split("/")[1])
+
+
+def local_row(record: RunRecord, rulings: Rulings) -> Row:
+    """One local row from a run record and its final rulings."""
+    where = f"run {record.run_id}"
+    start, end = record.times.mission_start, record.times.mission_end
+    if start is None or end is None:
+        raise UserError(f"{where} is ok but has no mission start/end time", field="times.mission_end",
+                        fix="a row needs the mission's wall clock; re-collect the run")
+    total = format_total((end - start).total_seconds())
+    total_s = parse_total(total)  # as written: whole seconds
+    confirmed, reported = rulings.confirmed, rulings.reported
+    spc = f"{int(_half_up(total_s / confirmed, '1'))}s" if confirmed else DASH
+    accuracy = f"{rulings.accuracy}%" if rulings.accuracy is not None else "0%"
+    # The protocol revision the run was measured under (records without one: the current).
+    protocol = str(getattr(record, "protocol", None) or record.versions.get(PROTOCOL_LABEL) or PROTOCOL)
+    oddyssey = f"{PROTOCOL_LABEL} {protocol}" + ("" if protocol == PROTOCOL else STALE)
+    phases, session = record.phases, record.session
+    tokens = session.tokens if session else None
+    recall = rulings.recall
+    return Row(
+        kind="local", name=record.key.preset, effort=record.key.effort, cli=record.key.cli,
+        where=record.key.gpu, oddyssey=oddyssey,
+        confirmed_reported=f"{confirmed} / {reported}",
+        by_kind=" / ".join(str(n) for n in rulings.by_kind.values()),
+        total=total, accuracy=accuracy, seconds_per_confirmed=spc,
+        preflight=format_duration(phases.preflight_s if phases else None),
+        drive=format_duration(phases.drive_s if phases else None),
+        observation=format_duration(phases.observation_s if phases else None),
+        turns=str(session.turns) if session else DASH,
+        median_turn=format_median_turn(session.median_turn_s if session else None),
+        input=format_tokens(tokens.input if tokens else None),
+        output=format_tokens(tokens.output if tokens else None),
+        cache=format_tokens(tokens.cache if tokens else None),
+        signals=f"{len(set(record.signals) & set(SIGNALS))}/{len(SIGNALS)}",
+        planted_found=f"{len(recall.found)}/{recall.planted}" if recall.planted else DASH,
+        run_id=record.run_id,
+    )
+
+
+def load_local_rows(root: Path) -> list[Row]:
+    """The local rows: ok, unscripted runs with final rulings; the latest run per key."""
+    root = Path(root)
+    latest: dict[tuple[str, str, str, str], tuple[datetime, RunRecord, Rulings]] = {}
+    for path in sorted((root / RUNS_DIR).glob("*/run.json")):
+        try:
+            record = RunRecord.load(path)
+        except (ValidationError, ValueError) as exc:
+            raise UserError(f"not a valid run record: {exc}", file=path) from None
+        if record.status != Status.ok or record.scripted:
+            continue
+        rulings_path = root / RULINGS_DIR / f"{record.run_id}.yaml"
+        if not rulings_path.is_file():
+            continue  # not ruled yet: no row
+        rulings = load_rulings(rulings_path)
+        if not rulings.final:
+            continue  # a draft is a proposal, not a grade
+        k = record.key
+        key = (k.preset, k.effort, k.cli, k.gpu)
+        if key not in latest or record.times.launch >= latest[key][0]:
+            latest[key] = (record.times.launch, record, rulings)
+    return [local_row(record, rulings) for _, record, rulings in latest.values()]
+
+
+# --- remote rows: kept by hand, cells as written, shapes checked -----------------------
+
+_DURATION = r"\d+m\d{2}s"
+_REMOTE_CELLS: dict[str, tuple[str, str, str]] = {
+    # field: (column, regex, what the shape is)
+    "model": ("Model", r"[A-Za-z0-9][A-Za-z0-9._:/@+-]*", "a canonical model id, e.g. openai/gpt-5.6-luna"),
+    "effort": ("Effort", r"[a-z][a-z0-9-]*", "the effort applied (medium) or default"),
+    "cli": ("CLI", r"opencode|claude|copilot", "opencode, claude or copilot"),
+    "provider": ("Provider", r"OpenRouter|Anthropic|Copilot", "OpenRouter, Anthropic or Copilot"),
+    "oddyssey": ("oddyssey", r"\d+\.\d+\.\d+(?: ⚠)?", "a version, e.g. 1.13.0 (a trailing ' ⚠' if provisional)"),
+    "confirmed_reported": ("Confirmed / reported", r"\d+ / \d+", "X / Y, e.g. 7 / 8"),
+    "by_kind": ("Telemetry / Perf / Behavior", r"\d+ / \d+ / \d+", "X / X / X, e.g. 3 / 2 / 2"),
+    "total": ("Total", _DURATION, "NmSSs, e.g. 6m29s or 150m02s"),
+    "cost": ("Cost", r"\$\d+\.\d{2}", "$N.NN, e.g. $0.11"),
+    "accuracy": ("Accuracy", r"\d{1,3}%", "a whole percent, e.g. 88%"),
+    "usd_per_confirmed": ("$/confirmed", r"\$\d+\.\d{3}|—", "$N.NNN, e.g. $0.016 (— with no confirmed finding)"),
+    "seconds_per_confirmed": ("seconds/confirmed", r"\d+s|—", "whole seconds, e.g. 56s (— with none confirmed)"),
+    "preflight": ("Preflight", _DURATION + "|—", "NmSSs, e.g. 3m10s, or —"),
+    "drive": ("Drive", _DURATION + "|—", "NmSSs, e.g. 2m01s, or —"),
+    "observation": ("Observation", _DURATION + "|—", "NmSSs, e.g. 11m58s, or —"),
+    "turns": ("Turns", r"\d+|—", "a whole number, or —"),
+    "median_turn": ("Median turn", r"\d+(?:\.\d)?s|—", "seconds with one decimal, e.g. 13.3s, or —"),
+    "input": ("Input", r"\d+(?:\.\d)?M|\d+k|\d{1,3}|—", "rounded tokens, e.g. 2.3M or 68k, or —"),
+    "output": ("Output", r"\d+(?:\.\d)?M|\d+k|\d{1,3}|—", "rounded tokens, e.g. 2.3M or 68k, or —"),
+    "cache": ("Cache", r"\d+(?:\.\d)?M|\d+k|\d{1,3}|—", "rounded tokens, e.g. 2.3M or 68k, or —"),
+    "signals": ("Signals", r"[0-4]/4|—", "k/4, e.g. 4/4, or —"),
+}
+_REMOTE_REQUIRED = ("model", "effort", "cli", "provider", "oddyssey", "confirmed_reported", "by_kind",
+                    "total", "cost", "accuracy", "usd_per_confirmed", "seconds_per_confirmed")
+
+
+def _cell_text(value: Any) -> str:
+    text = str(value).strip().replace("**", "").strip()
+    return text.strip("`").strip()
+
+
+def remote_row(raw: Any, path: Path, index: int) -> Row:
+    if not isinstance(raw, dict):
+        raise UserError(f"row {index + 1} is not a mapping of cells", file=path,
+                        fix=f"give each row its cells: {', '.join(_REMOTE_REQUIRED)}")
+    model = _cell_text(raw.get("model", f"#{index + 1}"))
+    where = f"row {model}"
+    unknown = [k for k in raw if k not in _REMOTE_CELLS]
+    if unknown:
+        raise UserError(f"{where}: unknown column {unknown[0]!r} (Rank and Scoring are computed)", file=path,
+                        field=str(unknown[0]), fix=f"columns are: {', '.join(_REMOTE_CELLS)}")
+    cells: dict[str, str] = {}
+    for name, (column, pattern, shape) in _REMOTE_CELLS.items():
+        if name not in raw or raw[name] is None:
+            if name in _REMOTE_REQUIRED:
+                raise UserError(f"{where}: column {column} is missing", file=path, field=name,
+                                fix=f"write it as {shape}")
+            cells[name] = DASH
+            continue
+        text = _cell_text(raw[name])
+        if not re.fullmatch(pattern, text):
+            raise UserError(f"{where}: column {column}: cannot read {text!r}", file=path, field=name,
+                            fix=f"write it as {shape}")
+        cells[name] = text
+    confirmed, reported = (int(x) for x in cells["confirmed_reported"].split(" / "))
+    if confirmed > reported:
+        raise UserError(f"{where}: column Confirmed / reported: {confirmed} confirmed of {reported} reported",
+                        file=path, field="confirmed_reported", fix="confirmed cannot exceed reported")
+    split = [int(x) for x in cells["by_kind"].split(" / ")]
+    if sum(split) != confirmed:
+        raise UserError(f"{where}: column Telemetry / Perf / Behavior: {cells['by_kind']} does not sum to "
+                        f"{confirmed} confirmed", file=path, field="by_kind",
+                        fix="split the confirmed findings by kind")
+    for name in ("usd_per_confirmed", "seconds_per_confirmed"):
+        if (cells[name] == DASH) != (confirmed == 0):
+            column = _REMOTE_CELLS[name][0]
+            raise UserError(f"{where}: column {column}: {cells[name]!r} with {confirmed} confirmed", file=path,
+                            field=name, fix="write — only when no finding is confirmed, else the figure")
+    if int(cells["accuracy"].rstrip("%")) > 100:
+        raise UserError(f"{where}: column Accuracy: {cells['accuracy']!r} is over 100%", file=path,
+                        field="accuracy", fix="a whole percent between 0% and 100%")
+    try:
+        return Row(kind="remote", name=cells.pop("model"), where=cells.pop("provider"), **cells)
+    except UserError as exc:
+        raise UserError(f"{where}: {exc.message}", file=path, field=exc.field, fix=exc.fix) from None
+
+
+def _load_yaml_list(path: Path, what: str) -> list:
+    if not path.is_file():
+        return []
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise UserError(f"not valid YAML: {exc}", file=path) from None
+    if data is None:
+        return []
+    if not isinstance(data, list):
+        raise UserError(f"{what} is a list", file=path, fix="write one '- ' entry per row")
+    return data
+
+
+def load_remote_rows(root: Path) -> list[Row]:
+    path = Path(root) / REMOTE_ROWS
+    return [remote_row(raw, path, i) for i, raw in enumerate(_load_yaml_list(path, "the remote rows file"))]
+
+
+@dataclass(frozen=True)
+class NonConclusive:
+    preset: str
+    environment: str
+    date: str
+    reason: str
+
+
+def load_non_conclusive(root: Path) -> list[NonConclusive]:
+    """Presets tried that could yield no row, and why (`.llms-benchmark/non-conclusive.yaml`)."""
+    path = Path(root) / NON_CONCLUSIVE
+    entries = []
+    for i, raw in enumerate(_load_yaml_list(path, "the non-conclusive presets file")):
+        if not isinstance(raw, dict):
+            raise UserError(f"entry {i + 1} is not a mapping", file=path, fix="give preset, environment, date, reason")
+        name = raw.get("preset", f"#{i + 1}")
+        cells = {}
+        for key in ("preset", "environment", "date", "reason"):
+            value = raw.get(key)
+            if isinstance(value, (date, datetime)):
+                value = value.isoformat()[:10]
+            text = " ".join(str(value).split()) if value is not None else ""
+            if not text or "|" in text:
+                raise UserError(f"entry {name}: {key} is " + ("missing" if not text else "not one cell (has '|')"),
+                                file=path, field=key, fix="preset, environment, date (YYYY-MM-DD) and a one-line reason")
+            cells[key] = text
+        if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", cells["date"]):
+            raise UserError(f"entry {name}: date {cells['date']!r}", file=path, field="date", fix="write it as YYYY-MM-DD")
+        unknown = [k for k in raw if k not in cells]
+        if unknown:
+            raise UserError(f"entry {name}: unknown field {unknown[0]!r}", file=path, field=str(unknown[0]),
+                            fix="fields are preset, environment, date, reason")
+        entries.append(NonConclusive(**cells))
+    return entries

@@ -1,0 +1,250 @@
+"""The results page: local rows from run records + final rulings (latest run per key),
+remote rows from their file, rendered between the markers (prose kept byte for byte,
+idempotent, nothing written on a bad row), and `score check` on the Scoring cells."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from harness.cli import app
+from harness.errors import UserError
+from harness.record import Phases, RowKey, RunRecord, SessionFigures, Status, Timestamps, Tokens
+from harness.results.check import check_page
+from harness.results.render import (
+    LOCAL_DETAIL_HEADERS,
+    LOCAL_HEADERS,
+    REMOTE_DETAIL_HEADERS,
+    REMOTE_HEADERS,
+    render_page,
+)
+from harness.results.rows import format_tokens
+from harness.rulings import Recall, RuledFinding, Rulings, save_rulings
+from harness.scoring import score_local
+
+REPO = Path(__file__).resolve().parents[1]
+PROSE_TOP = "# Results\n\nHand-written intro, kept as is.  \n\n## Results\n\n"
+PROSE_BOTTOM = "\nAfter the tables: more prose.\n"
+PAGE_TEXT = PROSE_TOP + "<!-- results:begin -->\nstale\n<!-- results:end -->" + PROSE_BOTTOM
+
+# The digest's only local row (README 352c96), but for the oddyssey column, which now
+# reads our protocol revision.
+QWEN_ROW = ("| **#1** | [`odd-qwen3-8-27b`](../.vot/presets/odd-qwen3-8-27b.yaml) | default | opencode | A100 80 GB "
+            "| llms-benchmark 1 | **9.0** | 7 / 11 | 4 / 3 / 0 | **150m02s** | **64%** | **1286s** |")
+QWEN_DETAIL = ("| [`odd-qwen3-8-27b`](../.vot/presets/odd-qwen3-8-27b.yaml) | default | opencode | A100 80 GB "
+               "| llms-benchmark 1 | 12m13s | 2m04s | 135m45s | 56 | 65.7s | 5.0M | 182k | — | 4/4 | 5/15 |")
+REMOTE_ROWS = [
+    {"model": "openai/gpt-5.6-luna", "effort": "medium", "cli": "copilot", "provider": "Copilot",
+     "oddyssey": "1.13.0", "confirmed_reported": "7 / 8", "by_kind": "3 / 2 / 2", "total": "6m29s",
+     "cost": "$0.11", "accuracy": "88%", "usd_per_confirmed": "$0.016", "seconds_per_confirmed": "56s"},
+    {"model": "deepseek/deepseek-v4.1-flash", "effort": "default", "cli": "opencode", "provider": "OpenRouter",
+     "oddyssey": "1.13.0", "confirmed_reported": "16 / 16", "by_kind": "10 / 3 / 3", "total": "29m05s",
+     "cost": "$0.16", "accuracy": "100%", "usd_per_confirmed": "$0.010", "seconds_per_confirmed": "109s",
+     "preflight": "3m10s", "drive": "2m01s", "observation": "11m58s", "turns": "32", "median_turn": "13.3s",
+     "input": "2.3M", "output": "68k", "cache": "2.1M", "signals": "4/4"},
+]
+T0 = datetime(2026, 11, 1, 10, 0, tzinfo=UTC)
+
+
+def _run(root: Path, run_id: str, preset: str, launch: datetime, total_s: int, held: list[str], missed: int,
+         *, scripted=False, status=Status.ok, final=True, found=5, phases=(733, 124, 8145),
+         tokens=(5_012_000, 182_300, 0), versions=None) -> None:
+    """A schema-valid run record and its rulings: `held` is the kind of each finding held up."""
+    start = launch + timedelta(seconds=phases[0] and 60)
+    record = RunRecord(
+        run_id=run_id, key=RowKey(preset=preset, effort="default", effort_requested="medium", gpu="A100 80 GB"),
+        environment="a100", stack="local-vllm", mission="observability", scripted=scripted, status=status,
+        times=Timestamps(launch=launch, mission_start=start, mission_end=start + timedelta(seconds=total_s),
+                         end=start + timedelta(seconds=total_s + 30)),
+        session=SessionFigures(root_session="ses_1", sessions=1, tokens=Tokens(input=tokens[0], output=tokens[1],
+                                                                               cache=tokens[2]),
+                               turns=56, median_turn_s=65.7, compactions=0, opencode_version="1.18.33"),
+        phases=Phases(preflight_s=phases[0], drive_s=phases[1], observation_s=phases[2]),
+        signals=["metrics", "traces", "logs", "profiles"], versions=versions or {},
+    )
+    record.save(root / ".llms-benchmark" / "runs" / run_id)
+    findings = [RuledFinding(number=str(i + 1), kind=kind, verdict="held up", reason="Its numbers check out.",
+                             ruled_by="person") for i, kind in enumerate(held)]
+    findings += [RuledFinding(number=f"G{i + 1}", kind="Perf", verdict="did not hold up",
+                              reason="The query returns nothing.", ruled_by="person") for i in range(missed)]
+    rulings = Rulings(run_id=run_id, report="report.md", ruled_at=launch, findings=findings,
+                      recall=Recall(found=[f"D{i}" for i in range(found)], planted=15), final=final)
+    save_rulings(rulings, root / "rulings" / f"{run_id}.yaml")
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    bench = tmp_path / ".llms-benchmark"
+    bench.mkdir()
+    (bench / "README.md").write_text(PAGE_TEXT)
+    (bench / "remote-rows.yaml").write_text(yaml.safe_dump(REMOTE_ROWS, sort_keys=False, allow_unicode=True))
+    (bench / "non-conclusive.yaml").write_text(yaml.safe_dump([{
+        "preset": "cpu-smollm2-135m", "environment": "cpu", "date": "2026-11-30",
+        "reason": "SmolLM2-135M answers in prose"}]))
+    qwen = ["Telemetry"] * 4 + ["Perf"] * 3
+    # The key run twice: the older run (better figures) is replaced by the latest.
+    _run(tmp_path, "old-qwen", "odd-qwen3-8-27b", T0, 1200, ["Telemetry"] * 3, 0)
+    _run(tmp_path, "new-qwen", "odd-qwen3-8-27b", T0 + timedelta(days=1), 9002, qwen, 4)
+    # Another key, worse on every column.
+    _run(tmp_path, "other", "odd-qwen3-6-35b-a3b", T0, 10000, ["Behavior"] * 2, 2, found=0, tokens=(0, 900, 0))
+    # No row: a scripted replay, a draft ruling, a void run.
+    _run(tmp_path, "scripted", "replay-observability", T0, 100, ["Perf"], 0, scripted=True)
+    _run(tmp_path, "draft", "odd-draft", T0, 100, ["Perf"], 0, final=False)
+    _run(tmp_path, "void", "odd-void", T0, 100, ["Perf"], 0, status=Status.void)
+    return tmp_path
+
+
+def _page(root: Path) -> Path:
+    return root / ".llms-benchmark" / "README.md"
+
+
+def _row(headers: list[str]) -> str:
+    return "| " + " | ".join(headers) + " |"
+
+
+def test_render_builds_both_tables(root: Path):
+    assert render_page(root) is True
+    text = _page(root).read_text()
+    lines = text.splitlines()
+    for headers in (REMOTE_HEADERS, REMOTE_DETAIL_HEADERS, LOCAL_HEADERS, LOCAL_DETAIL_HEADERS):
+        assert _row(headers) in lines
+    assert "### Remote serving" in lines and "### Local serving" in lines and "### Non-conclusive presets" in lines
+    assert text.count("<details><summary>Run detail — phases, turns, tokens</summary>") == 2
+    # Local: the latest run of the key, the digest's published cells, all bold (best on each column).
+    assert QWEN_ROW in lines and QWEN_DETAIL in lines
+    assert ("| **#2** | [`odd-qwen3-6-35b-a3b`](../.vot/presets/odd-qwen3-6-35b-a3b.yaml) | default | opencode "
+            "| A100 80 GB | llms-benchmark 1 | 1.4 | 2 / 4 | 0 / 0 / 2 | 166m40s | 50% | 5000s |") in lines
+    assert ("| [`odd-qwen3-6-35b-a3b`](../.vot/presets/odd-qwen3-6-35b-a3b.yaml) | default | opencode "
+            "| A100 80 GB | llms-benchmark 1 | 12m13s | 2m04s | 135m45s | 56 | 65.7s | — | 900 | — | 4/4 | 0/15 |") in lines
+    assert text.count("odd-qwen3-8-27b.yaml") == 2  # one headline row, one detail row: the old run is gone
+    for absent in ("replay-observability", "odd-draft", "odd-void", "20m00s"):
+        assert absent not in text
+    # Remote: ranked by Scoring, best values bold on every row that ties, perfect ratio bold.
+    assert ("| **#1** | `openai/gpt-5.6-luna` | medium | copilot | Copilot | 1.13.0 | **79.7** | 7 / 8 | 3 / 2 / 2 "
+            "| **6m29s** | **$0.11** | 88% | $0.016 | **56s** |") in lines
+    assert ("| **#2** | `deepseek/deepseek-v4.1-flash` | default | opencode | OpenRouter | 1.13.0 | 70.9 "
+            "| **16 / 16** | 10 / 3 / 3 | 29m05s | $0.16 | **100%** | **$0.010** | 109s |") in lines
+    assert ("| `openai/gpt-5.6-luna` | medium | copilot | Copilot | 1.13.0 | — | — | — | — | — | — | — | — | — |"
+            in lines)
+    assert ("| `deepseek/deepseek-v4.1-flash` | default | opencode | OpenRouter | 1.13.0 | 3m10s | 2m01s | 11m58s "
+            "| 32 | 13.3s | 2.3M | 68k | 2.1M | 4/4 |") in lines
+    assert ("| [`cpu-smollm2-135m`](../.vot/presets/cpu-smollm2-135m.yaml) | `cpu` | 2026-11-30 "
+            "| SmolLM2-135M answers in prose |") in lines
+    # Prose outside the markers: byte for byte.
+    assert text.startswith(PROSE_TOP + "<!-- results:begin -->\n")
+    assert text.endswith("\n<!-- results:end -->" + PROSE_BOTTOM)
+    assert "stale" not in text
+
+
+def test_ties_are_all_bold(root: Path):
+    rows = yaml.safe_load((root / ".llms-benchmark" / "remote-rows.yaml").read_text())
+    rows[1].update(total="6m29s", cost="$0.11")
+    (root / ".llms-benchmark" / "remote-rows.yaml").write_text(yaml.safe_dump(rows, allow_unicode=True))
+    render_page(root)
+    text = _page(root).read_text()
+    assert text.count("| **6m29s** | **$0.11** |") == 2
+
+
+def test_second_render_changes_nothing(root: Path):
+    assert render_page(root) is True
+    before = _page(root).read_bytes()
+    assert render_page(root) is False
+    assert _page(root).read_bytes() == before
+
+
+def test_score_check_passes_then_names_the_tampered_row(root: Path):
+    render_page(root)
+    page = _page(root)
+    assert check_page(page) == []
+    runner = CliRunner()
+    result = runner.invoke(app, ["score", "check", "--page", str(page)])
+    assert result.exit_code == 0, result.output
+    page.write_text(page.read_text().replace("| 70.9 |", "| 71.9 |"))
+    problems = check_page(page)
+    assert len(problems) == 1
+    assert "deepseek/deepseek-v4.1-flash" in problems[0] and "'71.9'" in problems[0] and "70.9" in problems[0]
+    assert "Remote serving" in problems[0]
+    result = runner.invoke(app, ["score", "check", "--page", str(page)])
+    assert result.exit_code == 1 and "deepseek/deepseek-v4.1-flash" in result.output
+
+
+def test_score_check_local_tampered(root: Path):
+    render_page(root)
+    page = _page(root)
+    page.write_text(page.read_text().replace("| **9.0** |", "| **19.0** |"))
+    problems = check_page(page)
+    assert len(problems) == 1 and "odd-qwen3-8-27b" in problems[0] and "Local serving" in problems[0]
+
+
+def test_missing_page_is_a_user_error(tmp_path: Path):
+    result = CliRunner().invoke(app, ["score", "check", "--page", str(tmp_path / "nope.md")])
+    assert result.exit_code == 2
+    with pytest.raises(UserError):
+        check_page(tmp_path / "nope.md")
+
+
+def test_render_cli(root: Path, monkeypatch):
+    monkeypatch.setenv("LLMS_BENCHMARK_ROOT", str(root))
+    runner = CliRunner()
+    assert "rewritten" in runner.invoke(app, ["render"]).output
+    result = runner.invoke(app, ["render", "--json"])
+    assert result.exit_code == 0 and '"changed": false' in result.output
+
+
+@pytest.mark.parametrize(("column", "field", "value"), [
+    ("Total", "total", "6 min"),
+    ("Cost", "cost", "0.11"),
+    ("Accuracy", "accuracy", "88"),
+    ("Telemetry / Perf / Behavior", "by_kind", "3 / 2 / 1"),
+])
+def test_malformed_remote_cell_leaves_the_page_alone(root: Path, column, field, value):
+    render_page(root)
+    before = _page(root).read_bytes()
+    rows = yaml.safe_load((root / ".llms-benchmark" / "remote-rows.yaml").read_text())
+    rows[0][field] = value
+    (root / ".llms-benchmark" / "remote-rows.yaml").write_text(yaml.safe_dump(rows, allow_unicode=True))
+    with pytest.raises(UserError) as info:
+        render_page(root)
+    text = str(info.value)
+    assert "remote-rows.yaml" in text and "openai/gpt-5.6-luna" in text and column in text
+    assert info.value.field == field
+    assert _page(root).read_bytes() == before
+    result = CliRunner().invoke(app, ["render", "--page", str(_page(root))], env={"LLMS_BENCHMARK_ROOT": str(root)})
+    assert result.exit_code == 2
+
+
+def test_page_without_markers_is_refused(root: Path):
+    _page(root).write_text("# just prose\n")
+    with pytest.raises(UserError, match="marker"):
+        render_page(root)
+    assert _page(root).read_text() == "# just prose\n"
+
+
+def test_an_older_protocol_is_marked(root: Path):
+    _run(root, "older-protocol", "odd-qwen3-8-27b", T0 + timedelta(days=2), 9002, ["Perf"], 0,
+         versions={"llms-benchmark": "0"})
+    render_page(root)
+    assert "| llms-benchmark 0 ⚠ |" in _page(root).read_text()
+
+
+def test_digest_local_cells_reproduce_9_0():
+    assert score_local("1286s", "150m02s", "64%", "7 / 11").score == 9.0
+
+
+@pytest.mark.parametrize(("n", "cell"), [(0, "—"), (None, "—"), (900, "900"), (68_400, "68k"), (182_300, "182k"),
+                                         (999_600, "1.0M"), (5_012_000, "5.0M"), (30_040_000, "30.0M")])
+def test_token_cells(n, cell):
+    assert format_tokens(n) == cell
+
+
+def test_the_committed_page_agrees():
+    # Not re-rendered here: local rows come from run records, which git ignores (machine state).
+    page = REPO / ".llms-benchmark" / "README.md"
+    text = page.read_text()
+    assert text.count("<!-- results:begin -->") == 1 and text.count("<!-- results:end -->") == 1
+    assert _row(REMOTE_HEADERS) in text.splitlines() and _row(LOCAL_HEADERS) in text.splitlines()
+    assert check_page(page) == []
