@@ -33,7 +33,7 @@ from harness.opencode.store import collect, session_tree
 from harness.phases import files_read_before, queried_signals, read_phases
 from harness.preflight import Preflight, run_preflight
 from harness.probe import LONG_TARGET, api_key_from_env, run_probe
-from harness.record import Artifacts, RowKey, RunOutcome, RunRecord, Status, Timestamps, utcnow
+from harness.record import RowKey, RunOutcome, RunRecord, Status, Timestamps, utcnow
 from harness.server_metrics import GENERATED, counter
 from harness.stacks.base import Stack, Unit
 from harness.stacks.ledger import Ledger

@@ -6,13 +6,13 @@ and rulings alone. Times are UTC, ISO 8601.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 
 from pydantic import BaseModel, Field
+
+from harness.atomic import write_atomic
 
 
 def utcnow() -> datetime:
@@ -147,15 +147,7 @@ class RunRecord(BaseModel):
 
     def save(self, run_dir: Path) -> Path:
         """Written atomically (temp file + rename): a crash mid-write keeps the last version."""
-        run_dir.mkdir(parents=True, exist_ok=True)
-        target = run_dir / "run.json"
-        fd, tmp = tempfile.mkstemp(dir=run_dir, prefix=".run.", suffix=".tmp")
-        with os.fdopen(fd, "w") as fh:
-            fh.write(self.model_dump_json(indent=2))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-        return target
+        return write_atomic(run_dir / "run.json", self.model_dump_json(indent=2))
 
     @classmethod
     def load(cls, path: Path) -> RunRecord:

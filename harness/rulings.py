@@ -20,9 +20,7 @@ and sets `final: true`. Written atomically (temp file + os.replace).
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -30,6 +28,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from harness.atomic import write_atomic
 from harness.errors import UserError
 from harness.report import KINDS, Report, parse_report_file
 
@@ -224,21 +223,9 @@ def load_rulings(path: Path, report: Path | Report | None = None) -> Rulings:
 
 def save_rulings(rulings: Rulings, path: Path) -> Path:
     """Write atomically: a temp file in the same folder, then os.replace."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     data = rulings.model_dump(mode="json")
     text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=120)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return write_atomic(path, text)
 
 
 def now() -> datetime:

@@ -9,14 +9,13 @@ render is a no-op.
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
+from harness.atomic import write_atomic
 from harness.errors import UserError
 from harness.results.rows import (
     DASH,
@@ -147,19 +146,6 @@ def splice(text: str, body: str, page: Path) -> str:
     if stop < start:
         raise UserError(f"{END} comes before {BEGIN}", file=page, fix="put the begin marker first")
     return text[:start] + "\n" + body + "\n" + text[stop:]
-
-
-def write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def render_page(root: Path, page: Path | None = None) -> bool:

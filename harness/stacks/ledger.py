@@ -11,11 +11,10 @@ import contextlib
 import dataclasses
 import fcntl
 import json
-import os
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from harness.atomic import write_atomic
 from harness.stacks.base import Unit
 
 
@@ -47,12 +46,7 @@ class Ledger:
             return {}
 
     def _write(self, units: dict[str, dict]) -> None:
-        fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".units.", suffix=".tmp")
-        with os.fdopen(fd, "w") as fh:
-            json.dump(units, fh, indent=2, sort_keys=True)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.path)
+        write_atomic(self.path, json.dumps(units, indent=2, sort_keys=True))
 
     @staticmethod
     def key(environment: str, name: str) -> str:
