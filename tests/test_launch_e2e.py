@@ -316,7 +316,6 @@ def test_sigkilled_launch_leftover_is_destroyed_by_the_next(project: Project):
 def _write_case(project: Project, case: str) -> tuple[list[str], Path, str, str]:
     """Set up one refusal; return (launch args, file named, field named, phrase)."""
     presets = project.root / ".vot" / "presets"
-    envs = project.root / ".vot" / "environments"
     hello = (presets / "replay-hello.yaml").read_text()
     if case == "vllm_arg":
         path = project.add_preset("bad", hello.replace("replay-hello", "bad").replace("vllm_args:", "vllm_arg:"))

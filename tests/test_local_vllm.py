@@ -15,7 +15,6 @@ import textwrap
 import time
 from pathlib import Path
 
-import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
