@@ -11,8 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.errors import UserError
-from harness.vot.loader import check, check_name_matches_file, load_yaml
+from harness.vot.loader import available, check, check_name_matches_file, load_yaml, named_file
 
 ENVIRONMENTS_DIR = Path(".vot") / "environments"
 
@@ -67,18 +66,9 @@ def load_environment_file(path: Path) -> Environment:
 
 
 def available_environments(root: Path) -> list[str]:
-    folder = Path(root) / ENVIRONMENTS_DIR
-    return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
+    return available(root, ENVIRONMENTS_DIR)
 
 
 def load_environment(root: Path, name: str) -> Environment:
-    path = Path(root) / ENVIRONMENTS_DIR / f"{name}.yaml"
-    if "/" in name or "\\" in name or not path.is_file():
-        names = available_environments(root)
-        listed = ", ".join(names) if names else "none"
-        raise UserError(
-            f"no environment '{name}' in {ENVIRONMENTS_DIR}/ (available: {listed})",
-            file=path,
-            fix=f"pick one of the available environments, or write .vot/environments/{name}.yaml",
-        )
-    return load_environment_file(path)
+    fix = f"pick one of the available environments, or write .vot/environments/{name}.yaml"
+    return load_environment_file(named_file(root, ENVIRONMENTS_DIR, name, "environment", fix))

@@ -256,3 +256,18 @@ def check_name_matches_file(data: dict[str, Any], path: Path) -> None:
             field="name",
             fix=f"rename the file or set name: {path.stem}",
         )
+
+
+def available(root: Path, folder: Path) -> list[str]:
+    """Names of the YAML files in `<root>/<folder>` (presets, environments)."""
+    where = Path(root) / folder
+    return sorted(p.stem for p in where.glob("*.yaml")) if where.is_dir() else []
+
+
+def named_file(root: Path, folder: Path, name: str, kind: str, fix: str) -> Path:
+    """`<root>/<folder>/<name>.yaml`, or one error listing what is available."""
+    path = Path(root) / folder / f"{name}.yaml"
+    if "/" in name or "\\" in name or not path.is_file():
+        listed = ", ".join(available(root, folder)) or "none"
+        raise UserError(f"no {kind} '{name}' in {folder}/ (available: {listed})", file=path, fix=fix)
+    return path

@@ -14,8 +14,7 @@ from typing import Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.errors import UserError
-from harness.vot.loader import check, check_name_matches_file, load_yaml_bytes
+from harness.vot.loader import available, check, check_name_matches_file, load_yaml_bytes, named_file
 
 # bool first: YAML `true` must stay a bool (a bare flag), never become 1 or "True".
 ArgValue = Union[bool, int, float, str]
@@ -131,25 +130,15 @@ def load_preset_file(path: Path) -> Preset:
 
 
 def available_presets(root: Path) -> list[str]:
-    folder = Path(root) / PRESETS_DIR
-    return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
+    return available(root, PRESETS_DIR)
 
 
 def load_preset(root: Path, name: str) -> Preset:
     """`<root>/.vot/presets/<name>.yaml`. vllm-on-tap would then fetch a builtin from
     GitHub; we work offline, so only local presets exist."""
-    path = Path(root) / PRESETS_DIR / f"{name}.yaml"
-    if "/" in name or "\\" in name or not path.is_file():
-        names = available_presets(root)
-        listed = ", ".join(names) if names else "none"
-        raise UserError(
-            f"no preset '{name}' in {PRESETS_DIR}/ (available: {listed})",
-            file=path,
-            fix="pick one of the available presets, or write .vot/presets/"
-            f"{name}.yaml (only local presets are supported: vllm-on-tap's builtins "
-            "come from GitHub and this harness does not fetch them)",
-        )
-    return load_preset_file(path)
+    fix = (f"pick one of the available presets, or write .vot/presets/{name}.yaml (only local presets are "
+           "supported: vllm-on-tap's builtins come from GitHub and this harness does not fetch them)")
+    return load_preset_file(named_file(root, PRESETS_DIR, name, "preset", fix))
 
 
 def missing_env(resolved: ResolvedPreset) -> list[str]:
