@@ -3,8 +3,11 @@ atomically: a crash mid-write leaves the previous version, never a torn file."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -23,3 +26,16 @@ def write_atomic(path: Path, text: str) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+@contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """An exclusive flock on `<path>.lock` for a read-modify-write of `path` (released
+    by the kernel if the holder dies, so a crash never leaves it locked)."""
+    path = Path(path)
+    with open(path.with_name(f".{path.name}.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -115,6 +116,7 @@ def serve(environment: str, preset: str, as_json: JsonOpt = False) -> None:
     """Serve one unit by hand (it bills until `destroy`)."""
     from harness.launch import destroy_leftovers, plan_unit, refuse_if_served, start_unit
     from harness.preflight import run_preflight
+    from harness.probe import unit_api_key
     from harness.stacks.ledger import Ledger
     from harness.unitlog import UnitLogCollector, wait_ready
 
@@ -129,7 +131,11 @@ def serve(environment: str, preset: str, as_json: JsonOpt = False) -> None:
         unit = start_unit(pf, unit, ledger)
         collector.start()
         say(f"serving {unit.name} at {unit.base_url}; waiting until it answers")
-        wait_ready(unit, pf.stack.ready_timeout_s, collector)
+        limit, started = pf.stack.ready_timeout_s, time.monotonic()
+        with err.status(f"waiting for {unit.name} (up to {limit / 60:.0f} min)") as status:
+            wait_ready(unit, limit, collector, api_key=unit_api_key(pf.stack, unit),
+                       on_wait=lambda: status.update(f"waiting for {unit.name} to list {unit.served_name}: "
+                                                     f"{time.monotonic() - started:.0f}s of {limit:.0f}s"))
     except BaseException:
         collector.stop()
         pf.stack.destroy(unit)
@@ -252,28 +258,51 @@ def launch_local_cmd(
 @user_errors
 def rule_cmd(run_id: str,
              accept: Annotated[bool, typer.Option("--accept", help="Accept every proposal (scripts).")] = False,
+             grader: Annotated[str, typer.Option(
+                 "--grader", help="PROVIDER/MODEL of a grader model that proposes each verdict.")] = "",
+             grader_url: Annotated[str, typer.Option(
+                 help="The grader's OpenAI-compatible base URL (else the provider's, from opencode).")] = "",
+             grader_key_env: Annotated[str, typer.Option(
+                 help="Name of the env var holding the grader's key (never the key).")] = "",
+             grader_config: Annotated[Path | None, typer.Option(
+                 help="An opencode config defining the grader's provider.")] = None,
              as_json: JsonOpt = False) -> None:
-    """Draft RUN_ID's rulings with the key-matcher, then accept or override each finding."""
+    """Draft RUN_ID's rulings (key-matcher, then an optional grader model); accept or override each finding."""
     import sys
 
+    from rich.markup import escape
     from rich.prompt import Prompt
 
-    from harness.rule import VERDICT_CHOICES, rule
+    from harness.rule import VERDICT_CHOICES, GraderNotes, rule
 
+    endpoint = None
+    if grader:
+        from harness.grader.provider import resolve
+
+        endpoint = resolve(grader, url=grader_url or None, key_env=grader_key_env or None, config=grader_config)
     def ask(finding):
         out.print(f"\n[bold]finding {finding.number}[/bold] ({finding.kind or 'no kind'}): {finding.text}")
         out.print(f"  proposed: [bold]{finding.verdict}[/bold] by {finding.ruled_by} — {finding.reason}",
                   highlight=False)
+        if finding.number in disagreed:
+            out.print(f"  the key-matcher proposed: {disagreed[finding.number]}", highlight=False)
         choice = Prompt.ask("  [a]ccept, [h]eld up, [d]id not hold up", choices=list(VERDICT_CHOICES), default="a")
         if VERDICT_CHOICES[choice] is None:
             return None
         return VERDICT_CHOICES[choice], Prompt.ask("  reason, in one sentence")
 
     interactive = not accept and sys.stdin.isatty()
-    rulings, path = rule(project_root(), run_id, ask=ask if interactive else None, accept=accept)
+    say = (lambda text: None) if as_json else (lambda text: err.print(text, style="dim", highlight=False))
+    # The grader runs before the prompts, filling `notes`; each prompt shows its disagreement.
+    notes = GraderNotes()
+    disagreed = notes.disagreed
+    rulings, path = rule(project_root(), run_id, ask=ask if interactive else None, accept=accept,
+                         grader=endpoint, say=say, notes=notes)
     summary = {"rulings": str(path), "final": rulings.final, "confirmed": rulings.confirmed,
                "reported": rulings.reported, "accuracy": rulings.accuracy, "by_kind": rulings.by_kind,
-               "recall": f"{len(rulings.recall.found)}/{rulings.recall.planted}"}
+               "recall": f"{len(rulings.recall.found)}/{rulings.recall.planted}",
+               "grader": endpoint.label if endpoint else None,
+               "grader_disagreed": notes.disagreed, "grader_failed": notes.failed}
     if as_json:
         out.print_json(json.dumps(summary))
     else:
@@ -281,6 +310,9 @@ def rule_cmd(run_id: str,
         for f in rulings.findings:
             table.add_row(f.number, f.kind or "—", f.verdict, f.ruled_by, f.reason)
         out.print(table)
+        for number, why in notes.failed.items():
+            err.print(f"[yellow]grader gave no proposal for finding {number}:[/yellow] {escape(why)} "
+                      "(the key-matcher's stands)", highlight=False)
         out.print(f"{summary['confirmed']} / {summary['reported']} held up, accuracy {summary['accuracy']}%, "
                   f"planted defects found {summary['recall']}; written to {path}"
                   + ("" if rulings.final else " — a DRAFT: rerun at a terminal, or with --accept"))
@@ -390,17 +422,189 @@ def score_check_cmd(page: PageOpt = None, as_json: JsonOpt = False) -> None:
 
 @app.command()
 @user_errors
-def render(page: PageOpt = None, as_json: JsonOpt = False) -> None:
+def render(page: PageOpt = None,
+           include_scripted: Annotated[bool, typer.Option(
+               "--include-scripted", help="Also row scripted replay runs (demos and tests; needs --page).")] = False,
+           as_json: JsonOpt = False) -> None:
     """Render the results tables (run records + final rulings, remote rows) into the page between its markers."""
     from harness.results.render import PAGE, render_page
 
     root = project_root()
     path = page or root / PAGE
-    changed = render_page(root, path)
+    changed = render_page(root, path, include_scripted)
     if as_json:
         _emit({"page": str(path), "changed": changed}, True)
     else:
         out.print(f"{path}: " + ("rewritten" if changed else "unchanged, already up to date"), highlight=False)
+
+
+@app.command()
+@user_errors
+def classroom(
+    base_url: Annotated[str, typer.Argument(help="The OpenAI-compatible server, e.g. http://127.0.0.1:8000.")],
+    model: Annotated[str, typer.Option("--model", help="Served model name (GET /v1/models must list it).")],
+    users: Annotated[int, typer.Option(help="Simulated students.")] = 40,
+    scenario: Annotated[str, typer.Option(help="Lab project: python, java, or mixed (alternating).")] = "mixed",
+    duration: Annotated[float, typer.Option(help="Real seconds during which students start new requests.")] = 900,
+    grace: Annotated[float, typer.Option(help="Real seconds after --duration for requests under way.")] = 300,
+    ramp_up: Annotated[float, typer.Option(help="Students start within this many simulated seconds.")] = 120,
+    think_min: Annotated[float, typer.Option(help="Shortest pause between requests (simulated s).")] = 20,
+    think_max: Annotated[float, typer.Option(help="Longest pause between requests (simulated s).")] = 90,
+    tool_min: Annotated[float, typer.Option(help="Shortest build/test run (simulated s).")] = 3,
+    tool_max: Annotated[float, typer.Option(help="Longest build/test run (simulated s).")] = 12,
+    test_fail_rate: Annotated[float, typer.Option(help="Chance that a session's first test run fails.")] = 0.3,
+    max_turns: Annotated[int, typer.Option(help="Requests per student: the exercise + follow-ups.")] = 4,
+    max_steps: Annotated[int, typer.Option(help="Model calls per request, tool steps included.")] = 40,
+    max_output: Annotated[int, typer.Option(help="max_tokens per call (opencode limit.output).")] = 8192,
+    context_limit: Annotated[int, typer.Option(help="Client context limit (opencode limit.context).")] = 65536,
+    max_retries: Annotated[int, typer.Option(help="Retries per call after HTTP 429 or 503.")] = 5,
+    keys_file: Annotated[Path | None, typer.Option(help="API keys, one a line or user_id,api_key.")] = None,
+    api_key_env: Annotated[str, typer.Option(help="Env var holding one key for all (without --keys-file).")] = "",
+    prompt_file: Annotated[Path | None, typer.Option(help="Captured opencode {system, tools} JSON.")] = None,
+    title: Annotated[bool, typer.Option("--title/--no-title", help="Send opencode's title request.")] = True,
+    metrics: Annotated[bool, typer.Option("--metrics/--no-metrics", help="Sample the server's /metrics.")] = True,
+    seed: Annotated[int, typer.Option(help="Seed of every random draw.")] = 20260929,
+    time_scale: Annotated[float, typer.Option(help="Multiplier for simulated waits (1.0 = real seconds).")] = 1.0,
+    timeout: Annotated[float, typer.Option(help="Per-read idle timeout of a request (s).")] = 600,
+    out_dir: Annotated[Path | None, typer.Option(help="Parent of classroom-<UTC>/ (default ./bench-results).")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Simulate a class of students, each with a coding agent on a small lab project, against a real endpoint."""
+    from harness.load.classroom import ClassroomConfig, run_classroom
+    from harness.load.classroom_report import summary_table
+
+    cfg = ClassroomConfig(
+        base_url=base_url, model=model, users=users, scenario=scenario, duration_s=duration, grace_s=grace,
+        ramp_up_s=ramp_up, think_s=(think_min, think_max), tool_s=(tool_min, tool_max), test_fail_rate=test_fail_rate,
+        max_turns=max_turns, max_steps=max_steps, max_output=max_output, context_limit=context_limit,
+        max_retries=max_retries, keys_file=keys_file, api_key_env=api_key_env or None, prompt_file=prompt_file,
+        title=title, metrics=metrics, seed=seed, time_scale=time_scale, read_timeout_s=timeout,
+        out_dir=out_dir or project_root() / "bench-results")
+    result = run_classroom(cfg, say)
+    if as_json:
+        _emit({**result.summary, "folder": str(result.folder)}, True)
+    else:
+        out.print(summary_table(result.summary, result.folder))
+    raise typer.Exit(0 if result.summary["client"]["requests_ok"] else 1)
+
+
+@app.command()
+@user_errors
+def load(
+    target: Annotated[list[str] | None, typer.Argument(
+        help="A base URL (http://127.0.0.1:8000), or ENVIRONMENT PRESET to serve for the run and destroy after.")] = None,
+    base_url: Annotated[str, typer.Option("--base-url", help="The server's base URL (instead of TARGET).")] = "",
+    model: Annotated[str, typer.Option("--model", help="Served model name (default: the first /v1/models lists).")] = "",
+    concurrency: Annotated[str, typer.Option(help="Requests in flight per level, comma-separated.")] = "1,8,16,24,40",
+    shapes: Annotated[str, typer.Option(help="Prompt shapes: short, long, or NAME=TOKENS items.")] = "short,long",
+    short_input: Annotated[int, typer.Option(help="Input tokens (about) of the short shape.")] = 512,
+    long_input: Annotated[int, typer.Option(help="Input tokens (about) of the long shape.")] = 16_384,
+    output_tokens: Annotated[int, typer.Option(help="Output tokens of every request (ignore_eos).")] = 256,
+    requests: Annotated[int, typer.Option(help="Requests per level (0: max(level x rounds, min-requests)).")] = 0,
+    rounds: Annotated[int, typer.Option(help="Requests per level = level x rounds ...")] = 2,
+    min_requests: Annotated[int, typer.Option(help="... but at least this many.")] = 8,
+    duration: Annotated[float, typer.Option(help="Seconds per level instead of a request count (0: off).")] = 0,
+    seed: Annotated[int, typer.Option(help="Seed of the prompts' filler words.")] = 20260929,
+    warmup: Annotated[bool, typer.Option("--warmup/--no-warmup", help="One short request first.")] = True,
+    allow_busy: Annotated[bool, typer.Option("--allow-busy", help="Measure even with requests running or waiting.")
+                          ] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    idle_timeout: Annotated[float, typer.Option(help="Longest wait for an idle server before a level (s).")] = 180,
+    timeout: Annotated[float, typer.Option(help="Per-read idle timeout of a request (s).")] = 900,
+    sample_interval: Annotated[float, typer.Option(help="Seconds between /metrics samples in a level.")] = 1.0,
+    out_dir: Annotated[Path | None, typer.Option(help="Parent of <UTC>/ (default ./bench-results).")] = None,
+    api_key_env: Annotated[str, typer.Option(help="Name of the env var holding the API key.")] = "",
+    as_json: JsonOpt = False,
+) -> None:
+    """Closed-loop load at several concurrency levels and prompt shapes; results in bench-results/<UTC>/."""
+    import sys
+
+    from harness.load.load import resolve_target, run_load
+    from harness.load.progress import RichReporter
+    from harness.load.runner import LoadOptions, parse_levels, parse_shapes
+    from harness.probe import api_key_from_env
+
+    where = resolve_target(target or [], base_url or None)
+    numbers = {"--output-tokens": output_tokens, "--rounds": rounds, "--min-requests": min_requests,
+               "--sample-interval": sample_interval, "--timeout": timeout}
+    for name, value in numbers.items():
+        if value <= 0:
+            raise UserError(f"{name} must be positive (got {value})", field=name)
+    if requests < 0 or duration < 0 or idle_timeout < 0:
+        raise UserError("--requests, --duration and --idle-timeout cannot be negative", field="--requests")
+    opts = LoadOptions(base_url="", model=model or None, api_key=api_key_from_env(api_key_env or None),
+                       levels=parse_levels(concurrency), shapes=parse_shapes(shapes, short_input, long_input),
+                       output_tokens=output_tokens, requests=requests or None, rounds=rounds,
+                       min_requests=min_requests, duration_s=duration or None, seed=seed, warmup=warmup,
+                       allow_busy=allow_busy, idle_timeout_s=idle_timeout, request_timeout_s=timeout,
+                       sample_interval_s=sample_interval, out_root=out_dir or project_root() / "bench-results")
+
+    def confirm(plan: str) -> bool:
+        err.print(plan, highlight=False)
+        if yes:
+            return True
+        if not sys.stdin.isatty():
+            raise UserError("a load run needs confirmation", field="--yes",
+                            fix="run it at a terminal to answer, or pass --yes")
+        return typer.confirm("Put this load on the server?", default=False, err=True)
+
+    with RichReporter(err) as reporter:
+        try:
+            outcome = run_load(project_root(), where, opts, confirm=confirm, reporter=reporter, say=say)
+        except KeyboardInterrupt:
+            err.print("[bold red]interrupted[/bold red]; finished levels are kept", highlight=False)
+            raise typer.Exit(130) from None
+    if outcome.path is None:
+        err.print("cancelled: nothing was sent", highlight=False)
+        raise typer.Exit(1)
+    data = {"results": str(outcome.path), "levels": outcome.rows}
+    table = Table("shape", "c", "ok", "in tok", "out tok/s", "TTFT p50", "TTFT p99", "E2E p50", "ITL p50 ms",
+                  "preempt", "KV peak %", title=f"load: {outcome.path}")
+    for r in outcome.rows:
+        table.add_row(r["shape"], str(r["concurrency"]), f"{r['succeeded']}/{r['requests']}",
+                      *(str(r[k]) for k in ("input_tokens_mean", "output_throughput_tok_s", "ttft_p50_s",
+                                            "ttft_p99_s", "e2e_p50_s", "itl_p50_ms", "preemptions",
+                                            "kv_cache_peak_percent")))
+    _emit(data, as_json, table)
+    raise typer.Exit(outcome.exit_code)
+
+
+@app.command("metrics")
+@user_errors
+def metrics_cmd(
+    url: Annotated[str | None, typer.Argument(help="The server's base URL (or its /metrics URL).")] = None,
+    base_url: Annotated[str, typer.Option("--base-url", help="The server's base URL (instead of URL).")] = "",
+    watch: Annotated[float, typer.Option(help="Read every N seconds, one line each (0: once).")] = 0,
+    count: Annotated[int, typer.Option(help="With --watch: stop after this many lines (0: until Ctrl-C).")] = 0,
+    api_key_env: Annotated[str, typer.Option(help="Name of the env var holding the API key.")] = "",
+    as_json: JsonOpt = False,
+) -> None:
+    """Read the server's /metrics: running, waiting, KV usage, preemptions, prefix cache, tokens (vLLM, llama.cpp)."""
+    from harness.load.metrics import line_text, read_once, timeline
+    from harness.probe import api_key_from_env
+
+    target = base_url or url
+    if not target or (url and base_url):
+        raise UserError("give the server's URL once: as URL or as --base-url", field="URL",
+                        fix="llms-benchmark metrics http://127.0.0.1:8000")
+    if watch < 0 or count < 0:
+        raise UserError("--watch and --count cannot be negative", field="--watch")
+    api_key = api_key_from_env(api_key_env or None)
+    if not watch:
+        doc = read_once(target, api_key=api_key)
+        table = Table("figure", "value", title=f"{doc['url']} ({doc['server']})")
+        for key, value in doc["figures"].items():
+            table.add_row(key, "-" if value is None else f"{value:g}")
+        _emit(doc, as_json, table)
+        return
+    try:
+        for line in timeline(target, watch, count or None, api_key=api_key):
+            if as_json:
+                print(json.dumps(line), flush=True)
+            else:
+                out.print(line_text(line), highlight=False, markup=False)
+    except KeyboardInterrupt:
+        raise typer.Exit(0) from None
 
 
 def main() -> None:

@@ -1,21 +1,26 @@
 """`llms-benchmark rule RUN_ID`: draft a run's rulings and have a person finish them.
 
 The key-matcher proposes a verdict per finding (the planted defect it names, that
-defect's evidence re-run on the run's own telemetry). A person accepts or overrides
-each proposal at a prompt, or `--accept` takes them all in a script. Nothing is
-final until one of the two says so.
+defect's evidence re-run on the run's own telemetry). With `--grader PROVIDER/MODEL` a
+grader model then proposes its own verdict and reason for each finding, having re-run
+the cited telemetry and read the code; the key-matcher's counting decisions (which
+defects a finding names, restatements, bundles) stand. A person accepts or overrides
+each proposal at a prompt, or `--accept` takes them all in a script. Nothing is final
+until one of the two says so.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import UserError
 from harness.keymatch import draft_rulings
 from harness.launch import runs_dir
 from harness.record import RunRecord
-from harness.rulings import HELD_UP, NOT_HELD_UP, RuledFinding, Rulings, load_rulings, save_rulings
+from harness.report import parse_report_file
+from harness.rulings import HELD_UP, NOT_HELD_UP, Recall, RuledFinding, Rulings, load_rulings, save_rulings
 
 # ask(finding, proposal) -> None to accept, or (verdict, reason) to override.
 Ask = Callable[[RuledFinding], tuple[str, str] | None]
@@ -44,6 +49,12 @@ def draft(root: Path, run_id: str) -> Rulings:
     return draft_rulings(folder, key)
 
 
+def with_recall(rulings: Rulings) -> Rulings:
+    """Recall follows the verdicts: the planted defects that held-up findings name."""
+    found = sorted({d for f in rulings.findings if f.verdict == HELD_UP for d in f.defects})
+    return rulings.model_copy(update={"recall": Recall(found=found, planted=rulings.recall.planted)})
+
+
 def finish(rulings: Rulings, ask: Ask | None) -> Rulings:
     """Apply a person's decisions (or accept every proposal when `ask` is None) and mark final."""
     findings = []
@@ -53,16 +64,71 @@ def finish(rulings: Rulings, ask: Ask | None) -> Rulings:
             verdict, reason = decision
             finding = finding.model_copy(update={"verdict": verdict, "reason": reason, "ruled_by": "person"})
         findings.append(finding)
-    return rulings.model_copy(update={"findings": findings, "final": True})
+    return with_recall(rulings.model_copy(update={"findings": findings, "final": True}))
 
 
-def rule(root: Path, run_id: str, *, ask: Ask | None, accept: bool) -> tuple[Rulings, Path]:
+@dataclass
+class GraderNotes:
+    """What the grader did beside its proposals: where it disagreed with the key-matcher
+    (number → the key-matcher's verdict) and where it gave no proposal (number → why)."""
+
+    disagreed: dict[str, str] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+def grade(root: Path, run_id: str, rulings: Rulings, endpoint, say: Callable[[str], None] = lambda _: None,
+          notes: GraderNotes | None = None) -> tuple[Rulings, GraderNotes]:
+    """The grader model's proposal replaces the key-matcher's verdict, reason and kind;
+    its evidence comes first, the key's re-runs after. Restatements are not re-graded."""
+    from harness.grader.session import Grader, workspace_and_store
+    from harness.grader.tools import GraderTools
+
+    folder, rec = run_folder(root, run_id)
+    report = parse_report_file(Path(rulings.report))
+    report_text = Path(rulings.report).read_text(encoding="utf-8")
+    by_number = {f.number: f for f in report.findings}
+    grader = Grader(endpoint, GraderTools(*workspace_and_store(folder, rec)))
+    notes = notes if notes is not None else GraderNotes()
+    findings = []
+    try:
+        for ruled in rulings.findings:
+            finding = by_number.get(ruled.number)
+            if finding is None or ruled.restates is not None:
+                findings.append(ruled)
+                continue
+            say(f"grading finding {ruled.number} with {endpoint.label}")
+            outcome = grader.grade(finding, report_text)
+            if outcome.proposal is None:
+                notes.failed[ruled.number] = outcome.problem or "no proposal"
+                findings.append(ruled)
+                continue
+            p = outcome.proposal
+            kind = p.kind or ruled.kind
+            if p.verdict == HELD_UP and kind is None:
+                notes.failed[ruled.number] = "the grader held it up without a kind"
+                findings.append(ruled)
+                continue
+            if p.verdict != ruled.verdict:
+                notes.disagreed[ruled.number] = ruled.verdict
+            findings.append(ruled.model_copy(update={
+                "verdict": p.verdict, "reason": p.reason, "kind": kind, "evidence": [*p.evidence, *ruled.evidence],
+                "ruled_by": f"grader:{endpoint.label}"}))
+    finally:
+        grader.close()
+    return with_recall(rulings.model_copy(update={"findings": findings})), notes
+
+
+def rule(root: Path, run_id: str, *, ask: Ask | None, accept: bool, grader=None,
+         say: Callable[[str], None] = lambda _: None, notes: GraderNotes | None = None) -> tuple[Rulings, Path]:
+    """Draft (key-matcher), grade (optional grader model, its notes into `notes`), finish, save."""
     path = rulings_path(root, run_id)
     if path.is_file():
         existing = load_rulings(path)
         if existing.final:
             return existing, path
     rulings = draft(root, run_id)
+    if grader is not None:
+        rulings, _ = grade(root, run_id, rulings, grader, say, notes)
     if accept or ask is not None:
         rulings = finish(rulings, None if accept else ask)
     # A round trip through the validating loader: what is written is what loads.

@@ -69,14 +69,14 @@ class Replay:
         return [json.loads(line) for line in self.served_log.read_text().splitlines()]
 
 
-def start_replay(tmp_path: Path) -> Replay:
+def start_replay(tmp_path: Path, *, trajectory_text: str = TRAJECTORY, model: str = MODEL) -> Replay:
     tmp_path.mkdir(parents=True, exist_ok=True)
     trajectory = tmp_path / "trajectory.yaml"
-    trajectory.write_text(TRAJECTORY)
+    trajectory.write_text(trajectory_text)
     served_log = tmp_path / "served.jsonl"
     cmd = [
         sys.executable, "-m", "harness.replay.server", "--trajectory", str(trajectory),
-        "--host", "127.0.0.1", "--port", "0", "--served-model-name", MODEL,
+        "--host", "127.0.0.1", "--port", "0", "--served-model-name", model,
         "--max-model-len", "32768", "--served-log", str(served_log),
     ]  # fmt: skip
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-from harness.atomic import write_atomic
+from harness.atomic import file_lock, write_atomic
 from harness.errors import UserError
 from harness.results.rows import (
     DASH,
@@ -120,11 +120,11 @@ def _environment() -> Environment:
     return env
 
 
-def render_results(root: Path) -> str:
+def render_results(root: Path, include_scripted: bool = False) -> str:
     """The text that goes between the markers (raises before anything is written)."""
     root = Path(root)
     remote_head, remote_detail = table_cells(load_remote_rows(root))
-    local_head, local_detail = table_cells(load_local_rows(root))
+    local_head, local_detail = table_cells(load_local_rows(root, include_scripted))
     body = _environment().get_template("results.md.j2").render(
         remote_headers=REMOTE_HEADERS, remote_detail_headers=REMOTE_DETAIL_HEADERS,
         remote_rows=remote_head, remote_detail_rows=remote_detail,
@@ -148,18 +148,23 @@ def splice(text: str, body: str, page: Path) -> str:
     return text[:start] + "\n" + body + "\n" + text[stop:]
 
 
-def render_page(root: Path, page: Path | None = None) -> bool:
-    """Render the results into the page between its markers; True when a byte changed."""
+def render_page(root: Path, page: Path | None = None, include_scripted: bool = False) -> bool:
+    """Render the results into the page between its markers; True when a byte changed.
+    The page is locked while it is read and rewritten, so two launches finishing at once
+    never interleave (the second renders after the first, from both records)."""
     root = Path(root)
     page = Path(page) if page is not None else root / PAGE
-    try:
+    if include_scripted and page.resolve() == (root / PAGE).resolve():
+        raise UserError("scripted replay rows never go on the published results page", file=page,
+                        field="--include-scripted", fix="render them to a page of their own with --page PATH")
+    if not page.is_file():
+        raise UserError("no results page", file=page,
+                        fix=f"write the page with its prose and the two markers {BEGIN} / {END}")
+    with file_lock(page):
         with open(page, encoding="utf-8", newline="") as fh:
             text = fh.read()
-    except FileNotFoundError:
-        raise UserError("no results page", file=page,
-                        fix=f"write the page with its prose and the two markers {BEGIN} / {END}") from None
-    new = splice(text, render_results(root), page)
-    if new == text:
-        return False
-    write_atomic(page, new)
+        new = splice(text, render_results(root, include_scripted), page)
+        if new == text:
+            return False
+        write_atomic(page, new)
     return True

@@ -157,8 +157,10 @@ def local_row(record: RunRecord, rulings: Rulings) -> Row:
     )
 
 
-def load_local_rows(root: Path) -> list[Row]:
-    """The local rows: ok, unscripted runs with final rulings; the latest run per key."""
+def load_local_rows(root: Path, include_scripted: bool = False) -> list[Row]:
+    """The local rows: ok, unscripted runs with final rulings; the latest run per key.
+    `include_scripted` admits replay runs too (their GPU cell says scripted): for demos and
+    tests on a page of their own, never the published one."""
     root = Path(root)
     latest: dict[tuple[str, str, str, str], tuple[datetime, RunRecord, Rulings]] = {}
     for path in sorted((root / RUNS_DIR).glob("*/run.json")):
@@ -166,7 +168,7 @@ def load_local_rows(root: Path) -> list[Row]:
             record = RunRecord.load(path)
         except (ValidationError, ValueError) as exc:
             raise UserError(f"not a valid run record: {exc}", file=path) from None
-        if record.status != Status.ok or record.scripted:
+        if record.status != Status.ok or (record.scripted and not include_scripted):
             continue
         rulings_path = root / RULINGS_DIR / f"{record.run_id}.yaml"
         if not rulings_path.is_file():

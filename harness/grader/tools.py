@@ -1,0 +1,176 @@
+"""What a grader model may do while ruling a finding: read-only SQL on the run's own
+telemetry store, and reading the run's workspace code. Nothing else: paths are confined
+to the workspace, the store is opened read-only with file access off, every answer is
+capped in size, and every query in time."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from pathlib import Path
+from typing import Any
+
+MAX_ROWS = 50
+MAX_CHARS = 12_000
+QUERY_TIMEOUT_S = 20.0
+MAX_GREP_HITS = 100
+MAX_FILES_SCANNED = 2_000
+
+SPECS: list[dict[str, Any]] = [
+    {"type": "function", "function": {
+        "name": "sql",
+        "description": "Run ONE read-only SQL query (DuckDB dialect) on the run's telemetry store "
+                       "(tables spans, metrics, logs, profiles). At most 50 rows come back.",
+        "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}},
+    {"type": "function", "function": {
+        "name": "read_file",
+        "description": "Read a file of the workspace (the code the agent observed), by path relative to it.",
+        "parameters": {"type": "object", "properties": {
+            "path": {"type": "string"}, "offset": {"type": "integer", "description": "first line, 1-based"},
+            "limit": {"type": "integer", "description": "number of lines"}}, "required": ["path"]}}},
+    {"type": "function", "function": {
+        "name": "grep",
+        "description": "Search the workspace's text files for a regular expression; returns path:line: text.",
+        "parameters": {"type": "object", "properties": {
+            "pattern": {"type": "string"}, "path": {"type": "string", "description": "a folder to search under"}},
+            "required": ["pattern"]}}},
+    {"type": "function", "function": {
+        "name": "list_files",
+        "description": "List the files under a folder of the workspace.",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}},
+    {"type": "function", "function": {
+        "name": "rule",
+        "description": "Give the verdict on the finding. Call exactly once, when the evidence is in.",
+        "parameters": {"type": "object", "properties": {
+            "verdict": {"type": "string", "enum": ["held up", "did not hold up"]},
+            "reason": {"type": "string", "description": "one sentence: why, citing what the evidence showed"},
+            "kind": {"type": "string", "enum": ["Telemetry", "Perf", "Behavior"]},
+            "evidence": {"type": "array", "description": "the queries or files that decided it, with what they showed",
+                         "items": {"type": "object", "properties": {
+                             "query": {"type": "string"}, "result": {"type": "string"}}, "required": ["query"]}}},
+            "required": ["verdict", "reason"]}}},
+]
+
+
+def _cap(text: str) -> str:
+    return text if len(text) <= MAX_CHARS else text[:MAX_CHARS] + f"\n… ({len(text) - MAX_CHARS} more characters)"
+
+
+class GraderTools:
+    def __init__(self, workspace: Path | None, store: Path | None) -> None:
+        self.workspace = Path(workspace).resolve() if workspace and Path(workspace).is_dir() else None
+        self.store = Path(store) if store and Path(store).is_file() else None
+        self._con = None
+
+    # --- the store ---------------------------------------------------------------------
+    def _connection(self):
+        if self._con is None:
+            import duckdb
+
+            self._con = duckdb.connect(str(self.store), read_only=True,
+                                       config={"enable_external_access": False})
+        return self._con
+
+    def sql(self, query: str) -> str:
+        from harness.telemetry.receiver import BadRequest, _jsonable, _run_select, check_read_only
+
+        if self.store is None:
+            return "error: this run kept no telemetry store"
+        try:
+            check_read_only(query)
+        except BadRequest as exc:
+            return f"error: {exc}"
+        cur = self._connection().cursor()
+        timer = threading.Timer(QUERY_TIMEOUT_S, cur.interrupt)
+        timer.start()
+        try:
+            columns, result = _run_select(cur, query)
+            rows = result.fetchmany(MAX_ROWS + 1)
+        except Exception as exc:  # noqa: BLE001 - a failing query is the model's to read, not a crash
+            return "error: " + (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        finally:
+            timer.cancel()
+            cur.close()
+        body = {"columns": columns, "rows": [[_jsonable(v) if not isinstance(v, (int, float, str, bool, type(None)))
+                                               else v for v in r] for r in rows[:MAX_ROWS]],
+                "truncated": len(rows) > MAX_ROWS}
+        return _cap(json.dumps(body, default=str))
+
+    # --- the workspace -----------------------------------------------------------------
+    def _inside(self, path: str | None) -> Path | str:
+        if self.workspace is None:
+            return "error: this run kept no workspace"
+        target = (self.workspace / (path or ".")).resolve()
+        if target != self.workspace and self.workspace not in target.parents:
+            return f"error: {path!r} is outside the workspace"
+        return target
+
+    def read_file(self, path: str, offset: int | None = None, limit: int | None = None) -> str:
+        target = self._inside(path)
+        if isinstance(target, str):
+            return target
+        if not target.is_file():
+            return f"error: no file {path!r} in the workspace"
+        try:
+            lines = target.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError as exc:
+            return f"error: {exc.strerror}"
+        start = max(int(offset or 1), 1)
+        chosen = lines[start - 1:start - 1 + int(limit)] if limit else lines[start - 1:]
+        return _cap("\n".join(f"{n:>5}  {line}" for n, line in enumerate(chosen, start)))
+
+    def _files(self, under: Path):
+        for n, p in enumerate(sorted(under.rglob("*"))):
+            if n >= MAX_FILES_SCANNED:
+                return
+            if p.is_file() and "__pycache__" not in p.parts and not p.name.startswith("."):
+                yield p
+
+    def grep(self, pattern: str, path: str | None = None) -> str:
+        target = self._inside(path)
+        if isinstance(target, str):
+            return target
+        try:
+            regex = re.compile(pattern)
+        except re.error as exc:
+            return f"error: bad regular expression: {exc}"
+        hits = []
+        for file in self._files(target) if target.is_dir() else [target]:
+            try:
+                text = file.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                continue
+            for n, line in enumerate(text.splitlines(), 1):
+                if regex.search(line):
+                    hits.append(f"{file.relative_to(self.workspace)}:{n}: {line.strip()[:200]}")
+                    if len(hits) >= MAX_GREP_HITS:
+                        return _cap("\n".join(hits) + "\n… (more hits not shown)")
+        return _cap("\n".join(hits)) if hits else "no match"
+
+    def list_files(self, path: str | None = None) -> str:
+        target = self._inside(path)
+        if isinstance(target, str):
+            return target
+        if not target.is_dir():
+            return f"error: no folder {path!r} in the workspace"
+        return _cap("\n".join(str(p.relative_to(self.workspace)) for p in self._files(target)) or "(empty)")
+
+    def call(self, name: str, arguments: dict[str, Any]) -> str:
+        try:
+            if name == "sql":
+                return self.sql(str(arguments["query"]))
+            if name == "read_file":
+                return self.read_file(str(arguments["path"]), arguments.get("offset"), arguments.get("limit"))
+            if name == "grep":
+                return self.grep(str(arguments["pattern"]), arguments.get("path"))
+            if name == "list_files":
+                return self.list_files(arguments.get("path"))
+        except (KeyError, TypeError, ValueError) as exc:
+            return f"error: bad arguments for {name}: {exc}"
+        return f"error: no tool {name!r}; the tools are sql, read_file, grep, list_files, rule"
+
+    def close(self) -> None:
+        if self._con is not None:
+            self._con.close()
+            self._con = None
