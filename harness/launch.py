@@ -14,6 +14,7 @@ import contextlib
 import os
 import shutil
 import signal
+import time
 import traceback
 from datetime import timedelta
 import uuid
@@ -24,6 +25,7 @@ from pathlib import Path
 import httpx
 import psutil
 
+from harness import failpoint
 from harness.errors import FatalUnitLog, StackError, UserError
 from harness.mission import DEFAULT_MISSION, prepare_workspace
 from harness.mission_services import merge_env, start_services
@@ -32,8 +34,10 @@ from harness.opencode.runner import Limits, RunResult, run_opencode
 from harness.opencode.store import collect, session_tree
 from harness.phases import files_read_before, queried_signals, read_phases
 from harness.preflight import Preflight, run_preflight
-from harness.probe import LONG_TARGET, api_key_from_env, run_probe
-from harness.record import RowKey, RunOutcome, RunRecord, Status, Timestamps, utcnow
+from harness.probe import LONG_TARGET, run_probe, unit_api_key
+from harness.record import RowKey, RunOutcome, RunRecord, SandboxFigures, Status, Timestamps, utcnow
+from harness.sandbox import Sandbox, View, agent_view, count_denials, wrap
+from harness.secrets import scrub_tree, secrets_from
 from harness.server_metrics import GENERATED, counter
 from harness.stacks.base import Stack, Unit
 from harness.stacks.ledger import Ledger
@@ -67,6 +71,7 @@ class LaunchOptions:
     effort: str = "medium"
     mission: str = DEFAULT_MISSION
     probe_long_tokens: int | None = None  # None: 82k where the context allows
+    sandbox: bool = True  # False: --no-sandbox (the record and the row say so)
 
 
 def runs_dir(root: Path) -> Path:
@@ -158,7 +163,7 @@ def plan_unit(pf: Preflight, ledger: Ledger, *, owner: bool, run_dir: Path | Non
     if owner:
         me = psutil.Process()
         unit.extra.update(owner_pid=me.pid, owner_started=me.create_time(), run_dir=str(run_dir or ""))
-    ledger.add(unit)
+    ledger.add(unit, exclusive=True)
     return unit
 
 
@@ -188,6 +193,10 @@ class Launch:
         self.gpus = 0
         self.report_name = ""
         self.services = None
+        self.api_key: str | None = None  # the unit's key, in memory only (never recorded)
+        self.late_signal: str | None = None  # SIGINT/SIGTERM that arrived while destroying
+        self.sandbox = Sandbox("none")
+        self.secret_names: list[str] = []  # the preset's env names: their values are secrets
         self.record = RunRecord(
             run_id=self.run_id,
             key=RowKey(preset=opts.preset, effort=opts.effort, effort_requested=opts.effort, gpu="unknown"),
@@ -216,12 +225,30 @@ class Launch:
             self._end(Status.fault, f"{type(exc).__name__}: {exc} (traceback in fault.txt)")
         finally:
             # A second Ctrl-C must not abandon a half-destroyed unit.
-            with on_signals(lambda signum, _f: self.say(
-                    f"{signal.Signals(signum).name} received: finishing the destroy first")):
+            with on_signals(self._signal_during_destroy):
                 self._destroy()
+        self._scrub_secrets()
+        if self.late_signal is not None and rec.status in (Status.ok, Status.void):
+            rec.status, rec.stopped_at = Status.fault, "destroy"
+            rec.reason = f"interrupted by {self.late_signal} during destroy (the destroy finished first)"
         rec.times.end = utcnow()
         self.save()
         return rec
+
+    def _scrub_secrets(self) -> None:
+        """The unit's key and the preset's env values out of everything the run left."""
+        values = [self.api_key, *(os.environ.get(name) for name in self.secret_names)]
+        changed, left = scrub_tree(self.run_dir, secrets_from(values))
+        if changed:
+            self.say(f"secrets redacted from {changed} file(s) of the run folder")
+        if left:
+            self.record.reason = ((self.record.reason + "; ") if self.record.reason else "") + \
+                f"a secret could not be redacted from {', '.join(left)}"
+            self.say(f"WARNING: a secret remains in {', '.join(left)}")
+
+    def _signal_during_destroy(self, signum, _frame) -> None:
+        self.late_signal = self.late_signal or signal.Signals(signum).name
+        self.say(f"{signal.Signals(signum).name} received: finishing the destroy first")
 
     def _end(self, status: Status, reason: str) -> None:
         self.record.status = status
@@ -234,8 +261,13 @@ class Launch:
         self.say(f"run {self.run_id}")
         destroy_leftovers(self.root, self.say)
 
-        pf = run_preflight(self.root, opts.environment, opts.preset, opts.mission)
+        failpoint.hit("preflight")
+        pf = run_preflight(self.root, opts.environment, opts.preset, opts.mission, no_sandbox=not opts.sandbox)
+        self.sandbox = pf.sandbox
+        rec.sandbox = SandboxFigures(kind=pf.sandbox.kind)
         self.stack, self.gpus = pf.stack, pf.gpu.gpus
+        self.opencode_binary = pf.opencode
+        self.secret_names = list(pf.preset.env)
         rec.stack, rec.key.gpu = pf.env.stack, pf.gpu.label
         rec.model, rec.served_name, rec.max_model_len = pf.preset.model, pf.preset.served_name, pf.preset.max_model_len
         rec.preset_sha256, rec.mission_sha256 = pf.preset.sha256, pf.mission.sha256
@@ -255,14 +287,17 @@ class Launch:
         self.collector.start()
         self.save()
         self.say(f"serving {unit.name} at {unit.base_url} (billing until destroyed); waiting until it answers")
+        failpoint.hit("serve")
 
         self.stage = "wait-ready"
-        api_key = api_key_from_env(unit.api_key_env)
+        failpoint.hit("wait-ready")
+        api_key = self.api_key = unit_api_key(pf.stack, unit)
         wait_ready(unit, pf.stack.ready_timeout_s, self.collector, api_key=api_key)
         rec.times.ready = utcnow()
         self.say(f"ready after {(rec.times.ready - rec.times.serve_start).total_seconds():.0f}s")
 
         self.stage = "probe"
+        failpoint.hit("probe")
         cap = getattr(pf.stack, "probe_long_cap", None)
         long_target = opts.probe_long_tokens or cap or LONG_TARGET
         try:
@@ -281,6 +316,7 @@ class Launch:
                  f"{p.long_context_tokens} tokens; prefill {p.prefill_tps} tok/s")
 
         self.stage = "configure"
+        failpoint.hit("configure")
         provider = oc_config.provider_config(unit, reasoning_parser=pf.preset.reasoning_parser)
         provider_file = oc_config.write_provider_file(provider, self.run_dir / "opencode-provider.json")
         rec.artifacts.provider_file = str(provider_file)
@@ -291,6 +327,7 @@ class Launch:
                      "--print-logs", "--log-level", "INFO"]
 
         self.stage = "smoke"
+        failpoint.hit("smoke")
         self._smoke(argv_base, provider_file, unit)
         rec.times.smoked = utcnow()
 
@@ -309,11 +346,15 @@ class Launch:
         rec.times.mission_start = utcnow()
         self.save()
         self.say(f"running the '{mission.name}' mission with opencode (cap {mission.manifest.time_cap_minutes:g} min)")
-        result = run_opencode([*argv_base, "--title", title], prompt=mission.prompt_text, env=env, cwd=workspace,
+        failpoint.hit("run")
+        view = self._view(workspace, self.run_dir / "opencode", provider_file)
+        argv = wrap(self.sandbox, [*argv_base, "--title", title], view, workspace, self.run_dir)
+        result = run_opencode(argv, prompt=mission.prompt_text, env=env, cwd=workspace,
                               events_path=Path(rec.artifacts.opencode_events),
                               stderr_path=Path(rec.artifacts.opencode_stderr), limits=limits,
                               abort=self.collector.problem, abort_reason=self.collector.reason)
         rec.times.mission_end = utcnow()
+        rec.sandbox.denials, rec.sandbox.denied = count_denials(Path(rec.artifacts.opencode_events), view, workspace)
         self._stop_services()  # services flush their telemetry on the way down
         self.report_name = mission.manifest.report
         report = workspace / mission.manifest.report
@@ -325,6 +366,7 @@ class Launch:
         self.save()
 
         self.stage = "collect"
+        failpoint.hit("collect")
         try:
             # The title and the launch time select this run's root session; the store is
             # this run's own anyway (isolated XDG dirs), the filters only make that explicit.
@@ -336,11 +378,13 @@ class Launch:
         self._mission_figures(mission, workspace, oc_config.data_dir(env))
         self._judge(result)
 
-    @staticmethod
-    def _agent_env(home: Path, provider_file: Path, unit: Unit) -> dict[str, str]:
-        env = oc_config.isolated_env(home, provider_file, unit.api_key_env)
+    def _agent_env(self, home: Path, provider_file: Path, unit: Unit) -> dict[str, str]:
+        env = oc_config.isolated_env(home, provider_file, unit.api_key_env, api_key=self.api_key)
         env[AGENT_MARKER_VAR] = unit.extra.get("marker", "")
         return env
+
+    def _view(self, workdir: Path, home: Path, provider_file: Path) -> View:
+        return agent_view([workdir, home], self.opencode_binary, [provider_file])
 
     def _smoke(self, argv_base: list[str], provider_file: Path, unit: Unit) -> None:
         smoke_dir = self.run_dir / "smoke"
@@ -348,8 +392,10 @@ class Launch:
         scratch.mkdir(parents=True, exist_ok=True)
         env = self._agent_env(smoke_dir / "opencode", provider_file, unit)
         self.say("smoke: asking for one bash tool call through opencode")
-        before = counter(unit.base_url, GENERATED, api_key=api_key_from_env(unit.api_key_env))
-        result = run_opencode([*argv_base, "--title", "llms-benchmark smoke"], prompt=SMOKE_PROMPT, env=env,
+        before = counter(unit.base_url, GENERATED, api_key=self.api_key)
+        view = self._view(scratch, smoke_dir / "opencode", provider_file)
+        argv = wrap(self.sandbox, [*argv_base, "--title", "llms-benchmark smoke"], view, scratch, smoke_dir)
+        result = run_opencode(argv, prompt=SMOKE_PROMPT, env=env,
                               cwd=scratch, events_path=smoke_dir / "events.jsonl",
                               stderr_path=smoke_dir / "stderr.log", limits=SMOKE_LIMITS,
                               abort=self.collector.problem, abort_reason=self.collector.reason)
@@ -362,7 +408,7 @@ class Launch:
         missing = " and ".join(name for name, ok in (("bash tool_use event", has_bash), ("text event", has_text))
                                if not ok)
         how = result.ended_by or f"opencode exited {result.exit_code}"
-        after = counter(unit.base_url, GENERATED, api_key=api_key_from_env(unit.api_key_env))
+        after = counter(unit.base_url, GENERATED, api_key=self.api_key)
         if before is not None and after is not None:
             # Evidence from the server itself: a model streaming prose without end finishes no part.
             how += f"; the server generated {after - before:,.0f} tokens meanwhile"
@@ -431,7 +477,7 @@ class Launch:
         stage = self.stage
         self.stage = "destroy"
         try:
-            existed = destroy_unit(self.stack, self.unit, Ledger(self.root))
+            existed = self._destroy_with_retries()
             rec.times.destroyed = utcnow()
             self.say(f"destroyed {self.unit.name}" + ("" if existed else " (it had already exited)"))
         except Exception as exc:  # the unit may still bill: say so loudly, keep it in the ledger
@@ -445,6 +491,20 @@ class Launch:
         if rec.times.serve_start and rec.times.destroyed:
             hours = (rec.times.destroyed - rec.times.serve_start).total_seconds() / 3600
             rec.gpu_hours = round(hours * self.gpus, 4)
+
+    def _destroy_with_retries(self, attempts: int = 3, pause_s: float = 2.0) -> bool:
+        """A destroy that fails (an API hiccup, a process slow to die) is tried again; the
+        last failure is raised and the unit stays in the ledger for the next command."""
+        for attempt in range(1, attempts + 1):
+            try:
+                failpoint.hit("destroy")
+                return destroy_unit(self.stack, self.unit, Ledger(self.root))
+            except Exception as exc:  # noqa: BLE001 - retried, then raised
+                if attempt == attempts:
+                    raise
+                self.say(f"destroy attempt {attempt} failed ({exc}); trying again")
+                time.sleep(pause_s * attempt)
+        raise AssertionError("unreachable")
 
     def _copy_served_log(self) -> None:
         served = self.unit.extra.get("served_log") if self.unit else None

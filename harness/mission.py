@@ -12,7 +12,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harness.errors import UserError
-from harness.vot.loader import load_yaml
+from harness.vot.loader import is_file, load_yaml
 
 MANIFEST = "mission.yaml"
 DEFAULT_MISSION = "observability"  # the benchmark's mission; `hello` is the smallest
@@ -83,27 +83,52 @@ def load_mission_dir(folder: Path) -> Mission:
     if manifest.name != folder.name:
         raise UserError(f"name '{manifest.name}' differs from its folder '{folder.name}'", file=path,
                         field="name", fix=f"set name: {folder.name}")
+    for key in ("prompt", "workspace", "setup"):
+        value = getattr(manifest, key)
+        if value is not None and not _inside(folder, value):
+            raise UserError(f"{key} {value!r} lies outside the mission folder", file=path, field=key,
+                            fix=f"give a path relative to {folder}, without '..'")
     prompt = folder / manifest.prompt
-    if not prompt.is_file():
+    if not is_file(prompt):
         raise UserError(f"prompt file {manifest.prompt} does not exist", file=path, field="prompt",
                         fix=f"create {prompt} or point `prompt` at the mission's prompt file")
     workspace = folder / manifest.workspace
-    if not workspace.is_dir():
+    if not _is_dir(workspace):
         raise UserError(f"workspace folder {manifest.workspace} does not exist", file=path, field="workspace",
                         fix=f"create {workspace} with the files the agent starts from")
-    if manifest.setup and not (folder / manifest.setup).is_file():
+    if manifest.setup and not is_file(folder / manifest.setup):
         raise UserError(f"setup file {manifest.setup} does not exist", file=path, field="setup",
                         fix=f"create {folder / manifest.setup} with a start(workspace, run_dir) function")
-    text = prompt.read_text(encoding="utf-8")
+    try:
+        text = prompt.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise UserError("the prompt file is not UTF-8 text", file=prompt, fix="save it as UTF-8") from None
+    except OSError as exc:
+        raise UserError(f"the prompt file cannot be read: {exc.strerror or exc}", file=prompt) from None
     if not text.strip():
         raise UserError("the prompt file is empty", file=prompt, fix="write the mission's prompt")
     return Mission(manifest=manifest, dir=folder, prompt_text=text,
                    sha256=_hash_tree(workspace, [path, prompt]))
 
 
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except OSError:  # a name the OS refuses (too long, ...)
+        return False
+
+
+def _inside(folder: Path, relative: str) -> bool:
+    """Whether `relative` names something inside `folder` (a manifest never reaches outside it)."""
+    try:
+        return (folder / relative).resolve().is_relative_to(folder.resolve())
+    except (OSError, ValueError):
+        return False
+
+
 def load_mission(root: Path, name: str) -> Mission:
     folder = root / "missions" / name
-    if not (folder / MANIFEST).is_file():
+    if name in ("", ".", "..") or "/" in name or "\\" in name or not is_file(folder / MANIFEST):
         known = sorted(p.parent.name for p in (root / "missions").glob(f"*/{MANIFEST}"))
         raise UserError(f"no mission named '{name}'", file=folder / MANIFEST,
                         fix=f"use one of: {', '.join(known) or '(none)'}")

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import PreflightError
+from harness.sandbox import Sandbox, detect
 from harness.mission import Mission, load_mission
 from harness.opencode.binary import find_opencode, opencode_version
 from harness.stacks.base import GpuCell, Stack
@@ -29,6 +30,7 @@ class Preflight:
     mission: Mission | None
     opencode: Path | None
     opencode_version: str | None
+    sandbox: Sandbox = Sandbox("none")
 
 
 def check_preset_for_agent(preset: ResolvedPreset, mission: Mission | None) -> None:
@@ -52,7 +54,7 @@ def check_preset_for_agent(preset: ResolvedPreset, mission: Mission | None) -> N
 
 
 def run_preflight(root: Path, env_name: str, preset_name: str, mission_name: str | None,
-                  *, need_opencode: bool = True) -> Preflight:
+                  *, need_opencode: bool = True, no_sandbox: bool = False) -> Preflight:
     env = load_environment(root, env_name)
     stack = get_stack(env.stack, root)
     preset = load_preset(root, preset_name).resolve(env.stack)
@@ -66,7 +68,9 @@ def run_preflight(root: Path, env_name: str, preset_name: str, mission_name: str
     check_preset_for_agent(preset, mission)
     gpu = stack.preflight(env, preset)
     binary = version = None
+    sandbox = Sandbox("none")
     if need_opencode:
         binary = find_opencode(root)
         version = opencode_version(binary)
-    return Preflight(env, preset, stack, gpu, mission, binary, version)
+        sandbox = detect(no_sandbox)  # the agent runs sandboxed, or the user said not to
+    return Preflight(env, preset, stack, gpu, mission, binary, version, sandbox)

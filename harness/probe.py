@@ -2,20 +2,22 @@
 and prefill, each from streamed timings of real chat completions.
 
 Every prompt starts with a unique tag so no prefix cache serves it (cache-cold).
+Requests go through the load benchmark's streaming client, so the probe and
+`llms-benchmark load` time chunks the same way (see harness.load.client).
 Token counts come from the server's `usage`, never from our own estimate; the
 long prompt is sized by calibrating the server's tokenizer on filler text first.
 """
 
 from __future__ import annotations
 
-import json
+import asyncio
 import os
-import time
 import uuid
 from dataclasses import dataclass
 
 import httpx
 
+from harness.load.client import CHAT_PATH, StreamClient, chat_payload
 from harness.record import Probe
 
 LONG_TARGET = 82_000  # tokens, where the context allows
@@ -52,50 +54,31 @@ def _filler(words: int, tag: str) -> str:
 
 
 class Prober:
+    """Streams one request at a time through the load benchmark's client (harness.load.client),
+    on a private event loop so the connection is kept alive between the probe's requests."""
+
     def __init__(self, base_url: str, model: str, *, api_key: str | None = None, timeout_s: float = 900) -> None:
-        self.url = base_url.rstrip("/") + "/v1/chat/completions"
         self.model = model
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.client = httpx.Client(headers=headers, timeout=httpx.Timeout(timeout_s, connect=10))
+        try:
+            self.client = StreamClient(base_url, api_key=api_key, idle_timeout=timeout_s)
+        except ValueError as exc:
+            raise httpx.UnsupportedProtocol(str(exc)) from None
+        self.loop = asyncio.new_event_loop()
 
     def close(self) -> None:
-        self.client.close()
+        self.loop.run_until_complete(self.client.aclose())
+        self.loop.close()
 
     def stream(self, prompt: str, max_tokens: int) -> Timing:
-        body = {
-            "model": self.model,
-            "messages": [{"role": "user", "content": prompt}],
-            "max_tokens": max_tokens,
-            "temperature": 0,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-            "ignore_eos": True,  # vLLM and llama.cpp: decode exactly max_tokens
-        }
-        sent = time.monotonic()
-        first = last = None
-        chunks = 0
-        usage: dict = {}
-        with self.client.stream("POST", self.url, json=body) as resp:
-            if resp.status_code != 200:
-                resp.read()
-                raise httpx.HTTPStatusError(f"{resp.status_code}: {resp.text[:300]}", request=resp.request,
-                                            response=resp)
-            for line in resp.iter_lines():
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    break
-                chunk = json.loads(data)
-                usage = chunk.get("usage") or usage
-                for choice in chunk.get("choices") or []:
-                    delta = choice.get("delta") or {}
-                    if delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning"):
-                        now = time.monotonic()
-                        first = first or now
-                        last = now
-                        chunks += 1
-        return Timing(sent, first, last, usage.get("prompt_tokens"), usage.get("completion_tokens"), chunks)
+        # temperature 0 and ignore_eos (vLLM and llama.cpp: decode exactly max_tokens), usage in the stream
+        payload = chat_payload(self.model, prompt, max_tokens)
+        result = self.loop.run_until_complete(self.client.stream(CHAT_PATH, payload))
+        if not result.ok and result.error != "no output tokens received":
+            raise httpx.HTTPError(f"{result.error}: {(result.detail or '')[:300]}")
+        first = result.token_ns[0] / 1e9 if result.token_ns else None
+        last = result.token_ns[-1] / 1e9 if result.token_ns else None
+        return Timing(result.start_ns / 1e9, first, last, result.prompt_tokens, result.completion_tokens,
+                      result.chunks)
 
     def tokens_per_word(self) -> float:
         """Calibrate the server's tokenizer on the filler (two sizes cancel the template)."""
@@ -139,3 +122,12 @@ def _round(value: float | None, digits: int = 1) -> float | None:
 
 def api_key_from_env(name: str | None) -> str | None:
     return os.environ.get(name) if name else None
+
+
+def unit_api_key(stack, unit) -> str | None:
+    """The key a client sends to `unit`, read at the last moment and held in memory only:
+    a stack that keeps it itself (azure: the app's secret) answers `api_key(unit)`;
+    otherwise it is the environment variable the unit names."""
+    read = getattr(stack, "api_key", None)
+    key = read(unit) if callable(read) else None
+    return key if key is not None else api_key_from_env(unit.api_key_env)

@@ -103,6 +103,14 @@ class RunOutcome(BaseModel):
     report_found: bool = False
 
 
+class SandboxFigures(BaseModel):
+    """How the agent was confined, and what the confinement refused it."""
+
+    kind: str  # "bwrap", "sandbox-exec", or "none" (--no-sandbox: the row is marked)
+    denials: int = 0  # tool calls that failed on a hidden path or a read-only one
+    denied: list[str] = Field(default_factory=list)
+
+
 class Artifacts(BaseModel):
     unit_log: str | None = None
     opencode_events: str | None = None
@@ -142,6 +150,7 @@ class RunRecord(BaseModel):
     phases: Phases | None = None
     signals: list[str] = Field(default_factory=list)  # telemetry signals queried with a non-empty result
     files_read_before_drive: list[str] = Field(default_factory=list)
+    sandbox: SandboxFigures | None = None
     versions: dict[str, str] = Field(default_factory=dict)
     artifacts: Artifacts = Field(default_factory=Artifacts)
 

@@ -21,6 +21,7 @@ from harness.launch import runs_dir
 from harness.record import RunRecord
 from harness.report import parse_report_file
 from harness.rulings import HELD_UP, NOT_HELD_UP, Recall, RuledFinding, Rulings, load_rulings, save_rulings
+from harness.vot.loader import is_file
 
 # ask(finding, proposal) -> None to accept, or (verdict, reason) to override.
 Ask = Callable[[RuledFinding], tuple[str, str] | None]
@@ -30,14 +31,26 @@ def rulings_path(root: Path, run_id: str) -> Path:
     return root / "rulings" / f"{run_id}.yaml"
 
 
+def _check_run_id(root: Path, run_id: str) -> None:
+    """A run id is a folder name under .llms-benchmark/runs/, never a path that leads elsewhere."""
+    if run_id in ("", ".", "..") or "/" in run_id or "\\" in run_id:
+        raise UserError(f"'{run_id}' is not a run id", file=runs_dir(root),
+                        fix="pass the name of one folder under .llms-benchmark/runs/")
+
+
 def run_folder(root: Path, run_id: str) -> tuple[Path, RunRecord]:
+    _check_run_id(root, run_id)
     folder = runs_dir(root) / run_id
     record = folder / "run.json"
-    if not record.is_file():
+    if not is_file(record):
         known = sorted(p.parent.name for p in runs_dir(root).glob("*/run.json"))[-3:] if runs_dir(root).is_dir() else []
         raise UserError(f"no run '{run_id}'", file=record,
                         fix="pass a run id from .llms-benchmark/runs/" + (f" (latest: {', '.join(known)})" if known else ""))
-    return folder, RunRecord.load(record)
+    try:
+        return folder, RunRecord.load(record)
+    except ValueError as exc:  # pydantic's ValidationError and UnicodeDecodeError included
+        raise UserError(f"not a valid run record: {exc}", file=record,
+                        fix="restore run.json from git, or launch the run again") from None
 
 
 def draft(root: Path, run_id: str) -> Rulings:
@@ -121,8 +134,9 @@ def grade(root: Path, run_id: str, rulings: Rulings, endpoint, say: Callable[[st
 def rule(root: Path, run_id: str, *, ask: Ask | None, accept: bool, grader=None,
          say: Callable[[str], None] = lambda _: None, notes: GraderNotes | None = None) -> tuple[Rulings, Path]:
     """Draft (key-matcher), grade (optional grader model, its notes into `notes`), finish, save."""
+    _check_run_id(root, run_id)
     path = rulings_path(root, run_id)
-    if path.is_file():
+    if is_file(path):
         existing = load_rulings(path)
         if existing.final:
             return existing, path

@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from harness.atomic import write_atomic
 from harness.errors import UserError
 from harness.report import KINDS, Report, parse_report_file
+from harness.vot.loader import parse_yaml, read_bytes
 
 HELD_UP = "held up"
 NOT_HELD_UP = "did not hold up"
@@ -191,12 +192,9 @@ def load_rulings(path: Path, report: Path | Report | None = None) -> Rulings:
     names the file and the finding number. With `report` (its path or parsed Report), a
     ruled finding number the report lacks is refused too."""
     path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError("no rulings file", file=path, fix="draft one with the key-matcher, or write it") from None
-    except yaml.YAMLError as exc:
-        raise UserError(f"not valid YAML: {exc}", file=path) from None
+    if not path.exists():
+        raise UserError("no rulings file", file=path, fix="draft one with the key-matcher, or write it")
+    raw = parse_yaml(read_bytes(path), path)  # unreadable, not UTF-8, not YAML: one UserError
     if not isinstance(raw, dict):
         raise UserError("a rulings file is a mapping (run_id, report, ruled_at, findings, recall, final)", file=path)
     try:

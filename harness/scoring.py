@@ -84,13 +84,17 @@ def parse_total(cell: str | int | float) -> float:
             raise _bad("total", cell, "NmSSs (150m02s) or a number of seconds (9002)")
         return float(cell)
     text = _clean(cell)
-    if _NUMBER_RE.match(text):
-        return float(text)
     match = _TOTAL_RE.match(text)
-    if not text or match is None or not any(match.groupdict().values()):
+    if _NUMBER_RE.match(text):
+        seconds = float(text)
+    elif not text or match is None or not any(match.groupdict().values()):
         raise _bad("total", cell, "NmSSs (150m02s) or a number of seconds (9002)")
-    h, m, s = (float(match[g] or 0) for g in ("h", "m", "s"))
-    return h * 3600 + m * 60 + s
+    else:
+        h, m, s = (float(match[g] or 0) for g in ("h", "m", "s"))
+        seconds = h * 3600 + m * 60 + s
+    if not math.isfinite(seconds):  # digits past what a float holds
+        raise _bad("total", cell, "NmSSs (150m02s) or a number of seconds (9002)")
+    return seconds
 
 
 def format_total(seconds: float) -> str:
@@ -149,9 +153,12 @@ def parse_confirmed(cell: str | int) -> int:
         value = cell
     else:
         text = _clean(cell).split("/")[0].strip()
-        if not text.isdigit():
+        try:  # ASCII digits only ('²' is a digit to isdigit, not to int); int() refuses 4300+ digits
+            value = int(text) if text.isascii() and text.isdigit() else None
+        except ValueError:
+            value = None
+        if value is None:
             raise _bad("confirmed", cell, "a whole number of confirmed findings, e.g. 7 or 7 / 8")
-        value = int(text)
     if value < 0:
         raise _bad("confirmed", cell, "a non-negative whole number")
     return value

@@ -343,7 +343,12 @@ def _write_case(project: Project, case: str) -> tuple[list[str], Path, str, str]
         return ["local-gpu", "replay-hello"], path, "stack", "`vllm` is not installed"
     if case == "azure-sweden":
         path = project.add_environment("azure-sweden")
-        return ["azure-sweden", "replay-hello"], path, "stack", "not yet supported by this version"
+        # Only the environment link of DefaultAzureCredential, with no AZURE_CLIENT_* set: no
+        # login is found, and nothing beyond loopback is asked (no az, no managed identity).
+        project.env["AZURE_TOKEN_CREDENTIALS"] = "EnvironmentCredential"
+        for var in ("AZURE_CLIENT_ID", "AZURE_TENANT_ID", "AZURE_CLIENT_SECRET", "AZURE_CLIENT_CERTIFICATE_PATH"):
+            project.env.pop(var, None)
+        return ["azure-sweden", "replay-hello"], path, "stack", "no working Azure credential"
     raise AssertionError(case)
 
 

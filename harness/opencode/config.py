@@ -77,7 +77,8 @@ def write_provider_file(config: dict, path: Path) -> Path:
     return path
 
 
-def isolated_env(home: Path, provider_file: Path, api_key_env: str | None) -> dict[str, str]:
+def isolated_env(home: Path, provider_file: Path, api_key_env: str | None, *,
+                 api_key: str | None = None) -> dict[str, str]:
     """A fresh HOME, XDG dirs and TMPDIR per launch: no user config, credentials or
     other runs' sessions are visible, and the session store is this run's alone."""
     dirs = {
@@ -105,7 +106,8 @@ def isolated_env(home: Path, provider_file: Path, api_key_env: str | None) -> di
         OPENCODE_DISABLE_DEFAULT_PLUGINS="1",
         # The key reaches opencode through its environment only, never argv or a file.
         # Local stacks check no key; vLLM's convention is then any non-empty value.
-        VOT_API_KEY=os.environ.get(api_key_env, "") if api_key_env else "none",
+        # `api_key` is a key the launch already holds (azure reads it from the app's secret).
+        VOT_API_KEY=api_key if api_key is not None else (os.environ.get(api_key_env, "") if api_key_env else "none"),
     )
     return env
 

@@ -8,6 +8,10 @@ as it drives vLLM.
 
     python -m harness.replay.server --trajectory FILE --host 127.0.0.1 --port 0 \\
         --served-model-name NAME --max-model-len N [--served-log PATH]
+    python -m harness.replay.server --timed --port 0 --served-model-name NAME [--ttft S --itl S ...]
+
+The second form is the timed mode (`harness.replay.timed`): tokens on an exact
+schedule, for measuring a load client's error.
 
 Layout: pure functions read a request and plan a `Reply` (a timeline of deltas);
 `Exchange` plays one reply against the clock, the metrics and the served log;
@@ -17,8 +21,10 @@ Layout: pure functions read a request and plan a `Reply` (a timeline of deltas);
 from __future__ import annotations
 
 import argparse
+import hmac
 import json
 import math
+import os
 import re
 import select
 import signal
@@ -43,6 +49,7 @@ from prometheus_client import (
 )
 
 from harness.errors import UserError
+from harness.replay import timed
 from harness.replay.trajectory import (
     DEFAULT_TTFT,
     Fallback,
@@ -547,6 +554,7 @@ class ReplayServer(ThreadingHTTPServer):
         self.stopping = threading.Event()
         self.in_flight = 0
         self.in_flight_lock = threading.Lock()
+        self.api_key: str | None = None  # set from --api-key-env: the variable's name on argv, never the key
 
     def models_body(self) -> dict[str, Any]:
         model = {
@@ -573,8 +581,23 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         pass  # the served log is the record; per-request stderr lines are noise
 
+    def refused_key(self, route: str) -> bool:
+        """Like vLLM's --api-key: /v1 routes need `Authorization: Bearer <key>`."""
+        key = self.server.api_key
+        if key is None or not route.startswith("/v1"):
+            return False
+        if hmac.compare_digest(self.headers.get("Authorization", ""), f"Bearer {key}"):
+            return False
+        length = int(self.headers.get("Content-Length") or 0)
+        if length:
+            self.rfile.read(length)
+        self.send_json(401, {"error": "Unauthorized"})
+        return True
+
     def do_GET(self) -> None:
         route = urlsplit(self.path).path.rstrip("/")
+        if self.refused_key(route):
+            return
         if route == "/health":
             self.send_json(200, {"status": "ok"})
         elif route == "/v1/models":
@@ -586,6 +609,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         route = urlsplit(self.path).path.rstrip("/")
+        if self.refused_key(route):
+            return
         if route != "/v1/chat/completions":
             self.send_json(404, error_body(f"no route {route}", "NotFoundError", 404))
             return
@@ -692,24 +717,37 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         prog="python -m harness.replay.server",
         description="Serve a scripted trajectory over the OpenAI chat API (a fake model for tests and demos).",
     )
-    parser.add_argument("--trajectory", required=True, type=Path, help="trajectory YAML file")
+    parser.add_argument("--trajectory", type=Path, help="trajectory YAML file (required unless --timed)")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
     parser.add_argument("--served-model-name", required=True, help="the only model name accepted")
-    parser.add_argument("--max-model-len", required=True, type=int, help="reported by /v1/models")
+    parser.add_argument("--max-model-len", type=int, help="reported by /v1/models (required unless --timed)")
     parser.add_argument("--served-log", type=Path, help="append one JSON line per chat request here")
-    return parser.parse_args(argv)
+    parser.add_argument("--api-key-env", help="require `Bearer <key>` on /v1, the key read from this variable")
+    timed.add_arguments(parser)
+    args = parser.parse_args(argv)
+    if not args.timed and (args.trajectory is None or args.max_model_len is None):
+        parser.error("--trajectory and --max-model-len are required (or --timed for the exact-schedule mode)")
+    if args.timed and args.max_model_len is None:
+        args.max_model_len = 131_072
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.timed:
+        return timed.main(args)
     try:
         trajectory = load_trajectory(args.trajectory)
     except UserError as exc:
         print(exc.render(), file=sys.stderr)
         return UserError.exit_code
     address = (args.host, args.port)
+    if args.api_key_env and not os.environ.get(args.api_key_env):
+        print(f"--api-key-env: ${args.api_key_env} is not set", file=sys.stderr)
+        return UserError.exit_code
     server = ReplayServer(address, trajectory, args.served_model_name, args.max_model_len, args.served_log)
+    server.api_key = os.environ.get(args.api_key_env) if args.api_key_env else None
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

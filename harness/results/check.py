@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 from harness.errors import UserError
-from harness.results.render import LOCAL_HEADERS, REMOTE_HEADERS
+from harness.results.render import LOCAL_HEADERS, REMOTE_HEADERS, read_page
 from harness.scoring import score_local, score_remote
 
 _LINK = re.compile(r"\[`?([^`\]]+)`?\]\([^)]*\)")
@@ -82,9 +82,4 @@ def check_rows(text: str) -> tuple[int, list[str]]:
 
 def check_page(path: Path) -> list[str]:
     """One message per row whose Scoring disagrees with its own cells; [] when all agree."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError("no results page", file=path, fix="render it with: llms-benchmark render") from None
-    return check_rows(text)[1]
+    return check_rows(read_page(Path(path), missing_fix="render it with: llms-benchmark render"))[1]

@@ -27,6 +27,7 @@ from harness.results.rows import (
     load_remote_rows,
 )
 from harness.scoring import parse_percent, parse_seconds, parse_total, parse_usd, rank_key
+from harness.vot.loader import is_file
 
 BEGIN = "<!-- results:begin -->"
 END = "<!-- results:end -->"
@@ -46,6 +47,10 @@ NON_CONCLUSIVE_HEADERS = ["Preset", "Environment", "Date", "Reason"]
 
 def bold(cell: str) -> str:
     return f"**{cell}**"
+
+
+# A local row whose agent ran with --no-sandbox: it could have read what it was not given.
+UNSANDBOXED = " (no sandbox)"
 
 
 def preset_link(preset: str) -> str:
@@ -85,7 +90,7 @@ def table_cells(rows: list[Row]) -> tuple[list[list[str]], list[list[str]]]:
 
     headline, detail = [], []
     for i, r in enumerate(rows):
-        name = f"`{r.name}`" if remote else preset_link(r.name)
+        name = f"`{r.name}`" if remote else preset_link(r.name) + (UNSANDBOXED if r.unsandboxed else "")
         ratio = bold(r.confirmed_reported) if r.reported and r.confirmed == r.reported else r.confirmed_reported
         head = [bold(f"#{i + 1}"), name, r.effort, r.cli, r.where, r.oddyssey, b("score", i, format_score(r.score)),
                 ratio, r.by_kind, b("total", i, r.total)]
@@ -148,6 +153,21 @@ def splice(text: str, body: str, page: Path) -> str:
     return text[:start] + "\n" + body + "\n" + text[stop:]
 
 
+def read_page(page: Path, missing_fix: str = f"write the page with its prose and the two markers {BEGIN} / {END}") -> str:
+    """The page's text, byte for byte; missing, a folder, unreadable or not UTF-8 is one UserError."""
+    try:
+        with open(page, encoding="utf-8", newline="") as fh:
+            return fh.read()
+    except FileNotFoundError:
+        raise UserError("no results page", file=page, fix=missing_fix) from None
+    except IsADirectoryError:
+        raise UserError("is a folder, not the results page", file=page, fix="pass the page's file with --page") from None
+    except UnicodeDecodeError:
+        raise UserError("is not UTF-8 text", file=page, fix="save it as UTF-8") from None
+    except OSError as exc:
+        raise UserError(f"cannot be read: {exc.strerror or exc}", file=page) from None
+
+
 def render_page(root: Path, page: Path | None = None, include_scripted: bool = False) -> bool:
     """Render the results into the page between its markers; True when a byte changed.
     The page is locked while it is read and rewritten, so two launches finishing at once
@@ -157,12 +177,11 @@ def render_page(root: Path, page: Path | None = None, include_scripted: bool = F
     if include_scripted and page.resolve() == (root / PAGE).resolve():
         raise UserError("scripted replay rows never go on the published results page", file=page,
                         field="--include-scripted", fix="render them to a page of their own with --page PATH")
-    if not page.is_file():
+    if not is_file(page):
         raise UserError("no results page", file=page,
                         fix=f"write the page with its prose and the two markers {BEGIN} / {END}")
     with file_lock(page):
-        with open(page, encoding="utf-8", newline="") as fh:
-            text = fh.read()
+        text = read_page(page)
         new = splice(text, render_results(root, include_scripted), page)
         if new == text:
             return False

@@ -17,13 +17,13 @@ from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from harness.errors import UserError
 from harness.record import RunRecord, Status
 from harness.rulings import Rulings, load_rulings
 from harness.scoring import Score, format_total, parse_total, score_local, score_remote
+from harness.vot.loader import is_file, parse_yaml, read_bytes
 
 # The benchmark's protocol revision: the local tables' `oddyssey` column reads
 # `llms-benchmark <PROTOCOL>`; a row measured under another revision is marked ` ⚠`.
@@ -100,6 +100,7 @@ class Row:
     signals: str = DASH
     planted_found: str | None = None  # local only
     run_id: str | None = None
+    unsandboxed: bool = False  # local only: the agent ran with --no-sandbox
     score: Score = field(init=False)
 
     def __post_init__(self) -> None:
@@ -154,6 +155,7 @@ def local_row(record: RunRecord, rulings: Rulings) -> Row:
         signals=f"{len(set(record.signals) & set(SIGNALS))}/{len(SIGNALS)}",
         planted_found=f"{len(recall.found)}/{recall.planted}" if recall.planted else DASH,
         run_id=record.run_id,
+        unsandboxed=record.sandbox is not None and record.sandbox.kind == "none",
     )
 
 
@@ -171,7 +173,7 @@ def load_local_rows(root: Path, include_scripted: bool = False) -> list[Row]:
         if record.status != Status.ok or (record.scripted and not include_scripted):
             continue
         rulings_path = root / RULINGS_DIR / f"{record.run_id}.yaml"
-        if not rulings_path.is_file():
+        if not is_file(rulings_path):
             continue  # not ruled yet: no row
         rulings = load_rulings(rulings_path)
         if not rulings.final:
@@ -266,12 +268,9 @@ def remote_row(raw: Any, path: Path, index: int) -> Row:
 
 
 def _load_yaml_list(path: Path, what: str) -> list:
-    if not path.is_file():
+    if not path.exists():
         return []
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise UserError(f"not valid YAML: {exc}", file=path) from None
+    data = parse_yaml(read_bytes(path), path)  # unreadable, not UTF-8, not YAML: one UserError
     if data is None:
         return []
     if not isinstance(data, list):

@@ -14,8 +14,13 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+from pydantic import TypeAdapter, ValidationError
+
 from harness.atomic import write_atomic
+from harness.errors import UserError
 from harness.stacks.base import Unit
+
+_UNIT = TypeAdapter(Unit)
 
 
 class Ledger:
@@ -36,14 +41,29 @@ class Ledger:
 
     def _read(self) -> dict[str, dict]:
         try:
-            return json.loads(self.path.read_text())
+            units = json.loads(self.path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return {}
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            units = None
+        if not isinstance(units, dict):
             # A torn file cannot happen (atomic replace), but never lose units silently:
             # keep the bad file aside and start a fresh ledger.
             self.path.rename(self.path.with_suffix(".corrupt"))
             return {}
+        return units
+
+    def _unit(self, key: str, raw: object) -> Unit:
+        """One entry as a Unit; an entry edited by hand into something else is one UserError."""
+        try:
+            return _UNIT.validate_python(raw)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise UserError(f"entry {key!r} is not a unit: {where + ': ' if where else ''}{first['msg']}",
+                            file=self.path, field=key,
+                            fix="restore the entry as the harness wrote it, or destroy that unit by hand and "
+                                "remove the entry") from None
 
     def _write(self, units: dict[str, dict]) -> None:
         write_atomic(self.path, json.dumps(units, indent=2, sort_keys=True))
@@ -52,9 +72,17 @@ class Ledger:
     def key(environment: str, name: str) -> str:
         return f"{environment}/{name}"
 
-    def add(self, unit: Unit) -> None:
+    def add(self, unit: Unit, *, exclusive: bool = False) -> None:
+        """Write the unit's entry. `exclusive`: refuse when the entry exists, decided under
+        the lock, so two launches of one preset racing each other never both serve it."""
         with self._locked() as units:
-            units[self.key(unit.environment, unit.name)] = dataclasses.asdict(unit)
+            key = self.key(unit.environment, unit.name)
+            if exclusive and key in units:
+                raise UserError(
+                    f"{unit.name} is already served on {unit.environment} ({units[key].get('base_url')}); "
+                    "never a second unit", file=self.path,
+                    fix=f"destroy it first: llms-benchmark destroy {unit.environment} {unit.preset}")
+            units[key] = dataclasses.asdict(unit)
 
     def update(self, unit: Unit) -> None:
         self.add(unit)
@@ -65,9 +93,10 @@ class Ledger:
 
     def get(self, environment: str, name: str) -> Unit | None:
         with self._locked() as units:
-            raw = units.get(self.key(environment, name))
-        return Unit(**raw) if raw else None
+            key = self.key(environment, name)
+            raw = units.get(key)
+        return self._unit(key, raw) if raw is not None else None
 
     def all(self) -> list[Unit]:
         with self._locked() as units:
-            return [Unit(**raw) for raw in units.values()]
+            return [self._unit(key, raw) for key, raw in units.items()]

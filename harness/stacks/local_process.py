@@ -60,6 +60,9 @@ def processes_with_marker(marker: str, var: str = MARKER_VAR) -> list[psutil.Pro
     return found
 
 
+API_KEY_ENV = "VLLM_API_KEY"
+
+
 class LocalProcessStack:
     """Shared serve/logs/alive/destroy for stacks whose unit is one local process tree."""
 
@@ -108,6 +111,9 @@ class LocalProcessStack:
             max_model_len=preset.max_model_len,
             log_path=str(self.run_dir / f"{name}.log"),
             extra={"marker": uuid.uuid4().hex, "port": port},
+            # vLLM's convention: a preset that passes VLLM_API_KEY (by name) serves behind
+            # that key; clients read it from the same variable at the last moment.
+            api_key_env=API_KEY_ENV if API_KEY_ENV in preset.env else None,
         )
 
     def serve(self, unit: Unit, env: Environment, preset: ResolvedPreset) -> Unit:

@@ -13,7 +13,7 @@ from pathlib import Path
 from harness.errors import PreflightError
 from harness.replay.trajectory import load_trajectory
 from harness.stacks.base import GpuCell
-from harness.stacks.local_process import LocalProcessStack
+from harness.stacks.local_process import API_KEY_ENV, LocalProcessStack
 from harness.vot.environment import Environment
 from harness.vot.preset import ResolvedPreset
 
@@ -51,6 +51,8 @@ class ReplayStack(LocalProcessStack):
             "--max-model-len", str(preset.max_model_len or 65536),
             "--served-log", str(self.run_dir / f"vot-{preset.name}.served.jsonl"),  # ground truth for tests
         ]
+        if API_KEY_ENV in preset.env:
+            argv += ["--api-key-env", API_KEY_ENV]  # the variable's name; the key stays in the environment
         return argv
 
     def plan(self, env: Environment, preset: ResolvedPreset):

@@ -25,17 +25,23 @@ SCHEMA_DIR = Path(__file__).parent / "schema"
 PLANNED_STACKS = ("kubernetes", "aws", "gcp")
 
 
-def load_yaml_bytes(path: Path) -> tuple[dict[str, Any], bytes]:
-    """The mapping in `path` and the file's bytes (so callers can hash what they read)."""
+def read_bytes(path: Path) -> bytes:
+    """The bytes of a file the user wrote; a missing, unreadable file or a folder is a UserError."""
     path = Path(path)
     try:
-        raw = path.read_bytes()
+        return path.read_bytes()
     except FileNotFoundError:
         raise UserError("file not found", file=path) from None
     except IsADirectoryError:
         raise UserError("is a folder, not a YAML file", file=path) from None
+    except OSError as exc:
+        raise UserError(f"cannot be read: {exc.strerror or exc}", file=path) from None
+
+
+def parse_yaml(raw: bytes, path: Path) -> Any:
+    """The YAML document in `raw` (read from `path`), of any type; any problem is a UserError."""
     try:
-        data = yaml.safe_load(raw.decode("utf-8"))
+        return yaml.safe_load(raw.decode("utf-8"))
     except UnicodeDecodeError:
         raise UserError("is not UTF-8 text", file=path, fix="save it as UTF-8") from None
     except yaml.YAMLError as exc:
@@ -47,6 +53,21 @@ def load_yaml_bytes(path: Path) -> tuple[dict[str, Any], bytes]:
             line=mark.line + 1 if mark is not None else None,
             fix="check indentation, colons and quoting on that line",
         ) from None
+    except (ValueError, TypeError, AttributeError, OverflowError, RecursionError) as exc:
+        # PyYAML's constructors raise these on a few values it recognises but cannot build
+        # (a date such as 2026-02-30, a timestamp with a stray part, nesting too deep).
+        raise UserError(
+            f"not valid YAML: a value cannot be read ({exc})",
+            file=path,
+            fix="quote values that only look like dates or numbers, e.g. '2026-02-30'",
+        ) from None
+
+
+def load_yaml_bytes(path: Path) -> tuple[dict[str, Any], bytes]:
+    """The mapping in `path` and the file's bytes (so callers can hash what they read)."""
+    path = Path(path)
+    raw = read_bytes(path)
+    data = parse_yaml(raw, path)
     if not isinstance(data, dict):
         kind = "empty" if data is None else _yaml_type(data)
         raise UserError(
@@ -84,8 +105,27 @@ def schema_errors(instance: Any, schema_name: str) -> list[tuple[str, str]]:
     return [_explain(e)[:2] for e in _errors(instance, schema_name)]
 
 
+def _non_text_key(instance: Any) -> list[Any] | None:
+    """The path to the first mapping key YAML did not read as text (`1:`, `true:`, `null:`)."""
+    stack: list[tuple[Any, list[Any]]] = [(instance, [])]
+    while stack:
+        node, parts = stack.pop()
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        for key, value in items:
+            if isinstance(node, dict) and not isinstance(key, str):
+                return [*parts, key]
+            stack.append((value, [*parts, key]))
+    return None
+
+
 def check(instance: Any, schema_name: str, path: Path) -> None:
     """Raise one UserError for the best schema error in `instance` (read from `path`)."""
+    bad = _non_text_key(instance)
+    if bad is not None:  # the schema only names text keys (and jsonschema cannot sort mixed ones)
+        key = bad[-1]
+        raise UserError(f"key {key!r} is {_yaml_type(key)}, not text", file=path,
+                        field=_field([*bad[:-1], str(key)]), fix=f"quote it: '{key}': ...",
+                        line=_line_of(path, bad[:-1]))
     errors = _errors(instance, schema_name)
     if not errors:
         return
@@ -267,7 +307,15 @@ def available(root: Path, folder: Path) -> list[str]:
 def named_file(root: Path, folder: Path, name: str, kind: str, fix: str) -> Path:
     """`<root>/<folder>/<name>.yaml`, or one error listing what is available."""
     path = Path(root) / folder / f"{name}.yaml"
-    if "/" in name or "\\" in name or not path.is_file():
+    if "/" in name or "\\" in name or not is_file(path):
         listed = ", ".join(available(root, folder)) or "none"
         raise UserError(f"no {kind} '{name}' in {folder}/ (available: {listed})", file=path, fix=fix)
     return path
+
+
+def is_file(path: Path) -> bool:
+    """Path.is_file() for a name the user typed: a name the OS refuses (too long, ...) is no file."""
+    try:
+        return Path(path).is_file()
+    except OSError:
+        return False

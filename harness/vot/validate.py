@@ -26,7 +26,11 @@ def _mission_name(root: Path, path: Path) -> str | None:
 def validate_path(root: Path, path: Path) -> str:
     """Check one file and return a one-line summary; any problem is a UserError."""
     path = Path(path)
-    if not path.is_absolute() and not path.exists():
+    try:
+        here = path.exists()
+    except OSError as exc:  # a name the OS refuses (too long, ...)
+        raise UserError(f"cannot be read: {exc.strerror or exc}", file=path) from None
+    if not path.is_absolute() and not here:
         path = Path(root) / path  # relative to the current folder first, else to the project
     folder = path.parent
     if folder.parent.name == ".vot" and folder.name == "presets":

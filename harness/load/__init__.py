@@ -1,0 +1,1 @@
+"""Serving load benchmark: closed-loop load, /metrics sampling, results and plots."""

@@ -1,0 +1,1 @@
+"""Loopback stand-ins for external services the tests talk to."""

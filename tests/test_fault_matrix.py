@@ -1,0 +1,129 @@
+"""The fault matrix: a launch on the replay stack stopped on purpose at every stage
+(LLMS_BENCHMARK_FAILPOINT), by a raised fault, SIGINT and SIGTERM, and by SIGKILL.
+
+For raise / SIGINT / SIGTERM: the unit is destroyed, the ledger is empty, no process
+the launch started is left (its process tree, sampled while it ran, by pid and start
+time, never by name), and the run record says where and why it stopped (exit 3).
+For SIGKILL: the next command that serves finds the orphan in the ledger, says so, and
+destroys it (and the orphaned agent) before serving anything."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+
+import psutil
+import pytest
+
+from conftest import Project, stop
+from test_launch_e2e import SMALL_PROBE, dump
+
+STAGES = ("preflight", "serve", "wait-ready", "probe", "configure", "smoke", "run", "collect", "destroy")
+# A signal at `run` lands two seconds in, while opencode is running the mission.
+DELAY = {"run": "@2"}
+LAUNCH = ["launch", "local", "replay", "replay-hello", "--mission", "hello", *SMALL_PROBE]
+
+
+class Tree:
+    """Every descendant of a process, sampled until it exits: (pid, start time) pairs."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.root, self.seen = proc, set()
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+        self.thread.start()
+
+    def _sample(self) -> None:
+        deadline = time.monotonic() + 400
+        while self.root.poll() is None and time.monotonic() < deadline:
+            try:
+                for child in psutil.Process(self.root.pid).children(recursive=True):
+                    try:
+                        self.seen.add((child.pid, child.create_time(), " ".join(child.cmdline())[:120]))
+                    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                        continue
+            except psutil.NoSuchProcess:
+                return
+            time.sleep(0.05)
+
+    def alive(self, timeout_s: float = 15.0) -> list[str]:
+        self.thread.join(timeout=10)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = []
+            for pid, started, cmd in self.seen:
+                try:
+                    p = psutil.Process(pid)
+                    if p.create_time() == started and p.status() != psutil.STATUS_ZOMBIE:
+                        left.append(f"{pid} {cmd}")
+                except psutil.NoSuchProcess:
+                    continue
+            if not left or time.monotonic() > deadline:
+                return left
+            time.sleep(0.3)
+
+
+def launch_with(project: Project, failpoint: str, timeout: float = 300) -> tuple[int, str, str, Tree]:
+    project.env["LLMS_BENCHMARK_FAILPOINT"] = failpoint
+    proc = project.popen(LAUNCH)
+    tree = Tree(proc)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        out, err = stop(proc)
+        pytest.fail(f"launch with {failpoint} ran past {timeout}s{dump(out, err)}")
+    finally:
+        project.env.pop("LLMS_BENCHMARK_FAILPOINT", None)
+    return proc.returncode, out, err, tree
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("action", ["raise", "sigint", "sigterm"])
+@pytest.mark.parametrize("stage", STAGES)
+def test_every_stage_every_fault_destroys_and_records(project: Project, stage: str, action: str):
+    code, out, err, tree = launch_with(project, f"{stage}:{action}{DELAY.get(stage, '') if action != 'raise' else ''}")
+    run_dir, rec = project.only_run()
+    assert project.ledger() == {}, dump(out, err)
+    assert tree.alive() == [], dump(out, err)
+    served = stage != "preflight"
+    if served:
+        assert rec["unit"] == "vot-replay-hello" and rec["times"]["destroyed"], dump(out, err)
+        assert "destroyed vot-replay-hello" in err
+    else:
+        assert rec.get("unit") is None and not (project.root / ".vot" / "run" / "units.json").exists() \
+            or project.ledger() == {}
+    if stage == "destroy" and action == "raise":
+        # A failed destroy is tried again; the run itself was whole.
+        assert code == 0 and rec["status"] == "ok", dump(out, err)
+        assert "destroy attempt 1 failed (failpoint destroy:raise); trying again" in " ".join(err.split())
+        return
+    assert code == 3, dump(out, err)
+    assert rec["status"] == "fault" and rec["stopped_at"] == stage, rec
+    why = {"raise": f"failpoint {stage}:raise", "sigint": "SIGINT", "sigterm": "SIGTERM"}[action]
+    assert why in rec["reason"], rec["reason"]
+    if stage == "destroy":
+        assert "during destroy (the destroy finished first)" in rec["reason"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("stage", STAGES[1:])
+def test_sigkill_at_every_stage_leaves_an_orphan_the_next_command_destroys(project: Project, stage: str):
+    code, out, err, _ = launch_with(project, f"{stage}:sigkill{DELAY.get(stage, '')}")
+    assert code == -9, dump(out, err)
+    orphan = project.ledger().get("replay/vot-replay-hello")
+    assert orphan is not None, "a SIGKILLed launch leaves its unit in the ledger"
+    server = psutil.Process(orphan["pid"])
+    assert server.is_running() and server.status() != psutil.STATUS_ZOMBIE
+
+    code, out, err = project.run_cli(["serve", "replay", "replay-hello"], timeout=120)
+    assert code == 0, dump(out, err)
+    flat = " ".join(err.split())
+    assert "leftover unit vot-replay-hello on replay from a launch that died" in flat, err
+    assert "vot-replay-hello destroyed; removed from the ledger" in flat, err
+    assert not server.is_running() or server.status() == psutil.STATUS_ZOMBIE
+    run_dir, rec = project.only_run()
+    assert rec["status"] == "fault" and rec["stopped_at"] in (stage, "killed"), rec
+    code, out, err = project.run_cli(["destroy", "replay", "replay-hello"], timeout=60)
+    assert code == 0 and project.ledger() == {}, dump(out, err)

@@ -1,0 +1,106 @@
+"""No secret leaks: a launch whose unit demands a key (vLLM's VLLM_API_KEY convention,
+passed by name) and whose preset passes a second secret by name; the scripted agent
+even echoes its key into a tool's output. While it runs, no process it started carries
+either secret on its command line; afterwards no file under the project root holds
+either (run folder, opencode store, logs, ledger, record), and the agent's echo was
+redacted."""
+
+from __future__ import annotations
+
+import secrets
+import subprocess
+import threading
+import time
+
+import psutil
+import pytest
+import yaml
+
+from harness.secrets import REDACTED, scrub_tree
+from conftest import REPO, Project, stop
+from test_launch_e2e import SMALL_PROBE, dump
+
+
+class Cmdlines:
+    """Every command line of the launch's process tree, sampled while it runs."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.proc, self.seen = proc, {}
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+        self.thread.start()
+
+    def _sample(self) -> None:
+        deadline = time.monotonic() + 400
+        while self.proc.poll() is None and time.monotonic() < deadline:
+            try:
+                procs = [psutil.Process(self.proc.pid), *psutil.Process(self.proc.pid).children(recursive=True)]
+            except psutil.NoSuchProcess:
+                return
+            for p in procs:
+                try:
+                    self.seen[(p.pid, p.create_time())] = p.cmdline()
+                except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                    continue
+            time.sleep(0.05)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_a_launch_with_known_keys_leaves_them_nowhere(project: Project):
+    unit_key, hf_token = f"sk-unit-{secrets.token_hex(12)}", f"hf_{secrets.token_hex(12)}"
+    hello = yaml.safe_load((REPO / "replay" / "hello.yaml").read_text())
+    hello["trajectories"][1]["steps"].insert(0, {"tool_calls": [{"name": "bash", "arguments": {
+        "command": 'echo "my key is $VOT_API_KEY"', "description": "leak the key"}}]})
+    project.add_trajectory("leaky", hello)
+    project.add_preset("replay-leaky", trajectory="leaky", env=["VLLM_API_KEY", "HF_TOKEN"])
+    project.env.update(VLLM_API_KEY=unit_key, HF_TOKEN=hf_token)
+
+    proc = project.popen(["launch", "local", "replay", "replay-leaky", "--mission", "hello", *SMALL_PROBE])
+    lines = Cmdlines(proc)
+    try:
+        out, err = proc.communicate(timeout=360)
+    except subprocess.TimeoutExpired:
+        out, err = stop(proc)
+    lines.thread.join(timeout=10)
+    assert proc.returncode == 0, dump(out, err)
+    assert len(lines.seen) >= 4  # the launch, the replay unit, opencode (smoke and mission), tools
+    for argv in lines.seen.values():
+        joined = " ".join(argv)
+        assert unit_key not in joined and hf_token not in joined, argv
+    assert any("--api-key-env" in argv and "VLLM_API_KEY" in argv for argv in lines.seen.values())
+
+    run_dir, rec = project.only_run()
+    assert unit_key not in out + err and hf_token not in out + err
+    # The unit demanded the key and got it: every chat request was answered.
+    assert [r.get("status", 200) for r in project.served(run_dir)] == [200] * len(project.served(run_dir))
+    events = (run_dir / "opencode-events.jsonl").read_text()
+    assert f"my key is {REDACTED}" in events  # the echo happened, and was redacted
+    scanned = 0
+    for path in project.root.rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            scanned += 1
+            assert unit_key.encode() not in data and hf_token.encode() not in data, path
+    assert scanned > 20
+    assert any(p.name == "opencode.db" for p in run_dir.rglob("*"))
+
+
+def test_scrub_covers_text_and_sqlite_and_leaves_no_old_page(tmp_path):
+    import sqlite3
+
+    key = "sk-" + secrets.token_hex(16)
+    (tmp_path / "log.txt").write_text(f"a {key} b\n")
+    (tmp_path / "clean.txt").write_text("nothing here\n")
+    db = tmp_path / "store.db"
+    with sqlite3.connect(db) as con:
+        con.execute("PRAGMA journal_mode=WAL")
+        con.execute("CREATE TABLE part (id INTEGER, data TEXT, n INTEGER)")
+        con.executemany("INSERT INTO part VALUES (?, ?, ?)", [(i, f"x{i} {key} y" * 50, i) for i in range(200)])
+    changed, left = scrub_tree(tmp_path, [key])
+    assert changed == 2 and left == []
+    assert (tmp_path / "log.txt").read_text() == f"a {REDACTED} b\n"
+    with sqlite3.connect(db) as con:
+        assert con.execute("SELECT count(*) FROM part WHERE data LIKE '%[redacted]%'").fetchone()[0] == 200
+        assert con.execute("SELECT sum(n) FROM part").fetchone()[0] == sum(range(200))
+    for path in tmp_path.iterdir():
+        assert key.encode() not in path.read_bytes(), path
