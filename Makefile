@@ -43,7 +43,7 @@ demo: setup
 	$(BIN)/llms-benchmark launch local replay replay-hello --mission hello
 
 test: setup
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 4
 
 clean:
 	rm -rf $(VENV) node_modules

@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from conftest import Project, stop
-from test_launch_e2e import SMALL_PROBE, dump
+from test_launch_e2e import SMALL_PROBE, _agents_of, dump
 
 STAGES = ("preflight", "serve", "wait-ready", "probe", "configure", "smoke", "run", "collect", "destroy")
 # A signal at `run` lands two seconds in, while opencode is running the mission.
@@ -116,6 +116,11 @@ def test_sigkill_at_every_stage_leaves_an_orphan_the_next_command_destroys(proje
     assert orphan is not None, "a SIGKILLed launch leaves its unit in the ledger"
     server = psutil.Process(orphan["pid"])
     assert server.is_running() and server.status() != psutil.STATUS_ZOMBIE
+    # The sandboxed agent dies with its launch (bubblewrap --die-with-parent): only the unit is orphaned.
+    deadline = time.monotonic() + 15
+    while _agents_of(orphan["extra"]["marker"]) and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert _agents_of(orphan["extra"]["marker"]) == []
 
     code, out, err = project.run_cli(["serve", "replay", "replay-hello"], timeout=120)
     assert code == 0, dump(out, err)

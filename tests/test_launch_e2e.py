@@ -268,7 +268,10 @@ def test_sigkilled_launch_leftover_is_destroyed_by_the_next(project: Project):
     before serving anything, and closes the dead launch's record."""
     project.add_trajectory("stall")
     project.add_preset("replay-stall", trajectory="stall")
-    first = project.popen(["launch", "local", "replay", "replay-stall", "--mission", "hello", *SMALL_PROBE])
+    # Unsandboxed: a sandboxed agent dies with its launch (bubblewrap --die-with-parent);
+    # without the sandbox it is orphaned, and the next launch must end it.
+    first = project.popen(["launch", "local", "replay", "replay-stall", "--mission", "hello", "--no-sandbox",
+                           *SMALL_PROBE])
     try:
         wait_for("times.mission_start in run.json",
                  lambda: (run_json(project) or {}).get("times", {}).get("mission_start"), 200, first)

@@ -35,6 +35,9 @@ HEAD_END = b"\r\n\r\n"
 FAST_CONTENT = b'"content":"'
 FAST_TEXT = b'"text":"'
 MAX_ERROR_BODY = 2000
+# A pooled connection idle longer than this is closed rather than reused: servers drop idle
+# keep-alive connections (uvicorn after 5 s), and one dropped as a request goes out fails it.
+STALE_S = 2.0
 
 
 @dataclass(slots=True)
@@ -84,6 +87,7 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.reusable = False
+        self.idle_since = 0.0
         self.last_ns = 0
         self._result: Result | None = None
         self._done: asyncio.Future | None = None
@@ -347,17 +351,54 @@ class StreamClient:
             lines += f"Content-Type: application/json\r\nAccept: text/event-stream\r\nContent-Length: {len(body)}\r\n"
         return (lines + "\r\n").encode() + (body or b"")
 
+    def _prune(self) -> None:
+        """Close and forget pooled connections the server closed or may be about to."""
+        now = time.monotonic()
+        keep = []
+        for conn in self._idle:
+            if conn.closed or now - conn.idle_since > STALE_S:
+                conn.abort()
+                self._all.discard(conn)
+            else:
+                keep.append(conn)
+        self._idle = keep
+
     async def _connection(self) -> _Connection:
         while self._idle:
             conn = self._idle.pop()
-            if not conn.closed:
+            if not conn.closed and time.monotonic() - conn.idle_since <= STALE_S:
                 return conn
+            conn.abort()
             self._all.discard(conn)
         loop = asyncio.get_running_loop()
         _, conn = await asyncio.wait_for(
             loop.create_connection(_Connection, self.host, self.port, ssl=self.ssl), self.connect_timeout)
         self._all.add(conn)
         return conn
+
+    async def preconnect(self, n: int) -> int:
+        """Open connections until `n` are idle in the pool (so a level's clock does not time TCP
+        setup); the number opened. A failure is left to the requests to report."""
+        self._prune()
+        missing = n - len(self._idle)
+        if missing <= 0:
+            return 0
+        loop = asyncio.get_running_loop()
+
+        async def one() -> _Connection | None:
+            try:
+                _, conn = await asyncio.wait_for(
+                    loop.create_connection(_Connection, self.host, self.port, ssl=self.ssl), self.connect_timeout)
+                return conn
+            except (OSError, asyncio.TimeoutError):
+                return None
+
+        opened = [c for c in await asyncio.gather(*(one() for _ in range(missing))) if c is not None]
+        for conn in opened:
+            conn.idle_since = time.monotonic()
+        self._all.update(opened)
+        self._idle.extend(opened)
+        return len(opened)
 
     async def send(self, request: bytes) -> Result:
         """Write a prepared request and read its response; never raises for the server's doing."""
@@ -383,6 +424,7 @@ class StreamClient:
         if result.end_ns is None:
             result.end_ns = time.perf_counter_ns()
         if conn.reusable and not conn.closed:
+            conn.idle_since = time.monotonic()
             self._idle.append(conn)
         else:
             conn.abort()

@@ -265,6 +265,7 @@ class Runner:
         payloads = None
         if total is not None:  # made before the clock starts: a 16k-word prompt is not free
             payloads = [self._payload(client, prompts, level_n, i) for i in range(total)]
+        await client.preconnect(level_n)  # TCP setup is not the server's latency
         before = await self._scrape(scraper)
         self.reporter.level_started(shape, level_n, total)
 

@@ -39,6 +39,8 @@ import re
 import select
 import selectors
 import signal
+import socket
+import struct
 import sys
 import time
 import uuid
@@ -138,10 +140,17 @@ class State:
         self.extra_waiting = 0
         self.extra_preemptions = 0
         self.kv_override: float | None = None
-        self.lateness_ns = array("q")  # per written token: actual write time minus its deadline
-        self.late_first_ns = array("q")
+        self.reset_stats()
         self.log = open(cfg.served_log, "a", encoding="utf-8") if cfg.served_log else None  # noqa: SIM115
         self.admission = asyncio.Semaphore(cfg.max_running) if cfg.max_running > 0 else None
+
+    def reset_stats(self) -> None:
+        """What /admin/stats summarises, from now on (the bench resets it before every run)."""
+        self.lateness_ns = array("q")  # per written token after the first: actual write time minus its deadline
+        self.late_first_ns = array("q")  # the same for first tokens
+        self.ttft_actual_ns = array("q")  # per request: first token written minus request received
+        self.itl_actual_ns = array("q")  # per gap: a token written minus the previous one
+        self.itl_request_ns = array("q")  # per completed request: (last - first) / (tokens - 1)
 
     def kv_usage(self, engine: Engine) -> float:
         if self.kv_override is not None:
@@ -164,6 +173,8 @@ class State:
 
         return {"arrivals": self.arrivals, "token_lateness": summary(self.lateness_ns),
                 "first_token_lateness": summary(self.late_first_ns),
+                "ttft_actual": summary(self.ttft_actual_ns), "itl_actual": summary(self.itl_actual_ns),
+                "itl_request_mean": summary(self.itl_request_ns),
                 "running": sum(e.running for e in self.engines), "waiting": sum(e.waiting for e in self.engines)}
 
 
@@ -345,14 +356,212 @@ def exposition(state: State) -> bytes:
 # ---------------------------------------------------------------- the server
 
 
+# ---------------------------------------------------------------- sockets
+
+SO_TIMESTAMPNS = 35  # Linux: the kernel's receive time of the data read (SCM_TIMESTAMPNS = the same number)
+TIMESPEC = struct.Struct("@qq")
+
+
+def arrival_time(ancillary: list, loop_now: float) -> float:
+    """The kernel's receive time (CLOCK_REALTIME) of what recvmsg read, as loop time; now if absent."""
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= TIMESPEC.size:
+            sec, nsec = TIMESPEC.unpack_from(data)
+            age = time.time() - (sec + nsec / 1e9)
+            if 0 <= age < 60:
+                return loop_now - age
+    return loop_now
+
+
+class Connection:
+    """One client connection on the server's own non-blocking socket.
+
+    Not an asyncio transport, so that requests are read with recvmsg and stamped with the
+    kernel's receive time (SO_TIMESTAMPNS): a request that waits in the socket while the
+    loop is busy writing other streams still starts its schedule, and the server's account
+    of its TTFT, when it really arrived. One request at a time; writes go straight to send().
+    """
+
+    def __init__(self, server: TimedServer, sock: socket.socket) -> None:
+        self.server, self.sock = server, sock
+        self.loop = asyncio.get_running_loop()
+        self.fd = sock.fileno()
+        sock.setblocking(False)
+        if sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            self.stamps = True
+        except OSError:
+            self.stamps = False
+        self.inbuf = bytearray()
+        self.arrived_at = 0.0
+        self.out = bytearray()
+        self.closed = self.eof = self.busy = self.closing = False
+        self.task: asyncio.Task | None = None
+        self.loop.add_reader(self.fd, self.readable)
+
+    @property
+    def gone(self) -> bool:
+        """The client hung up (or the connection broke)."""
+        return self.closed or self.eof
+
+    def readable(self) -> None:
+        try:
+            if self.stamps:
+                data, ancillary, _, _ = self.sock.recvmsg(1 << 16, 256)
+            else:
+                data, ancillary = self.sock.recv(1 << 16), []
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self.close()
+            return
+        if not data:
+            self.eof = True
+            self.loop.remove_reader(self.fd)
+            if not self.busy:
+                self.close()
+            return
+        if not self.inbuf:
+            self.arrived_at = arrival_time(ancillary, self.loop.time())
+        self.inbuf += data
+        if len(self.inbuf) > MAX_BODY + (1 << 16):
+            self.close()
+            return
+        self.pump()
+
+    def pump(self) -> None:
+        """Start the next complete request, if any and none is in progress."""
+        if self.busy or self.closed:
+            return
+        try:
+            request = parse_request(self.inbuf)
+        except ValueError:
+            self.write(error_response(400, "malformed HTTP request"))
+            self.close_when_sent()
+            return
+        if request is None:
+            return
+        method, path, headers, body, used = request
+        arrived = self.arrived_at
+        del self.inbuf[:used]
+        if self.inbuf:  # a pipelined request already waiting: it arrived no later than now
+            self.arrived_at = self.loop.time()
+        self.busy = True
+        keep_alive = headers.get("connection", "").lower() != "close"
+        self.task = self.loop.create_task(self.server.route(self, method, path, body, arrived))
+        self.task.add_done_callback(lambda task: self.finished(task, keep_alive))
+
+    def finished(self, task: asyncio.Task, keep_alive: bool) -> None:
+        self.busy = False
+        self.task = None
+        keep = not task.cancelled() and task.exception() is None and task.result() and keep_alive
+        if not keep or self.eof:
+            self.close_when_sent()
+        else:
+            self.pump()
+
+    def write(self, data: bytes) -> None:
+        if self.closed:
+            return
+        if self.out:
+            self.out += data
+            return
+        try:
+            n = self.sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            n = 0
+        except OSError:
+            self.close()
+            return
+        if n < len(data):
+            self.out += data[n:]
+            self.loop.add_writer(self.fd, self.writable)
+
+    def writable(self) -> None:
+        try:
+            n = self.sock.send(self.out)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self.close()
+            return
+        del self.out[:n]
+        if not self.out:
+            self.loop.remove_writer(self.fd)
+            if self.closing:
+                self.close()
+
+    def close_when_sent(self) -> None:
+        if self.out and not self.closed:
+            self.closing = True
+        else:
+            self.close()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.loop.remove_reader(self.fd)
+        self.loop.remove_writer(self.fd)
+        self.sock.close()
+        self.server.connections.discard(self)
+
+
+def parse_request(buf: bytearray) -> tuple[str, str, dict[str, str], bytes, int] | None:
+    """(method, path, headers, body, bytes used) of the first complete request in `buf`, or None."""
+    end = buf.find(b"\r\n\r\n")
+    if end < 0:
+        if len(buf) > 1 << 16:
+            raise ValueError("request head too large")
+        return None
+    lines = bytes(buf[:end]).decode("latin-1").split("\r\n")
+    method, path, _ = lines[0].split(" ", 2)
+    headers = {}
+    for line in lines[1:]:
+        key, sep, value = line.partition(":")
+        if sep:
+            headers[key.strip().lower()] = value.strip()
+    start = end + 4
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        body, at = bytearray(), start
+        while True:
+            eol = buf.find(b"\r\n", at)
+            if eol < 0:
+                return None
+            size = int(bytes(buf[at:eol]).split(b";")[0].strip() or b"0", 16)
+            at = eol + 2
+            if size == 0:
+                trailer = buf.find(b"\r\n\r\n", at - 2)
+                if trailer < 0:
+                    return None
+                return method, path, headers, bytes(body), trailer + 4
+            if len(buf) < at + size + 2:
+                return None
+            body += buf[at:at + size]
+            at += size + 2
+    length = int(headers.get("content-length") or 0)
+    if length > MAX_BODY:
+        raise ValueError("body too large")
+    if len(buf) < start + length:
+        return None
+    return method, path, headers, bytes(buf[start:start + length]), start + length
+
+
+# ---------------------------------------------------------------- the server
+
+
 class Player:
     """One streamed answer driven by timer callbacks: each writes its token(s) and arms the next."""
 
-    def __init__(self, server: TimedServer, sse: Stream, transport: asyncio.Transport,
-                 reader: asyncio.StreamReader, engine: Engine, admitted: float, offsets: list[float],
-                 prompt_tokens: int, include_usage: bool, preempted: bool) -> None:
+    def __init__(self, server: TimedServer, sse: Stream, conn: Connection, engine: Engine, received: float,
+                 admitted: float, offsets: list[float], prompt_tokens: int, include_usage: bool,
+                 preempted: bool) -> None:
         self.loop = asyncio.get_running_loop()
-        self.state, self.sse, self.transport, self.reader, self.engine = server.state, sse, transport, reader, engine
+        self.state, self.sse, self.conn, self.engine = server.state, sse, conn, engine
+        self.received = received
+        self.first_at = self.last_at = 0.0
         self.deadlines = [admitted + offset for offset in offsets]
         self.prompt_tokens, self.include_usage, self.preempted = prompt_tokens, include_usage, preempted
         self.tokens = [chunked(sse.token(word)) for word in WORDS]  # every middle chunk, encoded once
@@ -363,7 +572,7 @@ class Player:
     def tick(self) -> None:
         loop, deadlines, n = self.loop, self.deadlines, len(self.deadlines)
         now = loop.time()
-        if self.transport.is_closing() or self.reader.at_eof():
+        if self.conn.gone:
             self.finish()  # the client hung up
             return
         # Normally one token; a server running late writes every token already due, in order.
@@ -380,13 +589,23 @@ class Player:
                 data = self.tokens[k % len(WORDS)]
             if k == 0 and self.preempted:
                 self.engine.preemptions += 1
-            self.transport.write(data)
-            late = int((loop.time() - deadlines[k]) * 1e9)
-            (self.state.late_first_ns if k == 0 else self.state.lateness_ns).append(late)
+            self.conn.write(data)
+            written = loop.time()
+            state = self.state
+            if k == 0:
+                state.late_first_ns.append(int((written - deadlines[0]) * 1e9))
+                state.ttft_actual_ns.append(int((written - self.received) * 1e9))
+                self.first_at = written
+            else:
+                state.lateness_ns.append(int((written - deadlines[k]) * 1e9))
+                state.itl_actual_ns.append(int((written - self.last_at) * 1e9))
+            self.last_at = written
+            if k == n - 1 and n > 1:
+                state.itl_request_ns.append(int((written - self.first_at) / (n - 1) * 1e9))
             self.sent += 1
             self.engine.generation_tokens += 1
             self.engine.held += 1
-            now = loop.time()
+            now = written
         if self.sent == n:
             self.finish()
         else:
@@ -404,60 +623,47 @@ class TimedServer:
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
         self.state = State(cfg)
-        self.connections: set[asyncio.Task] = set()
+        self.connections: set[Connection] = set()
 
-    # -- HTTP framing
+    def accept(self, listener: socket.socket) -> None:
+        for _ in range(256):
+            try:
+                sock, _ = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                return
+            self.connections.add(Connection(self, sock))
 
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        self.connections.add(task)
-        try:
-            while True:
-                request = await read_request(reader)
-                if request is None:
-                    return
-                method, path, headers, body = request
-                keep = await self.route(method, path, body, reader, writer)
-                if not keep or headers.get("connection", "").lower() == "close":
-                    return
-        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
-            return
-        except asyncio.CancelledError:
-            return
-        finally:
-            self.connections.discard(task)
-            writer.close()
-
-    async def route(self, method: str, path: str, body: bytes, reader: asyncio.StreamReader,
-                    writer: asyncio.StreamWriter) -> bool:
+    async def route(self, conn: Connection, method: str, path: str, body: bytes, received: float) -> bool:
+        """Answer one request; False to close the connection after it."""
         path = path.split("?", 1)[0].rstrip("/")
         if method == "GET":
             if path == "/health":
-                writer.write(whole(200, b'{"status":"ok"}'))
+                conn.write(whole(200, b'{"status":"ok"}'))
             elif path == "/v1/models":
-                writer.write(whole(200, json.dumps(self.models()).encode()))
+                conn.write(whole(200, json.dumps(self.models()).encode()))
             elif path == "/version":
-                writer.write(whole(200, json.dumps({"version": VERSION}).encode()))
+                conn.write(whole(200, json.dumps({"version": VERSION}).encode()))
             elif path == "/metrics":
-                writer.write(whole(200, exposition(self.state), "text/plain; version=0.0.4; charset=utf-8"))
+                conn.write(whole(200, exposition(self.state), "text/plain; version=0.0.4; charset=utf-8"))
             elif path == "/admin/stats":
-                writer.write(whole(200, json.dumps(self.state.stats()).encode()))
+                conn.write(whole(200, json.dumps(self.state.stats()).encode()))
             else:
-                writer.write(error_response(404, f"no route {path}"))
+                conn.write(error_response(404, f"no route {path}"))
             return True
         if method != "POST":
-            writer.write(error_response(405, f"{method} is not served"))
+            conn.write(error_response(405, f"{method} is not served"))
             return True
         if path in ("/v1/chat/completions", "/v1/completions"):
-            return await self.complete(path == "/v1/chat/completions", body, reader, writer)
+            return await self.complete(conn, path == "/v1/chat/completions", body, received)
         if path == "/admin/metrics":
-            writer.write(whole(200, json.dumps(self.script(body)).encode()))
+            conn.write(whole(200, json.dumps(self.script(body)).encode()))
         elif path == "/admin/reset-stats":
-            self.state.lateness_ns = array("q")
-            self.state.late_first_ns = array("q")
-            writer.write(whole(200, b"{}"))
+            self.state.reset_stats()
+            conn.write(whole(200, b"{}"))
         else:
-            writer.write(error_response(404, f"no route {path}"))
+            conn.write(error_response(404, f"no route {path}"))
         return True
 
     def models(self) -> dict[str, Any]:
@@ -482,18 +688,18 @@ class TimedServer:
 
     # -- a completion
 
-    async def complete(self, chat: bool, raw: bytes, reader: asyncio.StreamReader,
-                       writer: asyncio.StreamWriter) -> bool:
+    async def complete(self, conn: Connection, chat: bool, raw: bytes, received: float) -> bool:
+        """The schedule starts when the request arrived (the kernel's receive time), or when a
+        running slot freed up for it (`--max-running`)."""
         loop = asyncio.get_running_loop()
-        arrived = loop.time()
-        arrived_wall = time.time()
+        arrived_wall = time.time() - (loop.time() - received)
         try:
             body = json.loads(raw or b"null")
         except ValueError:
             body = None
         refused = problem(body, self.cfg, chat)
         if refused:
-            writer.write(error_response(*refused))
+            conn.write(error_response(*refused))
             self.state.write_log({"status": refused[0], "error": refused[1], "started": arrived_wall})
             return True
         s = self.state
@@ -509,12 +715,15 @@ class TimedServer:
         preempted = bool(self.cfg.preempt_every) and (index + 1) % self.cfg.preempt_every == 0
 
         engine.waiting += 1
-        admitted = arrived
-        running, sent, player = False, 0, []
+        admitted = received
+        running, sent, player = False, 0, None
         try:
             if s.admission is not None:
-                await s.admission.acquire()
-            admitted = loop.time()
+                if s.admission.locked():
+                    await s.admission.acquire()
+                    admitted = loop.time()
+                else:
+                    await s.admission.acquire()
             engine.waiting -= 1
             engine.running += 1
             running = True
@@ -522,18 +731,23 @@ class TimedServer:
             engine.prompt_tokens += prompt_tokens
             engine.prefix_queries += prompt_tokens
             if stream:
-                sent = await self.play_stream(chat, writer, reader, engine, admitted, offsets, prompt_tokens,
-                                              include_usage, preempted, player)
+                conn.write(http_head(200, {"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+                                           "Transfer-Encoding": "chunked"}))
+                player = Player(self, Stream(chat, self.cfg.model), conn, engine, received, admitted, offsets,
+                                prompt_tokens, include_usage, preempted)
+                try:
+                    await player.done
+                finally:
+                    player.stop()
+                    sent = player.sent
             else:
                 await sleep_until(loop, admitted + offsets[-1])
                 sent = n
                 engine.generation_tokens += n
                 if preempted:
                     engine.preemptions += 1
-                writer.write(whole(200, json.dumps(self.completion_body(chat, prompt_tokens, n)).encode()))
+                conn.write(whole(200, json.dumps(self.completion_body(chat, prompt_tokens, n)).encode()))
         finally:
-            if player:
-                sent = player[0].sent
             if running:
                 engine.running -= 1
                 engine.held -= prompt_tokens + sent
@@ -547,30 +761,15 @@ class TimedServer:
                 "index": index, "tag": tag, "status": 200, "stream": stream, "endpoint": "chat" if chat else "text",
                 "engine": s.engines.index(engine), "preempted": preempted,
                 "usage": usage(prompt_tokens, sent) if completed else None, "tokens_sent": sent,
-                "queue_s": round(admitted - arrived, 6), "ttft_s": round(offsets[0], 6),
+                "queue_s": round(admitted - received, 6), "ttft_s": round(offsets[0], 6),
                 "itl_mean_s": round((offsets[-1] - offsets[0]) / (n - 1), 6) if n > 1 else None,
+                # CLOCK_MONOTONIC seconds (the clock of time.perf_counter in every process here): when
+                # the request arrived (the kernel's receive time), its first and last tokens were written
+                "received_mono": received, "first_token_mono": player.first_at if player else None,
+                "last_token_mono": player.last_at if player else None,
                 "started": arrived_wall, "finished": time.time(),
             })
         return stream is False or completed
-
-    async def play_stream(self, chat: bool, writer: asyncio.StreamWriter, reader: asyncio.StreamReader,
-                          engine: Engine, admitted: float, offsets: list[float], prompt_tokens: int,
-                          include_usage: bool, preempted: bool, player: list) -> int:
-        """Write the SSE answer token by token on its deadlines; the number of tokens sent.
-
-        A timer callback writes each token (no coroutine step per token), so one process keeps
-        hundreds of streams on time; `player` receives the Player so a caller can read `sent`.
-        """
-        writer.write(http_head(200, {"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
-                                     "Transfer-Encoding": "chunked"}))
-        play = Player(self, Stream(chat, self.cfg.model), writer.transport, reader, engine, admitted, offsets,
-                      prompt_tokens, include_usage, preempted)
-        player.append(play)
-        try:
-            await play.done
-        finally:
-            play.stop()
-        return play.sent
 
     def completion_body(self, chat: bool, prompt_tokens: int, n: int) -> dict[str, Any]:
         text = "".join(WORDS[k % len(WORDS)] for k in range(n))
@@ -585,54 +784,30 @@ class TimedServer:
                 "model": self.cfg.model, "choices": [choice], "usage": usage(prompt_tokens, n)}
 
 
-async def read_request(reader: asyncio.StreamReader) -> tuple[str, str, dict[str, str], bytes] | None:
-    """(method, path, headers, body) of the next request; None when the client closed."""
-    try:
-        head = await reader.readuntil(b"\r\n\r\n")
-    except asyncio.IncompleteReadError:
-        return None
-    lines = head.decode("latin-1").split("\r\n")
-    method, path, _ = lines[0].split(" ", 2)
-    headers = {}
-    for line in lines[1:]:
-        if ":" in line:
-            key, value = line.split(":", 1)
-            headers[key.strip().lower()] = value.strip()
-    if "chunked" in headers.get("transfer-encoding", "").lower():
-        body = b""
-        while True:
-            size = int((await reader.readuntil(b"\r\n")).split(b";")[0].strip() or b"0", 16)
-            if size == 0:
-                while (await reader.readuntil(b"\r\n")) != b"\r\n":
-                    pass
-                break
-            body += await reader.readexactly(size)
-            await reader.readexactly(2)
-            if len(body) > MAX_BODY:
-                raise ValueError("body too large")
-    else:
-        length = int(headers.get("content-length") or 0)
-        if length > MAX_BODY:
-            raise ValueError("body too large")
-        body = await reader.readexactly(length) if length else b""
-    return method, path, headers, body
-
-
 async def serve(cfg: Config, host: str, port: int, stop: asyncio.Event) -> None:
     server = TimedServer(cfg)
-    srv = await asyncio.start_server(server.handle, host, port, backlog=4096, limit=1 << 20)
-    bound = srv.sockets[0].getsockname()[1]
-    print(BANNER.format(host=host, port=bound), flush=True)
+    loop = asyncio.get_running_loop()
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.create_server((host, port), family=family, backlog=4096)
+    listener.setblocking(False)
+    loop.add_reader(listener.fileno(), server.accept, listener)
+    bound = listener.getsockname()[1]
     gc.collect()
     gc.freeze()  # what startup made is never collected; fewer and shorter pauses on the hot path
-    async with srv:
+    print(BANNER.format(host=host, port=bound), flush=True)
+    try:
         await stop.wait()
-        srv.close()
-        for task in list(server.connections):
+    finally:
+        loop.remove_reader(listener.fileno())
+        listener.close()
+        tasks = [c.task for c in server.connections if c.task is not None]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*server.connections, return_exceptions=True)
-    if server.state.log is not None:
-        server.state.log.close()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for conn in list(server.connections):
+            conn.close()
+        if server.state.log is not None:
+            server.state.log.close()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -153,7 +153,7 @@ def splice(text: str, body: str, page: Path) -> str:
     return text[:start] + "\n" + body + "\n" + text[stop:]
 
 
-def read_page(page: Path, missing_fix: str = f"write the page with its prose and the two markers {BEGIN} / {END}") -> str:
+def read_page(page: Path, missing_fix: str = f"write the page with its prose and the markers {BEGIN} / {END}") -> str:
     """The page's text, byte for byte; missing, a folder, unreadable or not UTF-8 is one UserError."""
     try:
         with open(page, encoding="utf-8", newline="") as fh:
@@ -161,7 +161,8 @@ def read_page(page: Path, missing_fix: str = f"write the page with its prose and
     except FileNotFoundError:
         raise UserError("no results page", file=page, fix=missing_fix) from None
     except IsADirectoryError:
-        raise UserError("is a folder, not the results page", file=page, fix="pass the page's file with --page") from None
+        raise UserError("is a folder, not the results page", file=page,
+                        fix="pass the page's file with --page") from None
     except UnicodeDecodeError:
         raise UserError("is not UTF-8 text", file=page, fix="save it as UTF-8") from None
     except OSError as exc:

@@ -170,6 +170,9 @@ def load_local_rows(root: Path, include_scripted: bool = False) -> list[Row]:
             record = RunRecord.load(path)
         except (ValidationError, ValueError) as exc:
             raise UserError(f"not a valid run record: {exc}", file=path) from None
+        if record.run_id != path.parent.name:  # rulings are found by run id: never a path elsewhere
+            raise UserError(f"run_id '{record.run_id}' is not its folder's name '{path.parent.name}'", file=path,
+                            field="run_id", fix=f"set run_id to {path.parent.name}")
         if record.status != Status.ok or (record.scripted and not include_scripted):
             continue
         rulings_path = root / RULINGS_DIR / f"{record.run_id}.yaml"
@@ -182,7 +185,16 @@ def load_local_rows(root: Path, include_scripted: bool = False) -> list[Row]:
         key = (k.preset, k.effort, k.cli, k.gpu)
         if key not in latest or record.times.launch >= latest[key][0]:
             latest[key] = (record.times.launch, record, rulings)
-    return [local_row(record, rulings) for _, record, rulings in latest.values()]
+    rows = []
+    for _, record, rulings in latest.values():
+        try:
+            rows.append(local_row(record, rulings))
+        except UserError as exc:  # a cell the record cannot give: name the record
+            if exc.file:
+                raise
+            raise UserError(exc.message, file=root / RUNS_DIR / record.run_id / "run.json", field=exc.field,
+                            fix=exc.fix) from None
+    return rows
 
 
 # --- remote rows: kept by hand, cells as written, shapes checked -----------------------

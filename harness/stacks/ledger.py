@@ -78,8 +78,9 @@ class Ledger:
         with self._locked() as units:
             key = self.key(unit.environment, unit.name)
             if exclusive and key in units:
+                where = units[key].get("base_url") if isinstance(units[key], dict) else "an entry edited by hand"
                 raise UserError(
-                    f"{unit.name} is already served on {unit.environment} ({units[key].get('base_url')}); "
+                    f"{unit.name} is already served on {unit.environment} ({where}); "
                     "never a second unit", file=self.path,
                     fix=f"destroy it first: llms-benchmark destroy {unit.environment} {unit.preset}")
             units[key] = dataclasses.asdict(unit)

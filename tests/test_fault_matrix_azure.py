@@ -1,0 +1,157 @@
+"""The fault matrix (tests/test_fault_matrix.py) on the azure stack: the real Azure SDK
+against the loopback ARM server (tests/fakes/arm_server.py), a launch stopped on purpose
+at every stage (LLMS_BENCHMARK_FAILPOINT) by a raised fault, SIGINT and SIGTERM, and by
+SIGKILL at a few stages.
+
+For raise / SIGINT / SIGTERM: the app is deleted in the fake ARM's own state (a DELETE it
+answered, the app gone from it), the ledger is empty, no process the launch started is
+left (its process tree sampled by pid and start time), and the run record says where and
+why it stopped (exit 3; destroy:raise is retried and the run is whole: exit 0).
+For SIGKILL: the app outlives the launch in the fake ARM; the next `serve` finds the
+orphan in the ledger, says so, deletes the app (and ends the orphaned opencode) before
+it serves anything.
+
+Cost: every case is a whole `launch` on a loaded machine, so each is made as cheap as it
+honestly can be: the `hello` mission, a small long-context probe, a trajectory with no
+scripted think time, a fake ARM that provisions, boots and deletes in 0.1 s, and ARM
+polling every 0.5 s (faster polling only burns CPU that opencode needs).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO, Project, stop
+from test_azure_stack import APP, ENV, PRESET, arm  # noqa: F401  (arm: the fixture)
+from test_fault_matrix import DELAY, STAGES, Tree
+from test_launch_e2e import SMALL_PROBE, dump
+from fakes.arm_server import FakeArm
+
+LAUNCH = ["launch", "local", ENV, PRESET, "--mission", "hello", *SMALL_PROBE]
+KEY = f"{ENV}/{APP}"
+SIGKILL_STAGES = ("serve", "probe", "run", "destroy")
+
+
+def quick_trajectory(dest: Path, *, stall_mission_s: float | None = None) -> Path:
+    """replay/hello.yaml without its scripted think time (the fault matrix is not about
+    speed); with `stall_mission_s`, the mission's first request stalls that long, so an
+    orphaned opencode is surely still running when the next command looks for it."""
+    data = yaml.safe_load((REPO / "replay" / "hello.yaml").read_text())
+    for trajectory in data["trajectories"]:
+        for step in trajectory["steps"]:
+            if "ttft" in step:
+                step["ttft"], step["duration"] = 0.0, 0.0
+        if stall_mission_s and trajectory["name"] == "hello":
+            trajectory["steps"].insert(0, {"stall": stall_mission_s})
+    dest.write_text(yaml.safe_dump(data, sort_keys=False))
+    return dest
+
+
+@pytest.fixture
+def azure(project: Project, arm: FakeArm, tmp_path: Path) -> FakeArm:  # noqa: F811
+    """The fake ARM, tuned for many short launches whose opencode reaches the app over HTTP."""
+    b = arm.behaviour
+    b.trajectory = quick_trajectory(tmp_path / "hello-quick.yaml")
+    b.vllm_tls = False  # opencode trusts only public CAs: the app speaks plain HTTP here
+    b.provision_s = b.boot_s = b.delete_s = 0.1
+    project.env["LLMS_BENCHMARK_AZURE_INGRESS_SCHEME"] = "http"
+    project.env["LLMS_BENCHMARK_AZURE_POLL_S"] = "0.5"
+    return arm
+
+
+def launch_with(project: Project, failpoint: str, timeout: float = 240) -> tuple[int, str, str, Tree]:
+    project.env["LLMS_BENCHMARK_FAILPOINT"] = failpoint
+    proc = project.popen(LAUNCH)
+    tree = Tree(proc)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        out, err = stop(proc)
+        pytest.fail(f"launch with {failpoint} ran past {timeout}s{dump(out, err)}")
+    finally:
+        project.env.pop("LLMS_BENCHMARK_FAILPOINT", None)
+    return proc.returncode, out, err, tree
+
+
+def deleted_in_arm(arm: FakeArm, times: int = 1) -> None:
+    """The app is gone from the fake ARM because a DELETE removed it (not just from our ledger)."""
+    assert arm.app(APP) is None, f"{APP} still exists in the fake ARM"
+    assert arm.deleted.count(APP) == times, f"created {arm.created}, deleted {arm.deleted}"
+    deletes = [d["status"] for d in arm.calls("DELETE", APP)]
+    assert deletes and deletes[-1] == 202, f"DELETE answers: {deletes}"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("action", ["raise", "sigint", "sigterm"])
+@pytest.mark.parametrize("stage", STAGES)
+def test_every_stage_every_fault_deletes_the_app_and_records(project: Project, azure: FakeArm, stage: str,
+                                                             action: str):
+    delay = DELAY.get(stage, "") if action != "raise" else ""
+    code, out, err, tree = launch_with(project, f"{stage}:{action}{delay}")
+    run_dir, rec = project.only_run()
+    assert project.ledger() == {}, dump(out, err)
+    assert tree.alive() == [], dump(out, err)
+    if stage == "preflight":
+        assert not azure.calls("PUT", "containerApps") and not azure.created, "preflight created an app"
+        assert rec.get("unit") is None
+    else:
+        assert azure.created == [APP], azure.created
+        deleted_in_arm(azure)
+        assert rec["unit"] == APP and rec["stack"] == "azure" and rec["times"]["destroyed"], dump(out, err)
+        assert f"destroyed {APP}" in err, dump(out, err)
+    if stage == "destroy" and action == "raise":
+        # A failed destroy is tried again; the run itself was whole.
+        assert code == 0 and rec["status"] == "ok", dump(out, err)
+        assert "destroy attempt 1 failed (failpoint destroy:raise); trying again" in " ".join(err.split())
+        return
+    assert code == 3, dump(out, err)
+    assert rec["status"] == "fault" and rec["stopped_at"] == stage, rec
+    why = {"raise": f"failpoint {stage}:raise", "sigint": "SIGINT", "sigterm": "SIGTERM"}[action]
+    assert why in rec["reason"], rec["reason"]
+    if stage == "destroy":
+        assert "during destroy (the destroy finished first)" in rec["reason"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("stage", SIGKILL_STAGES)
+def test_sigkill_leaves_the_app_the_next_serve_deletes(project: Project, azure: FakeArm, tmp_path: Path, stage: str):
+    if stage == "run":
+        azure.behaviour.trajectory = quick_trajectory(tmp_path / "hello-stall.yaml", stall_mission_s=120)
+    code, out, err, tree = launch_with(project, f"{stage}:sigkill{DELAY.get(stage, '')}")
+    assert code == -9, dump(out, err)
+    assert KEY in project.ledger(), "a SIGKILLed launch leaves its unit in the ledger"
+    assert azure.app(APP) is not None and APP not in azure.deleted, "the app outlives a SIGKILLed launch"
+    if stage == "run":  # the mission's opencode, orphaned, still waiting on the app
+        agents = [cmd for _, _, cmd in tree.seen if "opencode" in cmd]
+        assert agents and tree.alive(timeout_s=0), f"no orphaned opencode: {tree.seen}"
+
+    started = time.monotonic()
+    code, out, err = project.run_cli(["serve", ENV, PRESET], timeout=120)
+    assert code == 0, dump(out, err)
+    flat = " ".join(err.split())
+    assert f"leftover unit {APP} on {ENV} from a launch that died" in flat, err
+    assert f"{APP} destroyed; removed from the ledger" in flat, err
+    if stage == "run":
+        assert "ended its orphaned opencode" in flat, err
+    # The orphan was deleted in ARM before the new app was created.
+    assert azure.deleted == [APP] and azure.created == [APP, APP], f"created {azure.created}, deleted {azure.deleted}"
+    puts = [p["t"] for p in azure.calls("PUT", f"containerApps/{APP}")]
+    first_delete = azure.calls("DELETE", APP)[0]["t"]
+    assert puts[0] < first_delete < puts[-1], "the orphan was not deleted before the new app was created"
+    assert tree.alive() == [], "a process of the SIGKILLed launch survived the next serve"
+    assert time.monotonic() - started < 120
+
+    run_dir, rec = project.only_run()
+    assert rec["status"] == "fault" and rec["stopped_at"] in (stage, "killed"), rec
+    assert "a later command destroyed its unit" in rec["reason"], rec["reason"]
+
+    code, out, err = project.run_cli(["destroy", ENV, PRESET], timeout=60)
+    assert code == 0 and project.ledger() == {}, dump(out, err)
+    deleted_in_arm(azure, times=2)
