@@ -218,7 +218,7 @@ def main() -> int:
     parser.add_argument("--itl", type=float, default=0.01, help="true gap between tokens (s)")
     parser.add_argument("--input-tokens", type=int, default=256)
     parser.add_argument("--output-tokens", type=int, default=64)
-    parser.add_argument("--levels", default="8,16,32,64,128,256", help="concurrency sweep")
+    parser.add_argument("--levels", default="1,2,4,8,16,32,64,128,256", help="concurrency sweep")
     parser.add_argument("--rounds", type=int, default=3, help="requests per run = max(level x rounds, 64)")
     parser.add_argument("--bound-ms", type=float, default=1.0, help="the p50 error a level must stay within")
     parser.add_argument("--tools", default=",".join(TOOLS))

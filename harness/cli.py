@@ -548,10 +548,12 @@ def load(
                             fix="run it at a terminal to answer, or pass --yes")
         return typer.confirm("Put this load on the server?", default=False, err=True)
 
+    from harness.launch import Interrupted
+
     with RichReporter(err) as reporter:
         try:
             outcome = run_load(project_root(), where, opts, confirm=confirm, reporter=reporter, say=say)
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, Interrupted):
             err.print("[bold red]interrupted[/bold red]; finished levels are kept", highlight=False)
             raise typer.Exit(130) from None
     if outcome.path is None:

@@ -163,6 +163,9 @@ def plan_unit(pf: Preflight, ledger: Ledger, *, owner: bool, run_dir: Path | Non
     if owner:
         me = psutil.Process()
         unit.extra.update(owner_pid=me.pid, owner_started=me.create_time(), run_dir=str(run_dir or ""))
+        # The launch's agents carry the unit's marker (AGENT_MARKER_VAR) so the next command can
+        # end them if the launch dies; a stack without local processes (azure) has none of its own.
+        unit.extra.setdefault("marker", uuid.uuid4().hex)
     ledger.add(unit, exclusive=True)
     return unit
 

@@ -217,3 +217,86 @@ def test_option_parsers() -> None:
     assert parse_levels("1, 8,16") == [1, 8, 16]
     assert parse_shapes("short,long", 512, 16384) == {"short": 512, "long": 16384}
     assert parse_shapes("tiny=5", 1, 2) == {"tiny": 5}
+
+
+# ---------------------------------------------------------------- the client's parsing, on crafted bytes
+
+
+def serve_bytes(chunks: list[bytes], gap_s: float = 0.01):
+    """A one-connection raw server: reads a request, then writes `chunks` with a pause between."""
+    import socket
+    import threading
+    import time
+
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def run() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(1 << 16)
+            for part in chunks:
+                conn.sendall(part)
+                time.sleep(gap_s)
+        listener.close()
+
+    threading.Thread(target=run, daemon=True).start()
+    return f"http://127.0.0.1:{listener.getsockname()[1]}"
+
+
+def client_result(url: str, **kw) -> Result:
+    import asyncio
+
+    from harness.load.client import CHAT_PATH, StreamClient, chat_payload
+
+    async def go() -> Result:
+        client = StreamClient(url, **kw)
+        try:
+            return await client.stream(CHAT_PATH, chat_payload("m", "x", 3))
+        finally:
+            await client.aclose()
+
+    return asyncio.run(go())
+
+
+def sse_event(obj) -> bytes:
+    return b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj).encode()) + b"\n\n"
+
+
+def test_client_parses_split_chunked_frames_spaced_json_and_reasoning() -> None:
+    events = (sse_event({"choices": [{"delta": {"role": "assistant", "content": ""}}]})
+              + sse_event({"choices": [{"delta": {"reasoning_content": "think"}}]})  # spaced JSON: slow path
+              + sse_event(b'{"choices":[{"delta":{"content":"a"},"finish_reason":null}]}')
+              + sse_event(b'{"choices":[{"delta":{"content":"b"},"finish_reason":"length"}]}')
+              + sse_event({"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 3}})
+              + b"data: [DONE]\n\n")
+    body = b"%x\r\n%s\r\n0\r\n\r\n" % (len(events), events)
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    raw = head + body
+    # cut everywhere awkward: inside the head, the chunk size line, an event, the terminator
+    cuts = [10, len(head) + 2, len(head) + 40, len(head) + 200, len(raw) - 3]
+    parts = [raw[a:b] for a, b in zip([0, *cuts], [*cuts, len(raw)])]
+    r = client_result(serve_bytes(parts))
+    assert r.ok and r.status == 200 and r.chunks == 3  # reasoning counts as a token; the role chunk does not
+    assert (r.prompt_tokens, r.completion_tokens, r.finish_reason) == (7, 3, "length")
+    assert r.ttft_s is not None and r.e2e_s >= r.ttft_s
+
+
+def test_client_reports_http_and_stream_errors_and_a_cut_stream() -> None:
+    payload = json.dumps({"error": {"message": "no such model", "type": "NotFoundError"}}).encode()
+    r = client_result(serve_bytes([b"HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\n"
+                                   b"Content-Length: %d\r\n\r\n%s" % (len(payload), payload)]))
+    assert not r.ok and r.error == "HTTP 404" and r.detail == "no such model"
+
+    events = sse_event({"choices": [{"delta": {"content": "a"}}]}) + sse_event({"error": {"message": "boom"}})
+    r = client_result(serve_bytes([b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n" + events
+                                   + b"data: [DONE]\n\n"]))  # a body delimited by the connection's end
+    assert not r.ok and r.error == "stream error" and r.detail == "boom" and r.chunks == 1
+
+    r = client_result(serve_bytes([b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                                   b"Transfer-Encoding: chunked\r\n\r\n"
+                                   + b"%x\r\n%s\r\n" % (len(events[:40]), events[:40])]))
+    assert not r.ok and r.error == "incomplete response"
+
+    r = client_result(serve_bytes([b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n"], gap_s=1.0),
+                      idle_timeout=0.3)
+    assert not r.ok and r.error == "timeout"

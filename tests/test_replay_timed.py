@@ -21,9 +21,9 @@ from harness.replay.timed import count_words, schedule, Config
 SLACK = 0.25  # how late a loaded machine may make a token, in seconds
 
 
-def stream(url: str, prompt: str, max_tokens: int, model: str = MODEL, **extra):
+def stream(url: str, prompt: str, max_tokens: int, model: str = MODEL, kernel_stamps: bool = True, **extra):
     async def go():
-        client = StreamClient(url)
+        client = StreamClient(url, kernel_stamps=kernel_stamps)
         try:
             return await client.stream(CHAT_PATH, {**chat_payload(model, prompt, max_tokens), **extra})
         finally:
@@ -54,12 +54,21 @@ def test_tokens_arrive_on_schedule_with_truthful_usage(make_timed) -> None:
     # the last token is due 0.2 + 9 * 0.03 after admission: never earlier
     assert (r.token_ns[-1] - r.start_ns) / 1e9 >= 0.2 + 9 * 0.03 - 0.002
     assert sum(r.itl_s()) / 9 == pytest.approx(0.03, abs=0.015)
-    (line,) = server.log()
+    # the same on an asyncio transport (TLS and non-Linux systems), stamped at data_received
+    plain = stream(server.url, "[tag-two] x", 10, kernel_stamps=False)
+    assert plain.ok and plain.chunks == 10 and 0.2 <= plain.ttft_s < 0.2 + SLACK
+    assert (plain.token_ns[-1] - plain.start_ns) / 1e9 >= 0.2 + 9 * 0.03 - 0.002
+    line = server.log()[0]
     assert line["tag"] == "tag-one" and line["usage"] == {"prompt_tokens": 6, "completion_tokens": 10,
                                                           "total_tokens": 16}
     assert line["ttft_s"] == 0.2 and line["itl_mean_s"] == 0.03 and line["tokens_sent"] == 10
+    # the server's clock is the client's (CLOCK_MONOTONIC): sent, then received, then written, then read
+    assert r.start_ns / 1e9 <= line["received_mono"] + 0.001
+    assert line["first_token_mono"] - line["received_mono"] >= 0.2
+    assert abs(r.token_ns[0] / 1e9 - line["first_token_mono"]) < 0.05
+    assert abs(r.token_ns[-1] / 1e9 - line["last_token_mono"]) < 0.05
     snap = scrape(server.url)
-    assert snap.server == "vllm" and snap.prompt_tokens_total == 6 and snap.generation_tokens_total == 10
+    assert snap.server == "vllm" and snap.prompt_tokens_total == 6 + 2 and snap.generation_tokens_total == 20
     assert snap.running == 0 and snap.waiting == 0 and snap.kv_usage == 0
 
 

@@ -1,8 +1,11 @@
 """A lean streaming client for OpenAI-compatible servers: one request, its exact timings.
 
-Built on asyncio protocols, not a general HTTP library, so the time of a chunk is
-taken the moment its bytes reach the process (`time.perf_counter_ns()` in
-`data_received`, before any parsing) and nothing else runs per chunk: HTTP/1.1
+Built on asyncio, not a general HTTP library, so the time of a chunk is the moment
+its bytes reached this host: on Linux over plain HTTP, the kernel's receive time of
+each read (SO_TIMESTAMPNS) on the `time.perf_counter_ns()` clock, so a chunk read late
+because the loop was busy with other streams still carries its arrival; elsewhere
+(TLS, other systems) `perf_counter_ns()` in `data_received`, before any parsing.
+Nothing else runs per chunk: HTTP/1.1
 framing and SSE lines are split with bytes operations, and a data line is decoded
 with `json` only when the compact fast path cannot classify it (usage, errors,
 reasoning-only or unusual spacing). Connections are kept alive and pooled, with
@@ -25,7 +28,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import ssl
+import struct
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -105,7 +111,10 @@ class _Connection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
-        now = time.perf_counter_ns()
+        self.data_arrived(data, time.perf_counter_ns())
+
+    def data_arrived(self, data: bytes, now: int) -> None:
+        """`data` reached this host at `now` (perf_counter_ns)."""
         self.last_ns = now
         if self._result is None:
             return  # bytes with no request in flight: ignore (the connection is not reused)
@@ -323,11 +332,109 @@ class _Connection(asyncio.Protocol):
             result.token_ns.append(now)
 
 
+SO_TIMESTAMPNS = 35  # Linux: the kernel's receive time of the data read (SCM_TIMESTAMPNS = the same number)
+TIMESPEC = struct.Struct("@qq")
+
+
+class _StampedSocket:
+    """A connected non-blocking socket read with recvmsg, so every read carries the kernel's
+    receive time (SO_TIMESTAMPNS) rather than the moment the loop got round to it: with many
+    streams, a burst of chunks is read one socket after another, and each would otherwise be
+    stamped later than the one before. Quacks enough like a transport for `_Connection`."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, protocol: _Connection) -> None:
+        self.loop, self.sock, self.protocol = loop, sock, protocol
+        self.fd = sock.fileno()
+        self.out = bytearray()
+        self.closed = False
+        if sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.stamps = sys.platform.startswith("linux")  # the option number is Linux's
+        if self.stamps:
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            except OSError:
+                self.stamps = False
+        protocol.connection_made(self)  # type: ignore[arg-type]
+        loop.add_reader(self.fd, self._readable)
+
+    def _readable(self) -> None:
+        try:
+            if self.stamps:
+                data, ancillary, _, _ = self.sock.recvmsg(1 << 18, 256)
+            else:
+                data, ancillary = self.sock.recv(1 << 18), []
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._lost(exc)
+            return
+        if not data:
+            self.protocol.eof_received()
+            self._lost(None)
+            return
+        self.protocol.data_arrived(data, _arrival_ns(ancillary))
+
+    def write(self, data: bytes) -> None:
+        if self.closed:
+            return
+        if self.out:
+            self.out += data
+            return
+        try:
+            n = self.sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            n = 0
+        except OSError as exc:
+            self._lost(exc)
+            return
+        if n < len(data):
+            self.out += data[n:]
+            self.loop.add_writer(self.fd, self._writable)
+
+    def _writable(self) -> None:
+        try:
+            n = self.sock.send(self.out)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._lost(exc)
+            return
+        del self.out[:n]
+        if not self.out:
+            self.loop.remove_writer(self.fd)
+
+    def abort(self) -> None:
+        self._lost(None, notify=False)
+
+    def _lost(self, exc: Exception | None, notify: bool = True) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.loop.remove_reader(self.fd)
+        self.loop.remove_writer(self.fd)
+        self.sock.close()
+        if notify:
+            self.protocol.connection_lost(exc)
+
+
+def _arrival_ns(ancillary: list) -> int:
+    """The kernel's receive time of a read, on the perf_counter clock; now if it gave none."""
+    now = time.perf_counter_ns()
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= TIMESPEC.size:
+            sec, nsec = TIMESPEC.unpack_from(data)
+            age = time.time_ns() - (sec * 1_000_000_000 + nsec)
+            if 0 <= age < 60_000_000_000:
+                return now - age
+    return now
+
+
 class StreamClient:
     """Pooled keep-alive connections to one server; `stream()` one request at a time per caller."""
 
     def __init__(self, base_url: str, *, api_key: str | None = None, connect_timeout: float = 10.0,
-                 idle_timeout: float = 900.0) -> None:
+                 idle_timeout: float = 900.0, kernel_stamps: bool = True) -> None:
         root = base_url.rstrip("/").removesuffix("/v1")
         parts = urlsplit(root)
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -344,6 +451,8 @@ class StreamClient:
         self.idle_timeout = idle_timeout
         self._idle: list[_Connection] = []
         self._all: set[_Connection] = set()
+        self._address: tuple | None = None
+        self.kernel_stamps = kernel_stamps
 
     def request_bytes(self, method: str, path: str, body: bytes | None = None) -> bytes:
         lines = f"{method} {self.prefix}{path} HTTP/1.1\r\n{self._head}"
@@ -370,10 +479,30 @@ class StreamClient:
                 return conn
             conn.abort()
             self._all.discard(conn)
-        loop = asyncio.get_running_loop()
-        _, conn = await asyncio.wait_for(
-            loop.create_connection(_Connection, self.host, self.port, ssl=self.ssl), self.connect_timeout)
+        conn = await asyncio.wait_for(self._connect(), self.connect_timeout)
         self._all.add(conn)
+        return conn
+
+    async def _connect(self) -> _Connection:
+        """A new connection: on a socket of our own with kernel receive stamps where the platform has
+        them (Linux, plain HTTP), else on an asyncio transport stamped at data_received."""
+        loop = asyncio.get_running_loop()
+        if self.ssl is not None or not self.kernel_stamps or not hasattr(socket.socket, "recvmsg"):
+            _, conn = await loop.create_connection(_Connection, self.host, self.port, ssl=self.ssl)
+            return conn
+        if self._address is None:
+            infos = await loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
+            self._address = infos[0][0], infos[0][4]
+        family, address = self._address
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setblocking(False)
+            await loop.sock_connect(sock, address)
+        except BaseException:
+            sock.close()
+            raise
+        conn = _Connection()
+        _StampedSocket(loop, sock, conn)
         return conn
 
     async def preconnect(self, n: int) -> int:
@@ -387,9 +516,7 @@ class StreamClient:
 
         async def one() -> _Connection | None:
             try:
-                _, conn = await asyncio.wait_for(
-                    loop.create_connection(_Connection, self.host, self.port, ssl=self.ssl), self.connect_timeout)
-                return conn
+                return await asyncio.wait_for(self._connect(), self.connect_timeout)
             except (OSError, asyncio.TimeoutError):
                 return None
 

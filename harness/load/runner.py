@@ -218,8 +218,8 @@ class Runner:
         """Warm up, run every level, write the results; the summary rows."""
         try:
             asyncio.run(self._run())
-        except (KeyboardInterrupt, asyncio.CancelledError):
-            self.interrupted = True
+        except BaseException as exc:
+            self.interrupted = not isinstance(exc, Exception)  # Ctrl-C, SIGTERM, a cancelled run
             raise
         finally:
             if self.results.rows:

@@ -1,11 +1,11 @@
 """The replay server's timed mode: tokens on an exact schedule, so measurement error is known.
 
 Every chat (or text) completion streams exactly `max_tokens` tokens: the first
-`ttft` seconds after the request is admitted, then one every `itl` seconds, each
-deadline computed from the admission time (never by accumulating sleeps). With
-`jitter`, each gap is moved by a seeded uniform amount in [-jitter, +jitter]; the
-served log records what was scheduled. It is a fake model: every token is the
-same few English words.
+`ttft` seconds after the request arrived (or, behind `--max-running`, after a slot
+freed up), then one every `itl` seconds, each deadline computed from that start
+(never by accumulating sleeps). With `jitter`, each gap is moved by a seeded
+uniform amount in [-jitter, +jitter]; the served log records what was scheduled.
+It is a fake model: every token is one of a few common English words.
 
 Ground truth it keeps honest:
 
@@ -17,12 +17,20 @@ Ground truth it keeps honest:
   `--kv-tokens`, token and preemption counters, split over `--engines` label sets;
 - scripting for tests: `--preempt-every K` counts a preemption at the first token
   of every K-th request (marked in the served log), `POST /admin/metrics` adds
-  preemptions or extra running/waiting, or pins KV usage; `GET /admin/stats` says
-  how late the server itself wrote each token (its own error, not the client's).
+  preemptions or extra running/waiting, or pins KV usage;
+- its own account of every run (`GET /admin/stats`, cleared by `POST
+  /admin/reset-stats`): per request, request arrival to first token written; per
+  gap, one token written to the next; per request, the mean gap; and how late each
+  write was against its deadline. A client's measurement error is its figure minus
+  this account, so a server running late on a busy machine is not charged to it.
 
-It is one asyncio process. The event loop waits on an epoll selector through
-`select()` with a microsecond timeout, so a deadline is met to within the kernel's
-timer slack rather than epoll's whole milliseconds.
+It is one asyncio process with its own non-blocking sockets (not asyncio
+transports): requests are read with recvmsg and stamped with the kernel's receive
+time (SO_TIMESTAMPNS), so a request waiting in its socket while the loop writes
+other streams still starts its schedule when it arrived; tokens are written by
+timer callbacks straight to send(). The loop waits on epoll through `select()`
+with a microsecond timeout, so a deadline is met to within the kernel's timer
+slack rather than epoll's whole milliseconds.
 
     python -m harness.replay.server --timed --port 0 --served-model-name M \\
         [--ttft 0.1] [--itl 0.01] [--jitter 0] [--seed 0] [--max-running 0] ...
@@ -389,11 +397,12 @@ class Connection:
         sock.setblocking(False)
         if sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-            self.stamps = True
-        except OSError:
-            self.stamps = False
+        self.stamps = sys.platform.startswith("linux")  # the option number is Linux's
+        if self.stamps:
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            except OSError:
+                self.stamps = False
         self.inbuf = bytearray()
         self.arrived_at = 0.0
         self.out = bytearray()
