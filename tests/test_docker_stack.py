@@ -185,8 +185,8 @@ def test_serve_then_destroy_end_to_end(box: DockerBox):
         assert (box.home / ".cache" / "huggingface").is_dir()  # created by us, not by docker as root
         models = httpx.get(f"{served['base_url']}/v1/models", timeout=10).json()
         assert [m["id"] for m in models["data"]] == ["qwen3-8b"]
-        # Readiness polled `docker inspect` for liveness and `docker logs` from creation on.
-        assert ["inspect", "-f", "{{.State.Running}}", cid] in box.docker_calls("inspect")
+        # The log was read from creation on (the collector's last read, at the latest, when
+        # `serve` stops it; a liveness poll may not come before the unit answers on a busy box).
         assert ["logs", "--timestamps", cid] in box.docker_calls("logs")
     finally:
         code, out, err = box.cli("destroy", ENV, PRESET)
