@@ -80,11 +80,11 @@ def launch_with(project: Project, failpoint: str, extra: list[str] = (), timeout
     return proc.returncode, out, err, tree
 
 
-def deleted_in_arm(arm: FakeArm, times: int = 1) -> None:
+def deleted_in_arm(fake: FakeArm, times: int = 1) -> None:
     """The app is gone from the fake ARM because a DELETE removed it (not just from our ledger)."""
-    assert arm.app(APP) is None, f"{APP} still exists in the fake ARM"
-    assert arm.deleted.count(APP) == times, f"created {arm.created}, deleted {arm.deleted}"
-    deletes = [d["status"] for d in arm.calls("DELETE", APP)]
+    assert fake.app(APP) is None, f"{APP} still exists in the fake ARM"
+    assert fake.deleted.count(APP) == times, f"created {fake.created}, deleted {fake.deleted}"
+    deletes = [d["status"] for d in fake.calls("DELETE", APP)]
     assert deletes and deletes[-1] == 202, f"DELETE answers: {deletes}"
 
 

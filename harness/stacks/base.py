@@ -47,7 +47,13 @@ def unit_name(preset: str) -> str:
 
 
 class Stack(Protocol):
-    """preflight → GPU cell, serve → unit, logs, ready, destroy."""
+    """preflight → GPU cell, serve → unit, logs, ready, destroy.
+
+    Optional: `api_key(unit) -> str | None` (see `KeyHolder`), for a stack that holds the
+    unit's API key itself (azure: the app's secret) instead of naming an environment
+    variable in `Unit.api_key_env`. Callers look it up with getattr
+    (harness.probe.unit_api_key); a stack without it is read through `api_key_env`.
+    """
 
     name: str
 
@@ -74,3 +80,11 @@ class Stack(Protocol):
 
     def fatal_patterns(self) -> tuple[str, ...]:
         """Log lines that mean the start failed for good: destroy at once."""
+
+
+class KeyHolder(Protocol):
+    """The optional part of `Stack`: a stack that holds its units' API keys."""
+
+    def api_key(self, unit: Unit) -> str | None:
+        """The key a client sends to `unit`, read when it is needed and held in memory
+        only (never written to the ledger, the record or a file); None: no key."""
