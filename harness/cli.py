@@ -562,11 +562,12 @@ def load(
     data = {"results": str(outcome.path), "levels": outcome.rows}
     table = Table("shape", "c", "ok", "in tok", "out tok/s", "TTFT p50", "TTFT p99", "E2E p50", "ITL p50 ms",
                   "preempt", "KV peak %", title=f"load: {outcome.path}")
+    formats = {"input_tokens_mean": ",.0f", "output_throughput_tok_s": ",.1f", "ttft_p50_s": ".3f",
+               "ttft_p99_s": ".3f", "e2e_p50_s": ".3f", "itl_p50_ms": ".2f", "preemptions": "g",
+               "kv_cache_peak_percent": ".1f"}
     for r in outcome.rows:
         table.add_row(r["shape"], str(r["concurrency"]), f"{r['succeeded']}/{r['requests']}",
-                      *(str(r[k]) for k in ("input_tokens_mean", "output_throughput_tok_s", "ttft_p50_s",
-                                            "ttft_p99_s", "e2e_p50_s", "itl_p50_ms", "preemptions",
-                                            "kv_cache_peak_percent")))
+                      *("-" if r[k] is None else format(r[k], f) for k, f in formats.items()))
     _emit(data, as_json, table)
     raise typer.Exit(outcome.exit_code)
 

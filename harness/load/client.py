@@ -5,6 +5,9 @@ its bytes reached this host: on Linux over plain HTTP, the kernel's receive time
 each read (SO_TIMESTAMPNS) on the `time.perf_counter_ns()` clock, so a chunk read late
 because the loop was busy with other streams still carries its arrival; elsewhere
 (TLS, other systems) `perf_counter_ns()` in `data_received`, before any parsing.
+(Chunks that pile up in a socket while this process gets no CPU are read together
+and carry the arrival of the last of them: a client starved for whole inter-token
+gaps cannot do better.)
 Nothing else runs per chunk: HTTP/1.1
 framing and SSE lines are split with bytes operations, and a data line is decoded
 with `json` only when the compact fast path cannot classify it (usage, errors,

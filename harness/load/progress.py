@@ -20,7 +20,7 @@ class RichReporter(Reporter):
         self.console = console
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TextColumn("{task.fields[failed]} failed"), TimeElapsedColumn(),
-                                 console=console, refresh_per_second=2, transient=False)
+                                 console=console, refresh_per_second=2, transient=True)
         self.task = None
 
     def __enter__(self) -> RichReporter:
@@ -34,6 +34,8 @@ class RichReporter(Reporter):
         self.progress.console.print(f"[dim]load[/dim] {message}", highlight=False)
 
     def level_started(self, shape: str, level: int, total: int | None) -> None:
+        if self.task is not None:
+            self.progress.remove_task(self.task)
         self.failed = 0
         self.task = self.progress.add_task(f"{shape} c={level}", total=total, failed=0)
 
