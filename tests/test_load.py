@@ -300,3 +300,50 @@ def test_client_reports_http_and_stream_errors_and_a_cut_stream() -> None:
     r = client_result(serve_bytes([b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n"], gap_s=1.0),
                       idle_timeout=0.3)
     assert not r.ok and r.error == "timeout"
+
+
+def test_a_keep_alive_connection_dropped_as_a_request_goes_out_is_retried_once() -> None:
+    """The server answers on a keep-alive connection, then closes it when the next request
+    arrives without answering (its keep-alive limit): the client sends that request again on
+    a fresh connection, and only once."""
+    import asyncio
+    import socket
+    import threading
+
+    from harness.load.client import StreamClient
+
+    srv = socket.create_server(("127.0.0.1", 0))
+    port, accepted = srv.getsockname()[1], []
+    body = b'{"object":"list","data":[]}'
+    answer = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+
+    def serve() -> None:
+        srv.settimeout(20)
+        first, _ = srv.accept()
+        accepted.append(first)
+        first.recv(65536)
+        first.sendall(answer)
+        first.recv(65536)  # the second request on the same connection: dropped, unanswered
+        first.close()
+        second, _ = srv.accept()
+        accepted.append(second)
+        second.recv(65536)
+        second.sendall(answer)
+        second.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+
+    async def run() -> tuple[Result, Result]:
+        client = StreamClient(f"http://127.0.0.1:{port}")
+        try:
+            return await client.get("/v1/models"), await client.get("/v1/models")
+        finally:
+            await client.aclose()
+
+    first, second = asyncio.run(run())
+    thread.join(timeout=20)
+    srv.close()
+    assert first.ok and not first.reused
+    assert second.ok and second.body == body and not second.reused  # the retry, on a fresh connection
+    assert len(accepted) == 2

@@ -67,9 +67,12 @@ def test_bwrap_shows_the_view_and_hides_the_rest(tmp_path: Path):
     assert "rc=1" in lines[:3] and "Read-only file system" in out
     assert (ws / "out.txt").read_text() == "ok\n"  # the workspace is writable, through to the host
     assert "harness ok" in out  # the mission's tools (Python + harness) still run
-    # A /tmp of its own: only the path down to the workspace (when it lies under /tmp).
+    # A /tmp of its own: only the paths down to what the view binds there (the workspace,
+    # and the checkout's venv and harness when the checkout itself lies under /tmp).
     shown = next(line for line in done.stdout.splitlines() if line.startswith("tmp="))
-    assert shown == "tmp=" + (tmp_path.parts[2] if tmp_path.parts[1] == "tmp" else "")
+    under_tmp = sorted({p.parts[2] for p in [*view.writable, *view.readable]
+                        if len(p.parts) > 2 and p.parts[1] == "tmp"})
+    assert sorted(shown.removeprefix("tmp=").split()) == under_tmp
 
 
 def test_denials_are_counted_from_the_tool_events(tmp_path: Path):

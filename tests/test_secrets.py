@@ -24,8 +24,8 @@ from test_launch_e2e import SMALL_PROBE, dump
 class Cmdlines:
     """Every command line of the launch's process tree, sampled while it runs."""
 
-    def __init__(self, proc: subprocess.Popen) -> None:
-        self.proc, self.seen = proc, {}
+    def __init__(self, proc: subprocess.Popen, project: Project) -> None:
+        self.proc, self.seen, self.project = proc, {}, project
         self.thread = threading.Thread(target=self._sample, daemon=True)
         self.thread.start()
 
@@ -36,6 +36,12 @@ class Cmdlines:
                 procs = [psutil.Process(self.proc.pid), *psutil.Process(self.proc.pid).children(recursive=True)]
             except psutil.NoSuchProcess:
                 return
+            # The unit by the pid its ledger entry names, too (a busy box can starve the tree walk).
+            for unit in self.project.ledger().values():
+                try:
+                    procs.append(psutil.Process(unit["pid"]))
+                except (psutil.NoSuchProcess, KeyError, TypeError, ValueError):
+                    continue
             for p in procs:
                 try:
                     self.seen[(p.pid, p.create_time())] = p.cmdline()
@@ -56,7 +62,7 @@ def test_a_launch_with_known_keys_leaves_them_nowhere(project: Project):
     project.env.update(VLLM_API_KEY=unit_key, HF_TOKEN=hf_token)
 
     proc = project.popen(["launch", "local", "replay", "replay-leaky", "--mission", "hello", *SMALL_PROBE])
-    lines = Cmdlines(proc)
+    lines = Cmdlines(proc, project)
     try:
         out, err = proc.communicate(timeout=360)
     except subprocess.TimeoutExpired:

@@ -64,6 +64,7 @@ class Result:
     completion_tokens: int | None = None
     finish_reason: str | None = None
     body: bytes = b""  # a non-streamed body (JSON responses, errors)
+    reused: bool = False  # sent on a pooled keep-alive connection
 
     @property
     def ttft_s(self) -> float | None:
@@ -531,11 +532,28 @@ class StreamClient:
         return len(opened)
 
     async def send(self, request: bytes) -> Result:
-        """Write a prepared request and read its response; never raises for the server's doing."""
+        """Write a prepared request and read its response; never raises for the server's doing.
+
+        A pooled connection the server closed just as the request went out (its keep-alive
+        timeout or request cap; it answered nothing) is the pool's race, not the server's
+        failure: the request goes once more, on a fresh connection."""
+        result = await self._send(request, pooled_ok=True)
+        if result.error == "incomplete response" and result.status is None and result.reused:
+            result = await self._send(request, pooled_ok=False)
+        return result
+
+    async def _send(self, request: bytes, *, pooled_ok: bool) -> Result:
         result = Result()
         result.start_ns = time.perf_counter_ns()
         try:
+            if not pooled_ok:
+                for idle in self._idle:
+                    idle.abort()
+                    self._all.discard(idle)
+                self._idle = []
+            pooled = set(self._idle)
             conn = await self._connection()
+            result.reused = conn in pooled
         except (OSError, asyncio.TimeoutError) as exc:
             result.end_ns = time.perf_counter_ns()
             result.error = "timeout" if isinstance(exc, asyncio.TimeoutError) else type(exc).__name__
