@@ -33,12 +33,13 @@ import asyncio
 import json
 import socket
 import ssl
-import struct
 import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
+
+from harness.kernel_stamps import SO_TIMESTAMPNS, receive_age_ns
 
 HEAD_END = b"\r\n\r\n"
 FAST_CONTENT = b'"content":"'
@@ -336,10 +337,6 @@ class _Connection(asyncio.Protocol):
             result.token_ns.append(now)
 
 
-SO_TIMESTAMPNS = 35  # Linux: the kernel's receive time of the data read (SCM_TIMESTAMPNS = the same number)
-TIMESPEC = struct.Struct("@qq")
-
-
 class _StampedSocket:
     """A connected non-blocking socket read with recvmsg, so every read carries the kernel's
     receive time (SO_TIMESTAMPNS) rather than the moment the loop got round to it: with many
@@ -425,13 +422,8 @@ class _StampedSocket:
 def _arrival_ns(ancillary: list) -> int:
     """The kernel's receive time of a read, on the perf_counter clock; now if it gave none."""
     now = time.perf_counter_ns()
-    for level, kind, data in ancillary:
-        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= TIMESPEC.size:
-            sec, nsec = TIMESPEC.unpack_from(data)
-            age = time.time_ns() - (sec * 1_000_000_000 + nsec)
-            if 0 <= age < 60_000_000_000:
-                return now - age
-    return now
+    age = receive_age_ns(ancillary)
+    return now if age is None else now - age
 
 
 class StreamClient:

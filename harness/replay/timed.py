@@ -48,7 +48,6 @@ import select
 import selectors
 import signal
 import socket
-import struct
 import sys
 import time
 import uuid
@@ -58,6 +57,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from harness.kernel_stamps import SO_TIMESTAMPNS, receive_age_ns
 
 BANNER = "replay server (timed schedule, not a model) listening on http://{host}:{port}"
 OWNED_BY = "llms-benchmark-replay"
@@ -366,19 +367,10 @@ def exposition(state: State) -> bytes:
 
 # ---------------------------------------------------------------- sockets
 
-SO_TIMESTAMPNS = 35  # Linux: the kernel's receive time of the data read (SCM_TIMESTAMPNS = the same number)
-TIMESPEC = struct.Struct("@qq")
-
-
 def arrival_time(ancillary: list, loop_now: float) -> float:
-    """The kernel's receive time (CLOCK_REALTIME) of what recvmsg read, as loop time; now if absent."""
-    for level, kind, data in ancillary:
-        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= TIMESPEC.size:
-            sec, nsec = TIMESPEC.unpack_from(data)
-            age = time.time() - (sec + nsec / 1e9)
-            if 0 <= age < 60:
-                return loop_now - age
-    return loop_now
+    """The kernel's receive time of what recvmsg read, as loop time; now if absent."""
+    age = receive_age_ns(ancillary)
+    return loop_now if age is None else loop_now - age / 1e9
 
 
 class Connection:
