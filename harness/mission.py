@@ -29,6 +29,9 @@ class MissionManifest(BaseModel):
     min_context: int = Field(gt=0, description="smallest --max-model-len a preset needs for this mission")
     time_cap_minutes: float = Field(gt=0)
     stall_minutes: float = Field(gt=0, description="no new opencode event for this long ends the run")
+    agent_steps: int | None = Field(None, gt=0, description="opencode's own step limit (agent.build.steps): "
+                                    "after this many agentic iterations it forces a text-only answer, so a "
+                                    "model that keeps calling tools still ends its run cleanly")
     setup: str | None = Field(None, description="Python file (relative to the mission folder) whose "
                               "start(workspace, run_dir) starts what the mission observes; its .env reaches "
                               "the agent, its .stop() ends it all")

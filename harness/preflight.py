@@ -9,6 +9,7 @@ version, and the GPU cell is known.
 from __future__ import annotations
 
 from dataclasses import dataclass
+import shutil
 from pathlib import Path
 
 from harness.errors import PreflightError
@@ -72,5 +73,10 @@ def run_preflight(root: Path, env_name: str, preset_name: str, mission_name: str
     if need_opencode:
         binary = find_opencode(root)
         version = opencode_version(binary)
+        if shutil.which("rg") is None:
+            # opencode's glob and grep run ripgrep; without it opencode tries to download it from
+            # GitHub, which fails offline: both tools would fail whatever the model.
+            raise PreflightError("ripgrep (`rg`) is not on PATH: opencode's glob and grep tools need it",
+                                 fix="run `make setup` (it installs Debian's ripgrep), or install ripgrep")
         sandbox = detect(no_sandbox)  # the agent runs sandboxed, or the user said not to
     return Preflight(env, preset, stack, gpu, mission, binary, version, sandbox)

@@ -13,6 +13,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from harness.atomic import write_atomic
+from harness.unit_death import UnitDeath
 
 
 def utcnow() -> datetime:
@@ -143,6 +144,10 @@ class RunRecord(BaseModel):
     max_model_len: int | None = None
     preset_sha256: str | None = None
     mission_sha256: str | None = None
+    # How the unit served (the stack's own words): flags, chat template and its sha256,
+    # the server's build and what it reported at start (system_info, the tool-call format).
+    serving_config: dict[str, str | list[str]] = Field(default_factory=dict)
+    unit_death: UnitDeath | None = None  # the unit died on its own: status, signal, cause, log tail
     probe: Probe | None = None
     smoke: str | None = None
     run: RunOutcome | None = None

@@ -25,6 +25,12 @@ def run_summary_table(rec: RunRecord) -> Table:
     ]
     if rec.reason:
         rows.append(("reason", f"{rec.reason} (stopped at {rec.stopped_at})"))
+    if rec.unit_death:
+        d = rec.unit_death
+        rows.append(("unit died", d.summary() + ("\nlast log lines:\n  " + "\n  ".join(d.log_tail[-5:])
+                                                  if d.log_tail else "")))
+    if info := rec.serving_config.get("system_info"):
+        rows.append(("server", str(info)))
     if rec.probe:
         p = rec.probe
         rows.append(("probe", f"decode {p.decode_short_tps} tok/s short, {p.decode_long_tps} tok/s at "

@@ -14,6 +14,9 @@ import httpx
 
 from harness.errors import FatalUnitLog, StackError
 from harness.stacks.base import Stack, Unit
+from harness.unit_death import UnitDeath, explain
+
+TAIL_BYTES = 64 * 1024
 
 
 class UnitLogCollector(threading.Thread):
@@ -23,6 +26,7 @@ class UnitLogCollector(threading.Thread):
         self.offset = 0
         self.problem = threading.Event()  # fatal line or unit died
         self.reason: list[str] = []
+        self.death: UnitDeath | None = None  # set when the unit died on its own
         self._halt = threading.Event()
         self._lock = threading.Lock()
         self._partial = ""
@@ -47,8 +51,21 @@ class UnitLogCollector(threading.Thread):
             if not self.problem.is_set() and not self.stack.alive(self.unit):
                 self.drain()
                 if not self.problem.is_set():
-                    self.reason.append(f"the unit {self.unit.name} exited on its own")
+                    self.death = self._explain_death()
+                    self.reason.append(f"the unit {self.unit.name} exited on its own, {self.death.summary()}")
                     self.problem.set()
+
+    def _explain_death(self) -> UnitDeath:
+        # Optional stack member: the exit status of a unit this process started (local stacks).
+        exit_status = getattr(self.stack, "exit_status", None)
+        returncode = exit_status(self.unit) if exit_status else None
+        try:
+            with open(self.dest, "rb") as fh:
+                fh.seek(max(0, fh.seek(0, 2) - TAIL_BYTES))
+                tail = fh.read().decode("utf-8", "replace")
+        except OSError:
+            tail = ""
+        return explain(returncode, tail)
 
     def stop(self) -> None:
         self._halt.set()

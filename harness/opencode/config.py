@@ -25,7 +25,7 @@ def takes_reasoning_effort(reasoning_parser: str | None) -> bool:
     return reasoning_parser in EFFORT_PARSERS
 
 
-def provider_config(unit: Unit, *, reasoning_parser: str | None) -> dict:
+def provider_config(unit: Unit, *, reasoning_parser: str | None, steps: int | None = None) -> dict:
     model: dict = {
         "name": unit.served_name,
         "tool_call": True,
@@ -62,6 +62,8 @@ def provider_config(unit: Unit, *, reasoning_parser: str | None) -> dict:
             "doom_loop": "deny",
             "question": "deny",
         },
+        # The mission's step limit, if it sets one: opencode forces a text-only answer after it.
+        **({"agent": {"build": {"steps": steps}}} if steps else {}),
     }
 
 

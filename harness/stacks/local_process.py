@@ -158,6 +158,12 @@ class LocalProcessStack:
             return proc.poll() is None
         return bool(processes_with_marker(unit.extra.get("marker", "")))
 
+    def exit_status(self, unit: Unit) -> int | None:
+        """The unit's exit status once it has ended (negative: the signal that killed it);
+        None while it runs or when this process did not start it."""
+        proc = _children.get(unit.extra.get("marker", ""))
+        return proc.poll() if proc is not None else None
+
     def destroy(self, unit: Unit) -> bool:
         marker = unit.extra.get("marker", "")
         procs = processes_with_marker(marker) if marker else []

