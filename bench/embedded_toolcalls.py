@@ -128,6 +128,8 @@ def bench_preset(name: str, request: dict, asks: int, tmp: Path) -> dict:
     rows, ok = [], 0
     try:
         wait_ready(unit, stack.ready_timeout_s, collector)
+        collector.drain()
+        serving = stack.describe(unit, env, preset, (tmp / f"{name}.log").read_text())
         for text, expected in ASKS[:asks]:
             t0 = time.monotonic()
             out = ask(unit.base_url, request, unit.served_name, text)
@@ -144,7 +146,7 @@ def bench_preset(name: str, request: dict, asks: int, tmp: Path) -> dict:
         stack.destroy(unit)
     return {"preset": name, "ok": ok, "asks": len(rows), "rows": rows,
             "system_prompt_chars": sum(len(m["content"]) for m in request["messages"] if m["role"] == "system"),
-            "tools": len(tools), "serving": stack.describe(env, preset, (tmp / f"{name}.log").read_text())}
+            "tools": len(tools), "serving": serving}
 
 
 def main() -> None:

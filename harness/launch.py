@@ -396,7 +396,7 @@ class Launch:
         self.collector.drain()
         log = Path(self.record.artifacts.unit_log or "")
         text = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
-        self.record.serving_config = describe(pf.env, pf.preset, text)
+        self.record.serving_config = describe(self.unit, pf.env, pf.preset, text)
         if info := self.record.serving_config.get("system_info"):
             self.say(f"server: {info}")
 

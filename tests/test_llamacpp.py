@@ -3,6 +3,8 @@ real llama.cpp server serving SmolLM2 from its PyPI package, probed, destroyed."
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 
 import pytest
@@ -68,6 +70,17 @@ def test_real_llama_server_serves_probes_and_is_destroyed(tmp_path):
     collector.start()
     try:
         wait_ready(unit, stack.ready_timeout_s, collector)
+        collector.drain()
+        facts = stack.describe(unit, env, preset, (tmp_path / "unit.log").read_text())
+        # What the record keeps of the serving: no absolute path (records are committed to git).
+        dumped = json.dumps(facts)
+        assert str(Path.home()) not in dumped and str(ROOT) not in dumped and str(tmp_path) not in dumped, facts
+        assert facts["chat_template"] == "hermes-tools.jinja"
+        assert facts["chat_template_sha256"] == hashlib.sha256(
+            (ROOT / "harness" / "stacks" / "templates" / "hermes-tools.jinja").read_bytes()).hexdigest()
+        assert "supports_tool_calls=yes" in facts["chat_template_caps"]  # llama.cpp's own analysis
+        assert "-DGGML_NATIVE=OFF" in facts["build"]
+        assert "CPU :" in facts["system_info"]  # what the server said it runs with
         probe = run_probe(unit.base_url, unit.served_name, max_model_len=unit.max_model_len,
                           long_target=2048, short_tokens=32, long_output=16)
         # Speeds are measured, not judged here (bench/ does that): a loaded box decodes slowly.

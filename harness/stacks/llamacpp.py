@@ -18,6 +18,8 @@ import os
 import re
 from pathlib import Path
 
+import httpx
+
 from harness.embedded import models as embedded
 from harness.embedded import server as server_build
 from harness.errors import PreflightError
@@ -37,7 +39,8 @@ TRANSLATED = {"--max-model-len", "--enable-auto-tool-choice", "--tool-call-parse
 # CPU serving, measured on 2 cores (bench/embedded_speed.py): see SPEED_FLAGS' note.
 SPEED_FLAGS = ["--flash-attn", "on", "--cache-type-k", "q8_0", "--cache-type-v", "q8_0"]
 _SYSTEM_INFO = re.compile(r"system_info: (?P<info>.+)")
-_CHAT_FORMAT = re.compile(r"(?:[Cc]hat format|chat_format)[:=]\s*(?P<fmt>.+)")
+# At trace verbosity (-lv 4) llama-server logs the template's example rendering and its system_info.
+_CHAT_EXAMPLE = re.compile(r"chat template, example_format: '(?P<fmt>.*?)'\n", re.S)
 
 
 def llama_server_binary(env: Environment | None = None) -> Path | None:
@@ -69,6 +72,20 @@ def cpu_label() -> str:
         pass
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return f"CPU {name} ({cores} cores)".replace("  ", " ") if name else f"CPU ({cores} cores)"
+
+
+def _props(unit: Unit) -> dict[str, str]:
+    """What llama.cpp itself reports (GET /props): the template's detected capabilities and the
+    weights' type. Best effort: a server without /props leaves these out."""
+    try:
+        props = httpx.get(f"{unit.base_url}/props", timeout=10).json()
+    except (httpx.HTTPError, ValueError):
+        return {}
+    caps = props.get("chat_template_caps") or {}
+    out = {"model_type": str(props.get("model_ftype") or "")}
+    if caps:
+        out["chat_template_caps"] = ", ".join(f"{k}={'yes' if v else 'no'}" for k, v in sorted(caps.items()))
+    return {k: v for k, v in out.items() if v}
 
 
 def _sha256(path: Path) -> str:
@@ -180,14 +197,17 @@ class LlamaCppStack(LocalProcessStack):
             "--threads", str(threads),
             "--parallel", "1",  # one slot: the default 4 would split the context four ways
             "--metrics",
+            "--log-verbosity", "4",  # trace: system_info, the template's example, prompt-cache decisions
             *SPEED_FLAGS,
             *self.translate(preset),
         ]
 
-    def describe(self, env: Environment, preset: ResolvedPreset, log_text: str) -> dict[str, str | list[str]]:
+    def describe(self, unit: Unit, env: Environment, preset: ResolvedPreset,
+                 log_text: str) -> dict[str, str | list[str]]:
         """The serving configuration for the run record: no absolute path (records are committed)."""
         model = self.model(preset)
         flags = [Path(a).name if os.sep in a else a for a in self.command(env, preset, 0)[1:]]
+        flags = [f for f, prev in zip(flags, ["", *flags]) if prev != "--port" and f != "--port"]
         facts: dict[str, str | list[str]] = {
             "server": "llama.cpp llama-server",
             "model_file": model.file_name,
@@ -204,8 +224,10 @@ class LlamaCppStack(LocalProcessStack):
         if template is not None and preset.vllm_args.get("--enable-auto-tool-choice"):
             facts["chat_template"] = template.name
             facts["chat_template_sha256"] = _sha256(template)
+        facts.update(_props(unit))
         if m := _SYSTEM_INFO.search(log_text):
             facts["system_info"] = m["info"].strip()
-        if m := _CHAT_FORMAT.search(log_text):
-            facts["chat_format"] = m["fmt"].strip()
+        if m := _CHAT_EXAMPLE.search(log_text):
+            # Strip the log prefixes of continuation lines: the example as the server rendered it.
+            facts["chat_template_example"] = m["fmt"][:2000]
         return facts
