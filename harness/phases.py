@@ -3,7 +3,7 @@
 Phases come from the scenario's drive record: preflight = mission start → drive
 start, drive = the drive's window, observation = drive end → mission end. Signals
 are the four telemetry signals the agent queried with a non-empty result, from the
-`obs` call log. Files read before the drive come from the run's opencode store.
+`obs` call log (an `obs sql` query counts for the signal of each table it reads). Files read before the drive come from the run's opencode store.
 """
 
 from __future__ import annotations
@@ -14,10 +14,12 @@ import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
 
+from harness.evidence import tables_of
 from harness.opencode.store import store_copy
 from harness.record import Phases
 
 SIGNALS = ("traces", "metrics", "logs", "profiles")
+SIGNAL_TABLES = {"traces": "spans", "metrics": "metrics", "logs": "logs", "profiles": "profiles"}
 _PATH = re.compile(r"(?:^|[\s'\"=/])((?:\./)?src/[\w./-]+\.\w+)")
 
 
@@ -59,8 +61,13 @@ def queried_signals(signal_log: Path | None) -> list[str]:
             call = json.loads(line)
         except ValueError:
             continue
-        if isinstance(call, dict) and call.get("signal") in SIGNALS and call.get("ok") and (call.get("rows") or 0) > 0:
+        if not (isinstance(call, dict) and call.get("ok") and (call.get("rows") or 0) > 0):
+            continue
+        if call.get("signal") in SIGNALS:
             found.add(call["signal"])
+        elif call.get("signal") == "sql":  # an `obs sql` query counts for each signal's table it reads
+            sql = " ".join(str(a) for a in call.get("args") or [] if isinstance(a, str))
+            found |= {signal for signal, table in SIGNAL_TABLES.items() if table in tables_of(sql)}
     return [s for s in SIGNALS if s in found]
 
 

@@ -11,12 +11,15 @@ store with `rule --accept`'s logic (key-matcher proposals, made final).
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import duckdb
+import httpx
 import pytest
 
 from harness.keymatch import draft_rulings
@@ -51,9 +54,41 @@ def store(tmp_path_factory) -> Path:
         drive = subprocess.run([sys.executable, "-m", "scenario", "run", "--duration", "10", "--vus", "2"],
                                cwd=workspace, env=env, capture_output=True, text=True, timeout=200)
         assert drive.returncode == 0, drive.stderr[-2000:]
+        FORGED.update(_forge(services, env))
     finally:
         services.stop()
     return run / "telemetry.duckdb"
+
+
+FORGED: dict[str, int] = {}
+FORGED_SPAN = "forged by the agent"
+
+
+def _forge(services, agent_env: dict) -> dict[str, int]:
+    """What the agent gets when it tries to write evidence with what it is given (its env)."""
+    body = json.dumps({"resourceSpans": [{"resource": {"attributes": [
+        {"key": "service.name", "value": {"stringValue": "shop-api"}}]},
+        "scopeSpans": [{"scope": {"name": "agent"}, "spans": [{
+            "traceId": "0dd5ce4e0000000000000000000000ff", "spanId": "00000000000000ff", "name": FORGED_SPAN,
+            "kind": 2, "startTimeUnixNano": "1000000000", "endTimeUnixNano": "1005000000"}]}]}]})
+    codes = {}
+    for where, url in (("obs url", agent_env["OBS_URL"]), ("ingest url", services.store_url)):
+        codes[where] = httpx.post(f"{url}/v1/traces", content=body, timeout=10,
+                                  headers={"Content-Type": "application/json"}).status_code
+    return codes
+
+
+def test_the_agent_cannot_write_the_evidence(store: Path):
+    assert FORGED == {"obs url": 401, "ingest url": 401}
+    with duckdb.connect(str(store), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM spans WHERE name = ?", [FORGED_SPAN]).fetchone()[0] == 0
+        # ... while every service wrote all four signals with its token.
+        for table in ("spans", "metrics", "logs", "profiles"):
+            assert {r[0] for r in con.execute(f"SELECT DISTINCT service FROM {table}").fetchall()} >= \
+                {"shop-api", "shop-mcp", "shop-agent"}, table
+        # Request durations in seconds land in seconds buckets (the SDK's default ones are for ms).
+        bounds = con.execute("SELECT bounds FROM metrics WHERE name = 'http.server.request.duration' LIMIT 1")
+        assert json.loads(bounds.fetchone()[0])[:3] == [0.005, 0.01, 0.025]
 
 
 def rule_report(store: Path, tmp_path: Path, name: str):
