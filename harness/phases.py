@@ -43,8 +43,14 @@ def read_phases(drive_record: Path | None, mission_start: datetime, mission_end:
         return phases
     start = _when(data.get("start") or data.get("started") or data.get("start_utc"))
     end = _when(data.get("end") or data.get("ended") or data.get("end_utc"))
+    return phases_between(start, end, mission_start, mission_end)
+
+
+def phases_between(start: datetime | None, end: datetime | None, mission_start: datetime,
+                   mission_end: datetime) -> Phases:
+    """Phases around a drive window (from the store's scenario requests, or a drive record)."""
     if start is None or end is None:
-        return phases
+        return Phases()
     return Phases(drive_start=start, drive_end=end,
                   preflight_s=round((start - mission_start).total_seconds(), 1),
                   drive_s=round((end - start).total_seconds(), 1),

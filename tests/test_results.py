@@ -256,6 +256,23 @@ def test_an_empty_report_ranks_last_with_0_0(root: Path):
     assert check_page(_page(root)) == []
 
 
+def test_a_run_whose_scenario_never_drove_gets_no_row(root: Path):
+    from harness.drive import DriveFigures
+
+    _run(root, "skipped", "odd-skipped", T0 + timedelta(days=3), 900, ["Perf"], 0)
+    path = root / ".llms-benchmark" / "runs" / "skipped" / "run.json"
+    record = RunRecord.load(path)
+    record.drive = DriveFigures(user_agent="llms-benchmark-scenario/", requests=0,
+                                problem="the scenario never drove the stack inside the mission")
+    record.save(path.parent)
+    render_page(root)
+    assert "odd-skipped" not in _page(root).read_text()
+    record.drive = DriveFigures(user_agent="llms-benchmark-scenario/", requests=48)  # it did drive
+    record.save(path.parent)
+    render_page(root)
+    assert "odd-skipped" in _page(root).read_text()
+
+
 def test_digest_local_cells_reproduce_9_0():
     assert score_local("1286s", "150m02s", "64%", "7 / 11").score == 9.0
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from datetime import UTC, datetime, timedelta
 import os
 import shutil
 import subprocess
@@ -22,6 +23,7 @@ import duckdb
 import httpx
 import pytest
 
+from harness.drive import MIN_REQUESTS, measure_drive
 from harness.keymatch import draft_rulings
 from harness.rule import finish
 from harness.rulings import HELD_UP
@@ -49,17 +51,20 @@ def store(tmp_path_factory) -> Path:
     workspace = run / "workspace"
     shutil.copytree(MISSION / "workspace", workspace, ignore=shutil.ignore_patterns("__pycache__", "drive.json"))
     services = _setup().start(workspace, run)
+    WINDOW["start"] = datetime.now(UTC)
     try:
         env = {**os.environ, **{k: v for k, v in services.env.items() if k != "PATH"}}
         drive = subprocess.run([sys.executable, "-m", "scenario", "run", "--duration", "10", "--vus", "2"],
                                cwd=workspace, env=env, capture_output=True, text=True, timeout=200)
         assert drive.returncode == 0, drive.stderr[-2000:]
         FORGED.update(_forge(services, env))
+        WINDOW["end"] = datetime.now(UTC)
     finally:
         services.stop()
     return run / "telemetry.duckdb"
 
 
+WINDOW: dict[str, datetime] = {}  # the "mission" around the drive
 FORGED: dict[str, int] = {}
 FORGED_SPAN = "forged by the agent"
 
@@ -134,3 +139,18 @@ def test_an_empty_report_scores_0_below_one_confirmed(store: Path, tmp_path: Pat
     assert empty_score.score == 0.0
     one = score_local("9000s", "150m00s", "33%", "1 / 3")  # slow, and two of three wrong
     assert one.score > empty_score.score
+
+
+def test_the_drive_gate_reads_the_store_not_drive_json(store: Path, tmp_path: Path):
+    ua = "llms-benchmark-scenario/"
+    drove = measure_drive(store, ua, WINDOW["start"], WINDOW["end"])
+    assert drove.problem is None and drove.requests >= MIN_REQUESTS
+    assert WINDOW["start"] <= drove.start < drove.end <= WINDOW["end"]
+    assert 5 <= (drove.end - drove.start).total_seconds() <= 60  # a 10 s scenario, stopping at its duration
+    # A mission whose agent skipped the scenario (and perhaps wrote a drive.json of its own):
+    # the store shows no scenario request inside that mission's window, so no row.
+    later = WINDOW["end"] + timedelta(seconds=1)
+    skipped = measure_drive(store, ua, later, later + timedelta(minutes=10))
+    assert skipped.requests == 0 and "never drove the stack" in skipped.problem
+    assert "drive.json" in skipped.problem
+    assert "no telemetry store" in measure_drive(tmp_path / "none.duckdb", ua, later, later).problem

@@ -184,6 +184,8 @@ def load_local_rows(root: Path, include_scripted: bool = False) -> list[Row]:
                             field="run_id", fix=f"set run_id to {path.parent.name}")
         if record.status != Status.ok or (record.scripted and not include_scripted):
             continue
+        if record.drive is not None and record.drive.problem:
+            continue  # the harness's drive gate: the scenario never drove the stack (record.drive.problem says why)
         rulings_path = root / RULINGS_DIR / f"{record.run_id}.yaml"
         if not is_file(rulings_path):
             continue  # not ruled yet: no row
