@@ -34,9 +34,9 @@ TERMS = ["Lamp", "Chair", "Kettle", "Tent", "Drill", "Speaker", "Towel", "Puzzle
 QUESTIONS = [
     'I\'m looking for a "Lamp". Is product 3120 still sold? Show me the category stats, then order 2 units of product 27.',
     'Can you find a "Kettle" with a good rating?',
-    "Which categories have the most products in stock? Show me the stats.",
+    "Which categories have the most products in stock? Is product 3305 back? Show me the stats.",
     "Tell me about product 128 and product 1205.",
-    'Search for a "Tent" and order 3 units of product 710.',
+    'Search for a "Tent" and order 2 units of product 710.',
     'Find me a "Drill". What does product 2044 cost?',
     "Please order 1 unit of product 55.",
     'I need a "Towel" - what are the category stats for bath?',
