@@ -201,7 +201,8 @@ def _judge(run: QueryCheck, rows: list[list[Any]], numbers: list[float]) -> None
         run.result = int(single) if single.is_integer() else single
         if claimed is not None:
             run.ok = _within(claimed, single)
-            run.why = "" if run.ok else f"the cited query returned {_fmt(single)} where the finding claims {_fmt(claimed)}"
+            run.why = "" if run.ok else \
+                f"the cited query returned {_fmt(single)} where the finding claims {_fmt(claimed)}"
         else:
             run.ok = single != 0
             run.why = "" if run.ok else "the cited query returned 0"

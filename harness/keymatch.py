@@ -311,7 +311,8 @@ def own_problems(finding: Finding, matches: list[Match], checks: list[ev.QueryCh
         if checks and not any(c.ok and c.tables & d.tables and ev.literals_meet(c.literals, d.literals)
                               for c in checks):
             names = ", ".join(sorted(d.literals)[:3])
-            problems.append(f"no cited query that holds reads {d.id}'s evidence ({'/'.join(sorted(d.tables))}: {names})")
+            where = f"{'/'.join(sorted(d.tables))}: {names}"
+            problems.append(f"no cited query that holds reads {d.id}'s evidence ({where})")
     accused = ev.accused_code(f"{finding.text} {finding.evidence}", sources)
     if accused.missing:
         problems.append(f"accuses {', '.join(accused.missing)}, which the mission's sources lack")

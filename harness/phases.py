@@ -3,7 +3,8 @@
 Phases come from the scenario's drive record: preflight = mission start → drive
 start, drive = the drive's window, observation = drive end → mission end. Signals
 are the four telemetry signals the agent queried with a non-empty result, from the
-`obs` call log (an `obs sql` query counts for the signal of each table it reads). Files read before the drive come from the run's opencode store.
+`obs` call log (an `obs sql` query counts for the signal of each table it reads).
+Files read before the drive come from the run's opencode store.
 """
 
 from __future__ import annotations
