@@ -275,23 +275,49 @@ def rule_cmd(run_id: str,
     from rich.markup import escape
     from rich.prompt import Prompt
 
-    from harness.rule import VERDICT_CHOICES, GraderNotes, rule
+    from harness.rule import VERDICT_CHOICES, GraderNotes, edited, rule
 
     endpoint = None
     if grader:
         from harness.grader.provider import resolve
 
         endpoint = resolve(grader, url=grader_url or None, key_env=grader_key_env or None, config=grader_config)
+    seen: list[str] = []  # the numbers asked so far: a restatement names one of them
+
     def ask(finding):
+        seen.append(finding.number)
         out.print(f"\n[bold]finding {finding.number}[/bold] ({finding.kind or 'no kind'}): {finding.text}")
         out.print(f"  proposed: [bold]{finding.verdict}[/bold] by {finding.ruled_by} — {finding.reason}",
                   highlight=False)
         if finding.number in disagreed:
             out.print(f"  the key-matcher proposed: {disagreed[finding.number]}", highlight=False)
-        choice = Prompt.ask("  [a]ccept, [h]eld up, [d]id not hold up", choices=list(VERDICT_CHOICES), default="a")
+        out.print(f"  defects: {', '.join(finding.defects) or 'none'}; counts {finding.counts}"
+                  + (f"; restates {finding.restates}" if finding.restates else ""), highlight=False)
+        choice = Prompt.ask("  [a]ccept, [h]eld up, [d]id not hold up, [e]dit verdict and counting",
+                            choices=list(VERDICT_CHOICES), default="a")
         if VERDICT_CHOICES[choice] is None:
             return None
-        return VERDICT_CHOICES[choice], Prompt.ask("  reason, in one sentence")
+        if VERDICT_CHOICES[choice] != "edit":
+            return VERDICT_CHOICES[choice], Prompt.ask("  reason, in one sentence")
+        while True:  # until the edit is one a rulings file accepts
+            changes = ask_edit(finding)
+            try:
+                edited(finding, changes, seen[:-1])
+                return changes
+            except ValueError as exc:
+                err.print(f"  [red]not accepted:[/red] {escape(str(exc).splitlines()[-1])}", highlight=False)
+
+    def ask_edit(finding) -> dict:
+        verdict = Prompt.ask("  verdict: [h]eld up, [d]id not hold up", choices=["h", "d"],
+                             default="h" if finding.verdict == "held up" else "d")
+        defects = Prompt.ask("  defects it names (comma-separated key ids, '-' for none)",
+                             default=",".join(finding.defects) or "-")
+        restates = Prompt.ask("  restates finding (number, '-' for none)", default=finding.restates or "-")
+        counts = Prompt.ask("  counts", default="0" if restates != "-" else str(finding.counts))
+        return {"verdict": VERDICT_CHOICES[verdict], "reason": Prompt.ask("  reason, in one sentence"),
+                "defects": [d.strip() for d in defects.split(",") if d.strip() and d.strip() != "-"],
+                "restates": None if restates.strip() in ("", "-") else restates.strip(),
+                "counts": int(counts) if counts.strip().isdigit() else counts}
 
     interactive = not accept and sys.stdin.isatty()
     say = (lambda text: None) if as_json else (lambda text: err.print(text, style="dim", highlight=False))

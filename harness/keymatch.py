@@ -25,6 +25,15 @@ The reason says which words matched.
 Counting: a finding whose defects all are named by an earlier finding is a restatement
 (counts 0, `restates` the earliest such finding, `did not hold up`); one naming defects
 partly named before counts only the new ones.
+
+The matcher maps, it never confirms: naming a defect whose key evidence holds is not
+enough. A proposal of `held up` also needs the finding's OWN evidence (`harness.evidence`):
+it cites at least one query (`obs ...` or SQL); every cited query re-runs on the run's
+store to what the finding claims; for each defect it names, one of them touches that
+defect's evidence (a table and an identifying literal of the key's queries); and it
+accuses code the mission's own sources hold, at each named defect's location (its file
+or function). Each failed condition is a reason of the `did not hold up` proposal; the
+finding's re-runs are recorded before the key's.
 """
 
 from __future__ import annotations
@@ -37,6 +46,7 @@ from typing import Any
 
 import yaml
 
+from harness import evidence as ev
 from harness.errors import UserError
 from harness.record import RunRecord
 from harness.report import Finding, parse_report_file
@@ -114,6 +124,8 @@ class Defect:
     function: str
     evidence: list[dict]
     words: set[str] = field(default_factory=set)
+    tables: set[str] = field(default_factory=set)  # what its key evidence reads ...
+    literals: set[str] = field(default_factory=set)  # ... and the names it looks for
 
     @classmethod
     def from_key(cls, raw: dict) -> Defect:
@@ -125,6 +137,9 @@ class Defect:
         literals = " ".join(lit for ev in d.evidence for lit in _LITERAL.findall(str(ev.get("sql", ""))))
         d.words = (id_words | words(d.description) | words(Path(d.file).stem) | words(d.function)
                    | words(literals))
+        for e in d.evidence:
+            d.tables |= ev.tables_of(str(e.get("sql", "")))
+            d.literals |= ev.literals_of(str(e.get("sql", "")))
         return d
 
 
@@ -235,6 +250,13 @@ class Store:
             out.append(Rerun(query=sql, result=got, expect=expect, holds=holds, defect=defect.id))
         return out
 
+    def check(self, cited: ev.Cited) -> ev.QueryCheck:
+        """Re-run one query a finding cites, on this store."""
+        if self._con is None:
+            return ev.QueryCheck(cited, ok=False, result=f"error: {self.problem}",
+                                 why=f"the cited query could not be re-run ({self.problem})")
+        return ev.rerun(self._con, cited)
+
     def close(self) -> None:
         if self._con is not None:
             self._con.close()
@@ -258,9 +280,56 @@ def _result_text(reruns: list[Rerun]) -> str:
     return "; ".join(f"{r.defect}: {r.expect} (got {r.result})" for r in reruns)
 
 
-def draft_rulings(run_dir: Path, key_path: Path) -> Rulings:
-    """The key-matcher's proposals for one run folder (`final: false`)."""
+def _expect(cited: ev.Cited) -> str:
+    if cited.claimed is None:
+        return "non-empty, a single number non-zero"
+    if cited.claimed == 0:
+        return "0 / no rows, as the finding claims"
+    return f"about {ev._fmt(cited.claimed)}, as the finding claims (±50 % or ±2)"
+
+
+def own_evidence(finding: Finding, store: Store) -> tuple[list[ev.QueryCheck], list[Rerun]]:
+    """The finding's cited queries, re-run on the store, and as recorded on its ruling."""
+    cited = finding.evidence if finding.section == "anomalies" else finding.text  # a gap bullet is one line
+    checks = [store.check(c) for c in ev.cited_queries(cited)]
+    return checks, [Rerun(query=c.cited.text, result=c.result, expect=_expect(c.cited), holds=c.ok) for c in checks]
+
+
+def _relative(file: str) -> str:
+    return file.removeprefix("workspace/")
+
+
+def own_problems(finding: Finding, matches: list[Match], checks: list[ev.QueryCheck],
+                 sources: Path | None) -> list[str]:
+    """Why the finding's own evidence does not establish the defects it names ([] when it does)."""
+    problems: list[str] = []
+    if not checks:
+        problems.append("no telemetry evidence cited (its Evidence names no `obs` command or SQL query)")
+    problems += [c.why for c in checks if not c.ok]
+    for m in matches:
+        d = m.defect
+        if checks and not any(c.ok and c.tables & d.tables and ev.literals_meet(c.literals, d.literals)
+                              for c in checks):
+            names = ", ".join(sorted(d.literals)[:3])
+            where = f"{'/'.join(sorted(d.tables))}: {names}"
+            problems.append(f"no cited query that holds reads {d.id}'s evidence ({where})")
+    accused = ev.accused_code(f"{finding.text} {finding.evidence}", sources)
+    if accused.missing:
+        problems.append(f"accuses {', '.join(accused.missing)}, which the mission's sources lack")
+    for m in matches:
+        d = m.defect
+        if _relative(d.file) not in accused.files and not (ev.location_functions(d.function, sources)
+                                                           & accused.functions):
+            problems.append(f"names no code location of {d.id} ({_relative(d.file)}: {d.function})")
+    return problems
+
+
+def draft_rulings(run_dir: Path, key_path: Path, sources: Path | None = None) -> Rulings:
+    """The key-matcher's proposals for one run folder (`final: false`). `sources`: the
+    mission's own workspace template (default: the `workspace` folder beside the key's),
+    where accused code is looked up; never the run's workspace, which the agent wrote."""
     run_dir = Path(run_dir)
+    sources = Path(sources) if sources is not None else Path(key_path).resolve().parents[1] / "workspace"
     run_id, report_path, store_path = _run_files(run_dir)
     if not report_path.exists():
         raise UserError("the run has no report to rule", file=report_path,
@@ -277,8 +346,9 @@ def draft_rulings(run_dir: Path, key_path: Path) -> Rulings:
             matches = name_defects(finding, defects, weights)
             kind = finding.kind or (matches[0].defect.kind if matches else None)
             if not matches:
+                _, own = own_evidence(finding, store)
                 ruled.append(RuledFinding(number=finding.number, text=finding.text, kind=kind, verdict=NOT_HELD_UP,
-                                          reason=NO_DEFECT_REASON, ruled_by=RULED_BY, counts=1))
+                                          reason=NO_DEFECT_REASON, evidence=own, ruled_by=RULED_BY, counts=1))
                 continue
             ids = [m.defect.id for m in matches]
             new = [i for i in ids if i not in first_naming]
@@ -297,21 +367,25 @@ def draft_rulings(run_dir: Path, key_path: Path) -> Rulings:
                     runs = store.rerun(m.defect)
                     verdict_of[m.defect.id] = (bool(runs) and all(r.holds for r in runs), runs)
                 reruns += verdict_of[m.defect.id][1]
+            checks, own = own_evidence(finding, store)
+            problems = own_problems(finding, matches, checks, sources)
             failed = [i for i in ids if not verdict_of[i][0]]
-            words_said = "; ".join(f"{m.defect.id} (matched: {', '.join(m.said)})" for m in matches)
             if failed:
-                verdict = NOT_HELD_UP
                 bad = [r for r in reruns if not r.holds]
-                why = f"the key's evidence does not hold in this run's telemetry ({_result_text(bad)})"
+                problems.append(f"the key's evidence does not hold in this run's telemetry ({_result_text(bad)})")
+            words_said = "; ".join(f"{m.defect.id} (matched: {', '.join(m.said)})" for m in matches)
+            if problems:
+                verdict, why = NOT_HELD_UP, "; ".join(problems)
             else:
                 verdict = HELD_UP
-                why = f"the key's evidence holds in this run's telemetry ({_result_text(reruns)})"
+                why = (f"its {len(checks)} cited quer{'y' if len(checks) == 1 else 'ies'} re-ran to the claim, "
+                       f"it accuses the defect's code, and the key's evidence holds ({_result_text(reruns)})")
             extra = f", {len(ids) - len(new)} of them already counted" if len(new) < len(ids) else ""
             bundle = f" (a bundle of {len(ids)} defects{extra})" if len(ids) > 1 else ""
             ruled.append(RuledFinding(
                 number=finding.number, text=finding.text, kind=kind, verdict=verdict,
                 reason=f"names {words_said}{bundle}: {why}.",
-                evidence=reruns, ruled_by=RULED_BY, defects=ids, counts=len(new)))
+                evidence=[*own, *reruns], ruled_by=RULED_BY, defects=ids, counts=len(new)))
     finally:
         store.close()
     found = sorted({i for f in ruled if f.verdict == HELD_UP for i in f.defects})

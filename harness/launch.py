@@ -443,13 +443,23 @@ class Launch:
         )
 
     def _mission_figures(self, mission, workspace: Path, data_dir: Path) -> None:
-        """Phases from the drive record, signals from the query log, reads before the drive."""
+        """Phases from the drive (the store's scenario requests when the mission tags them: the
+        harness's drive gate; else the drive record), signals from the query log, reads before the drive."""
+        from harness.drive import measure_drive
+        from harness.phases import phases_between
+
         rec, m = self.record, mission.manifest
         drive = workspace / m.drive_record if m.drive_record else None
         log = workspace / m.signal_log if m.signal_log else None
         if drive is not None:
-            rec.artifacts.drive_record = str(drive)
+            rec.artifacts.drive_record = str(drive)  # the agent can write it: kept, never trusted for the gate
             rec.phases = read_phases(drive, rec.times.mission_start, rec.times.mission_end)
+        if m.drive_user_agent:
+            rec.drive = measure_drive(self.run_dir / "telemetry.duckdb", m.drive_user_agent, rec.times.mission_start,
+                                      rec.times.mission_end)
+            rec.phases = phases_between(rec.drive.start, rec.drive.end, rec.times.mission_start, rec.times.mission_end)
+            if rec.drive.problem:
+                self.say(f"drive gate: {rec.drive.problem}")
         if log is not None:
             rec.artifacts.signal_log = str(log)
             rec.signals = queried_signals(log)

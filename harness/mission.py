@@ -36,6 +36,9 @@ class MissionManifest(BaseModel):
                               "start(workspace, run_dir) starts what the mission observes; its .env reaches "
                               "the agent, its .stop() ends it all")
     drive_record: str | None = Field(None, description="the scenario's drive record, relative to the workspace")
+    drive_user_agent: str | None = Field(None, description="the User-Agent prefix of the scenario's requests: "
+                                         "when set, a run yields a row only if the telemetry store shows the "
+                                         "scenario's requests inside the mission (the harness's drive gate)")
     signal_log: str | None = Field(None, description="the agent's query log (one JSON line per call), "
                                    "relative to the workspace")
 

@@ -3,7 +3,8 @@
 Phases come from the scenario's drive record: preflight = mission start → drive
 start, drive = the drive's window, observation = drive end → mission end. Signals
 are the four telemetry signals the agent queried with a non-empty result, from the
-`obs` call log. Files read before the drive come from the run's opencode store.
+`obs` call log (an `obs sql` query counts for the signal of each table it reads).
+Files read before the drive come from the run's opencode store.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
 
+from harness.evidence import tables_of
 from harness.opencode.store import store_copy
 from harness.record import Phases
 
 SIGNALS = ("traces", "metrics", "logs", "profiles")
+SIGNAL_TABLES = {"traces": "spans", "metrics": "metrics", "logs": "logs", "profiles": "profiles"}
 _PATH = re.compile(r"(?:^|[\s'\"=/])((?:\./)?src/[\w./-]+\.\w+)")
 
 
@@ -41,8 +44,14 @@ def read_phases(drive_record: Path | None, mission_start: datetime, mission_end:
         return phases
     start = _when(data.get("start") or data.get("started") or data.get("start_utc"))
     end = _when(data.get("end") or data.get("ended") or data.get("end_utc"))
+    return phases_between(start, end, mission_start, mission_end)
+
+
+def phases_between(start: datetime | None, end: datetime | None, mission_start: datetime,
+                   mission_end: datetime) -> Phases:
+    """Phases around a drive window (from the store's scenario requests, or a drive record)."""
     if start is None or end is None:
-        return phases
+        return Phases()
     return Phases(drive_start=start, drive_end=end,
                   preflight_s=round((start - mission_start).total_seconds(), 1),
                   drive_s=round((end - start).total_seconds(), 1),
@@ -59,8 +68,13 @@ def queried_signals(signal_log: Path | None) -> list[str]:
             call = json.loads(line)
         except ValueError:
             continue
-        if isinstance(call, dict) and call.get("signal") in SIGNALS and call.get("ok") and (call.get("rows") or 0) > 0:
+        if not (isinstance(call, dict) and call.get("ok") and (call.get("rows") or 0) > 0):
+            continue
+        if call.get("signal") in SIGNALS:
             found.add(call["signal"])
+        elif call.get("signal") == "sql":  # an `obs sql` query counts for each signal's table it reads
+            sql = " ".join(str(a) for a in call.get("args") or [] if isinstance(a, str))
+            found |= {signal for signal, table in SIGNAL_TABLES.items() if table in tables_of(sql)}
     return [s for s in SIGNALS if s in found]
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from harness.atomic import write_atomic
+from harness.drive import DriveFigures
 from harness.unit_death import UnitDeath
 
 
@@ -153,6 +154,7 @@ class RunRecord(BaseModel):
     run: RunOutcome | None = None
     session: SessionFigures | None = None
     phases: Phases | None = None
+    drive: DriveFigures | None = None  # the harness's drive gate (missions with a scenario): no row if it failed
     signals: list[str] = Field(default_factory=list)  # telemetry signals queried with a non-empty result
     files_read_before_drive: list[str] = Field(default_factory=list)
     sandbox: SandboxFigures | None = None

@@ -23,8 +23,10 @@ from harness.report import parse_report_file
 from harness.rulings import HELD_UP, NOT_HELD_UP, Recall, RuledFinding, Rulings, load_rulings, save_rulings
 from harness.vot.loader import is_file
 
-# ask(finding, proposal) -> None to accept, or (verdict, reason) to override.
-Ask = Callable[[RuledFinding], tuple[str, str] | None]
+# ask(finding) -> None to accept the proposal, (verdict, reason) to override it, or a dict
+# of the fields a person sets (verdict, reason, kind, defects, restates, counts).
+Ask = Callable[[RuledFinding], "tuple[str, str] | dict | None"]
+EDITABLE = ("verdict", "reason", "kind", "defects", "restates", "counts")
 
 
 def rulings_path(root: Path, run_id: str) -> Path:
@@ -59,7 +61,7 @@ def draft(root: Path, run_id: str) -> Rulings:
     if not key.is_file():
         raise UserError(f"mission '{rec.mission}' has no hidden key to rule against", file=key,
                         fix="rule missions that ship key/defects.yaml (the observability mission)")
-    return draft_rulings(folder, key)
+    return draft_rulings(folder, key, sources=root / "missions" / rec.mission / "workspace")
 
 
 def with_recall(rulings: Rulings) -> Rulings:
@@ -68,14 +70,29 @@ def with_recall(rulings: Rulings) -> Rulings:
     return rulings.model_copy(update={"recall": Recall(found=found, planted=rulings.recall.planted)})
 
 
+def edited(finding: RuledFinding, changes: dict, earlier: list[str] | None = None) -> RuledFinding:
+    """A person's edit of one finding, validated (a restatement counts 0 and restates one of
+    the `earlier` findings, held up needs a kind)."""
+    unknown = sorted(set(changes) - set(EDITABLE))
+    if unknown:
+        raise ValueError(f"cannot edit {', '.join(unknown)}: editable are {', '.join(EDITABLE)}")
+    restates = changes.get("restates")
+    if restates is not None and earlier is not None and str(restates) not in earlier:
+        raise ValueError(f"finding {finding.number} can only restate a finding ruled before it "
+                         f"({', '.join(earlier) or 'none'}), not {restates}")
+    return RuledFinding.model_validate({**finding.model_dump(), **changes, "ruled_by": "person"})
+
+
 def finish(rulings: Rulings, ask: Ask | None) -> Rulings:
-    """Apply a person's decisions (or accept every proposal when `ask` is None) and mark final."""
+    """Apply a person's decisions (or accept every proposal when `ask` is None: `--accept`
+    takes the proposals as they stand) and mark final."""
     findings = []
     for finding in rulings.findings:
         decision = ask(finding) if ask else None
-        if decision is not None:
-            verdict, reason = decision
-            finding = finding.model_copy(update={"verdict": verdict, "reason": reason, "ruled_by": "person"})
+        if isinstance(decision, tuple):
+            decision = dict(zip(("verdict", "reason"), decision, strict=True))
+        if decision:
+            finding = edited(finding, decision, [f.number for f in findings])
         findings.append(finding)
     return with_recall(rulings.model_copy(update={"findings": findings, "final": True}))
 
@@ -100,7 +117,7 @@ def grade(root: Path, run_id: str, rulings: Rulings, endpoint, say: Callable[[st
     report = parse_report_file(Path(rulings.report))
     report_text = Path(rulings.report).read_text(encoding="utf-8")
     by_number = {f.number: f for f in report.findings}
-    grader = Grader(endpoint, GraderTools(*workspace_and_store(folder, rec)))
+    grader = Grader(endpoint, GraderTools(*workspace_and_store(folder, rec, root)))
     notes = notes if notes is not None else GraderNotes()
     findings = []
     try:
@@ -150,4 +167,4 @@ def rule(root: Path, run_id: str, *, ask: Ask | None, accept: bool, grader=None,
     return load_rulings(path), path
 
 
-VERDICT_CHOICES = {"a": None, "h": HELD_UP, "d": NOT_HELD_UP}
+VERDICT_CHOICES = {"a": None, "h": HELD_UP, "d": NOT_HELD_UP, "e": "edit"}

@@ -12,9 +12,14 @@ only on its own cells, taken **as written** (the rounded `$/confirmed`,
 | Accuracy `a` percent     | 0.10   | 1/7   | 100·(a−50)/50                  |
 | Confirmed `n`            | 0.10   | 1/7   | 100·n/20                       |
 
-The weighted sum is rounded to one decimal. A row with no confirmed finding scores
-its per-finding axes ($/confirmed, seconds/confirmed) 0. A zero in a log axis
-(`$0.000` once rounded, a zero-second total) is past the best bound: 100.
+The weighted sum is rounded to one decimal. A zero in a log axis (`$0.000` once
+rounded, a zero-second total) is past the best bound: 100.
+
+Zero confirmed scores 0.0. The per-finding axes ($/confirmed, seconds/confirmed) are
+undefined with no confirmed finding (their cells read `—`), and the other axes alone
+would reward a run for reporting nothing quickly: an empty report of a 5-minute run
+would score 28.6 on Total, above real rows. Such a row keeps its cells (and its axes,
+for the record) but scores 0.0, so it ranks below every row with a confirmed finding.
 Ties: remote → the cheaper run, local → the shorter run (`rank_key`).
 """
 
@@ -203,8 +208,9 @@ def round1(x: float) -> float:
     return float(Decimal(repr(x)).quantize(Decimal("0.1"), rounding=ROUND_HALF_UP))
 
 
-def _weighted(kind: str, axes: dict[str, float], weights: dict[str, float]) -> Score:
-    total = sum(weights[k] * axes[k] for k in weights)
+def _weighted(kind: str, axes: dict[str, float], weights: dict[str, float], confirmed: int) -> Score:
+    """The weighted sum; 0.0 with no confirmed finding (the per-finding axes are undefined)."""
+    total = sum(weights[k] * axes[k] for k in weights) if confirmed else 0.0
     return Score(kind=kind, score=round1(total), axes=axes, weights=dict(weights))
 
 
@@ -230,7 +236,7 @@ def score_local(seconds_per_confirmed: str | float | None, total: str | float,
         "accuracy": a,
         "confirmed": confirmed_points(n),
     }
-    return _weighted("local", axes, LOCAL_WEIGHTS)
+    return _weighted("local", axes, LOCAL_WEIGHTS, n)
 
 
 def score_remote(usd_per_confirmed: str | float | None, seconds_per_confirmed: str | float | None,
@@ -248,7 +254,7 @@ def score_remote(usd_per_confirmed: str | float | None, seconds_per_confirmed: s
         "accuracy": a,
         "confirmed": confirmed_points(n),
     }
-    return _weighted("remote", axes, REMOTE_WEIGHTS)
+    return _weighted("remote", axes, REMOTE_WEIGHTS, n)
 
 
 def rank_key(score: Score | float, *, kind: str | None = None, cost: str | float | None = None,

@@ -69,9 +69,21 @@ def test_signals_count_only_queries_that_returned_rows(tmp_path):
         {"signal": "traces", "rows": 3, "ok": True},
         {"signal": "metrics", "rows": 0, "ok": True},  # empty: does not count
         {"signal": "logs", "rows": 5, "ok": False},  # failed: does not count
-        {"signal": "sql", "rows": 9, "ok": True},  # not one of the four
+        {"signal": "sql", "rows": 9, "ok": True},  # a query with no table named: no signal
         {"signal": "profiles", "rows": 2, "ok": True},
     ]
     log.write_text("\n".join(json.dumps(c) for c in calls) + "\nnot json\n")
     assert queried_signals(log) == ["traces", "profiles"]
     assert queried_signals(tmp_path / "none.jsonl") == []
+
+
+def test_obs_sql_counts_for_the_signals_of_the_tables_it_reads(tmp_path):
+    log = tmp_path / "calls.jsonl"
+    calls = [
+        {"signal": "sql", "args": ["sql", "SELECT count(*) FROM logs l JOIN spans s ON l.span_id = s.span_id"],
+         "rows": 1, "ok": True},
+        {"signal": "sql", "args": ["sql", "SELECT * FROM profiles"], "rows": 0, "ok": True},  # empty
+        {"signal": "sql", "args": ["sql", "SELECT 1"], "rows": 1, "ok": True},  # no table
+    ]
+    log.write_text("\n".join(json.dumps(c) for c in calls) + "\n")
+    assert queried_signals(log) == ["traces", "logs"]

@@ -52,7 +52,7 @@ T0 = datetime(2026, 11, 1, 10, 0, tzinfo=UTC)
 
 def _run(root: Path, run_id: str, preset: str, launch: datetime, total_s: int, held: list[str], missed: int,
          *, scripted=False, status=Status.ok, final=True, found=5, phases=(733, 124, 8145),
-         tokens=(5_012_000, 182_300, 0), versions=None) -> None:
+         tokens=(5_012_000, 182_300, 0), versions=None, ruled_by="person") -> None:
     """A schema-valid run record and its rulings: `held` is the kind of each finding held up."""
     start = launch + timedelta(seconds=phases[0] and 60)
     record = RunRecord(
@@ -68,9 +68,9 @@ def _run(root: Path, run_id: str, preset: str, launch: datetime, total_s: int, h
     )
     record.save(root / ".llms-benchmark" / "runs" / run_id)
     findings = [RuledFinding(number=str(i + 1), kind=kind, verdict="held up", reason="Its numbers check out.",
-                             ruled_by="person") for i, kind in enumerate(held)]
+                             ruled_by=ruled_by) for i, kind in enumerate(held)]
     findings += [RuledFinding(number=f"G{i + 1}", kind="Perf", verdict="did not hold up",
-                              reason="The query returns nothing.", ruled_by="person") for i in range(missed)]
+                              reason="The query returns nothing.", ruled_by=ruled_by) for i in range(missed)]
     rulings = Rulings(run_id=run_id, report="report.md", ruled_at=launch, findings=findings,
                       recall=Recall(found=[f"D{i}" for i in range(found)], planted=15), final=final)
     save_rulings(rulings, root / "rulings" / f"{run_id}.yaml")
@@ -112,7 +112,11 @@ def test_render_builds_both_tables(root: Path):
     lines = text.splitlines()
     for headers in (REMOTE_HEADERS, REMOTE_DETAIL_HEADERS, LOCAL_HEADERS, LOCAL_DETAIL_HEADERS):
         assert _row(headers) in lines
-    assert "### Remote serving" in lines and "### Local serving" in lines and "### Non-conclusive presets" in lines
+    assert "### Remote serving (oddyssey's mission)" in lines and "### Local serving" in lines
+    assert "### Non-conclusive presets" in lines
+    # The remote rows say whose mission measured them.
+    remote_note = lines[lines.index("### Remote serving (oddyssey's mission)") + 2]
+    assert "on its own mission" in remote_note and "never with the local rows" in remote_note
     assert text.count("<details><summary>Run detail — phases, turns, tokens</summary>") == 2
     # Local: the latest run of the key, the digest's published cells, all bold (best on each column).
     assert QWEN_ROW in lines and QWEN_DETAIL in lines
@@ -229,6 +233,44 @@ def test_an_older_protocol_is_marked(root: Path):
          versions={"llms-benchmark": "0"})
     render_page(root)
     assert "| llms-benchmark 0 ⚠ |" in _page(root).read_text()
+
+
+def test_a_row_only_the_key_matcher_ruled_is_marked(root: Path):
+    _run(root, "machine", "odd-machine", T0, 900, ["Perf"], 1, ruled_by="key-matcher")
+    render_page(root)
+    lines = _page(root).read_text().splitlines()
+    marked = [line for line in lines if "odd-machine" in line]
+    assert len(marked) == 2 and all("(key-matcher only)" in line for line in marked)
+    assert not [line for line in lines if "odd-qwen3-8-27b" in line and "key-matcher only" in line]
+    assert check_page(_page(root)) == []
+
+
+def test_an_empty_report_ranks_last_with_0_0(root: Path):
+    # A fast run that confirmed nothing (an empty report) against the slow run with 7 confirmed.
+    _run(root, "empty", "odd-empty", T0, 300, [], 0)
+    render_page(root)
+    lines = _page(root).read_text().splitlines()
+    local = [line for line in lines if line.startswith("| **#") and "vot/presets" in line]
+    assert "odd-empty" in local[-1] and "| 0.0 | 0 / 0 |" in local[-1] and "| **5m00s** |" in local[-1]
+    assert "odd-qwen3-8-27b" in local[0] and "| **#1** |" in local[0]
+    assert check_page(_page(root)) == []
+
+
+def test_a_run_whose_scenario_never_drove_gets_no_row(root: Path):
+    from harness.drive import DriveFigures
+
+    _run(root, "skipped", "odd-skipped", T0 + timedelta(days=3), 900, ["Perf"], 0)
+    path = root / ".llms-benchmark" / "runs" / "skipped" / "run.json"
+    record = RunRecord.load(path)
+    record.drive = DriveFigures(user_agent="llms-benchmark-scenario/", requests=0,
+                                problem="the scenario never drove the stack inside the mission")
+    record.save(path.parent)
+    render_page(root)
+    assert "odd-skipped" not in _page(root).read_text()
+    record.drive = DriveFigures(user_agent="llms-benchmark-scenario/", requests=48)  # it did drive
+    record.save(path.parent)
+    render_page(root)
+    assert "odd-skipped" in _page(root).read_text()
 
 
 def test_digest_local_cells_reproduce_9_0():

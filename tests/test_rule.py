@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from harness.rule import finish
 from harness.rulings import HELD_UP, NOT_HELD_UP, Recall, RuledFinding, Rulings, now
 
@@ -32,3 +34,27 @@ def test_accept_takes_every_proposal():
     done = finish(_draft(), None)
     assert done.final and [f.ruled_by for f in done.findings] == ["key-matcher", "key-matcher"]
     assert done.confirmed == 1 and done.reported == 2 and done.accuracy == 50
+
+
+def test_a_person_edits_the_counting():
+    # Finding 2 is really a restatement of finding 1; a person says so, and names its defect.
+    answers = {"1": None, "2": {"verdict": NOT_HELD_UP, "reason": "Says finding 1 again.", "defects": ["T01"],
+                                "restates": "1", "counts": 0}}
+    done = finish(_draft(), lambda f: answers[f.number])
+    second = done.finding("2")
+    assert (second.defects, second.restates, second.counts, second.ruled_by) == (["T01"], "1", 0, "person")
+    assert done.reported == 1 and done.confirmed == 1 and done.accuracy == 100
+    # A person adds a defect to a held-up finding: recall follows.
+    done = finish(_draft(), lambda f: {"defects": ["T01", "T03"], "counts": 2} if f.number == "1" else None)
+    assert done.recall.found == ["T01", "T03"] and done.confirmed == 2
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"restates": "1", "counts": 1}, "restatement counts 0"),
+    ({"restates": "9", "counts": 0}, "only restate a finding ruled before it"),
+    ({"verdict": HELD_UP, "kind": None}, "held up but has no kind"),
+    ({"ruled_by": "key-matcher"}, "cannot edit ruled_by"),
+])
+def test_an_edit_that_breaks_the_rules_is_refused(changes, message):
+    with pytest.raises(ValueError, match=message):
+        finish(_draft(), lambda f: changes if f.number == "2" else None)

@@ -30,15 +30,15 @@ mode: drive
 
 | # | Finding | Kind | Severity | Evidence |
 |---|---------|------|----------|----------|
-| 1 | POST /orders spans have no database child span, unlike GET /products/{product_id} | Telemetry | high | `{ name = "POST /orders" } >> { span.db.system.name = "sqlite" }` → 0 traces |
-| 2 | GET /stats spends its CPU in json.dumps rendering the catalog | Perf | medium | `obs profiles top shop-api` → json:dumps 40 % self |
+| 1 | POST /orders spans have no database child span, unlike GET /products/{product_id}: place_order skips db.query | Telemetry | high | `obs sql "SELECT count(*) FROM spans s WHERE s.name = 'POST /orders' AND EXISTS (SELECT 1 FROM spans c WHERE c.parent_span_id = s.span_id AND c.attributes->>'$.\"db.system.name\"' = 'sqlite')"` → 0 traces; `obs traces search --name "GET /products/{product_id}"` → 1 span |
+| 2 | GET /stats spends its CPU in json.dumps rendering the catalog, in stats() | Perf | medium | `obs profiles top --service shop-api` → json:dumps 40 % self |
 | 3 | Order writes go to SQLite without a db child span under POST /orders | Telemetry | medium | same query as finding 1 |
-| 4 | shop-mcp exports no logs at all, and shop.orders.placed carries the constant product.category "general" | Telemetry | medium | `obs logs search --service shop-mcp` → 0; `obs metrics query shop.orders.placed --by product.category` → one series |
+| 4 | shop-mcp exports no logs at all, and shop.orders.placed carries the constant product.category "general" (src/shop_mcp/api.py call, src/shop_api/app.py place_order) | Telemetry | medium | `obs logs search --service shop-mcp` → 0; `obs metrics query shop.orders.placed --by product.category` → one series |
 | 5 | The slowest spans belong to shop-api | Perf | low | `obs traces search --limit 5` → 5 spans |
 
 ## Telemetry gaps
 
-- gen_ai.client.operation.duration is absent although chat spans exist — new — `obs metrics list`
+- gen_ai.client.operation.duration is absent although chat spans exist (complete() in src/shop_agent/model.py) — `obs metrics list`
 """
 
 
@@ -89,13 +89,17 @@ def test_key_matcher_proposals(run_dir: Path):
     one = by["1"]
     assert one.defects == ["T01-orders-bypass-db-span"] and one.verdict == HELD_UP and one.counts == 1
     assert "matched:" in one.reason and "child" in one.reason and "sqlite" in one.reason
-    assert [(e.expect, e.result, e.holds) for e in one.evidence] == [("value == 0", 0, True), ("value > 0", 1, True)]
-    assert all("FROM spans" in e.query for e in one.evidence)
+    own, key = one.evidence[:2], one.evidence[2:]  # the finding's own re-runs first, then the key's
+    assert [(e.query.split()[:2], e.result, e.holds, e.defect) for e in own] == [
+        (["obs", "sql"], 0, True, None), (["obs", "traces"], "1 rows", True, None)]
+    assert [(e.expect, e.result, e.holds) for e in key] == [("value == 0", 0, True), ("value > 0", 1, True)]
+    assert all("FROM spans" in e.query for e in key)
 
-    two = by["2"]  # named, but its evidence is false in this run's store
+    two = by["2"]  # named, but no profile in this run's store: its own query and the key's come back empty
     assert two.defects == ["P04-stats-payload-rendered"] and two.verdict == NOT_HELD_UP and two.counts == 1
-    assert two.evidence[0].result == 0 and two.evidence[0].holds is False
-    assert "does not hold" in two.reason
+    assert (two.evidence[0].result, two.evidence[0].holds) == ("0 rows", False)
+    assert two.evidence[1].result == 0 and two.evidence[1].holds is False
+    assert "returned no rows where the finding claims 40" in two.reason and "does not hold" in two.reason
 
     three = by["3"]  # restates finding 1
     assert three.defects == ["T01-orders-bypass-db-span"]
@@ -106,13 +110,13 @@ def test_key_matcher_proposals(run_dir: Path):
     assert set(four.defects) == {"T06-mcp-call-logs-unexported", "T03-constant-category-label"}
     assert four.verdict == HELD_UP and four.counts == 2 and "bundle of 2" in four.reason
 
-    five = by["5"]  # names nothing
+    five = by["5"]  # names nothing: left to a grader or a person (its query re-run, for them)
     assert five.defects == [] and five.verdict == NOT_HELD_UP and five.counts == 1
-    assert five.reason == NO_DEFECT_REASON and five.evidence == []
+    assert five.reason == NO_DEFECT_REASON and [e.holds for e in five.evidence] == [True]
 
-    gap = by["G1"]  # named, half its evidence false (no chat spans)
+    gap = by["G1"]  # named; its own query lists metrics, but half the key's evidence is false (no chat spans)
     assert gap.defects == ["T05-operation-duration-declared-unrecorded"] and gap.verdict == NOT_HELD_UP
-    assert [e.holds for e in gap.evidence] == [True, False]
+    assert [e.holds for e in gap.evidence] == [True, True, False]
 
     assert r.reported == 6  # 1 + 1 + 0 + 2 + 1 + 1
     assert r.confirmed == 3
@@ -220,3 +224,62 @@ def test_restatement_must_count_zero_and_ruled_by_is_known():
     bad["findings"][1].update(counts=0, ruled_by="someone")
     with pytest.raises(ValueError, match="ruled_by"):
         Rulings.model_validate(bad)
+
+
+# --- the finding's own evidence: each condition of `held up`, failing alone ---------------------
+
+T01_TEXT = "POST /orders spans have no sqlite database child span: place_order in src/shop_api/app.py skips db.query"
+T01_QUERY = ("`obs sql \"SELECT count(*) FROM spans s WHERE s.name = 'POST /orders' AND EXISTS (SELECT 1 FROM spans c "
+             "WHERE c.parent_span_id = s.span_id AND c.attributes->>'$.\\\"db.system.name\\\"' = 'sqlite')\"` → 0")
+
+
+def _one(run_dir: Path, text: str, evidence: str):
+    head = REPORT.split("| 1 |")[0]
+    (run_dir / "report.md").write_text(f"{head}| 1 | {text} | Telemetry | high | {evidence} |\n\n## Telemetry gaps\n")
+    finding = draft_rulings(run_dir, KEY).finding("1")
+    assert finding.defects == ["T01-orders-bypass-db-span"]
+    return finding
+
+
+def test_own_evidence_that_re_runs_to_the_claim_holds_up(run_dir: Path):
+    assert _one(run_dir, T01_TEXT, T01_QUERY).verdict == HELD_UP
+
+
+@pytest.mark.parametrize(("text", "evidence", "why"), [
+    (T01_TEXT, "code reading", "no telemetry evidence cited"),
+    (T01_TEXT, "none", "no telemetry evidence cited"),
+    # The same query, claiming what it does not return.
+    (T01_TEXT, T01_QUERY.replace("→ 0", "returned 12"), "returned 0 where the finding claims 12"),
+    # A count with no claim must be non-zero: 0 does not show a thing.
+    (T01_TEXT, T01_QUERY.replace(" → 0", ""), "the cited query returned 0"),
+    # A query that holds, but reads another service's spans: not this defect's evidence.
+    (T01_TEXT, "`obs traces search --service shop-mcp` → 1 span", "no cited query that holds reads T01"),
+    (T01_TEXT, "`obs sql \"SELECT 1\"` → 1", "no cited query that holds reads T01"),
+    # A write, a bad command: refused, never run.
+    (T01_TEXT, "`obs sql \"DELETE FROM spans WHERE name = 'POST /orders'\"`", "could not be re-run"),
+    (T01_TEXT, "`obs traces get` on an order trace", "could not be re-run"),
+    # Code the mission does not have, or not the defect's code.
+    (T01_TEXT.replace("src/shop_api/app.py", "src/shop_api/orders.py"), T01_QUERY,
+     "src/shop_api/orders.py, which the mission's sources lack"),
+    ("POST /orders spans have no sqlite database child span, db.query is skipped", T01_QUERY,
+     "names no code location of T01-orders-bypass-db-span"),
+])
+def test_own_evidence_failing_one_condition_does_not_hold_up(run_dir: Path, text, evidence, why):
+    finding = _one(run_dir, text, evidence)
+    assert finding.verdict == NOT_HELD_UP and why in finding.reason, finding.reason
+
+
+def test_the_store_is_never_written(run_dir: Path):
+    before = (run_dir / "telemetry.duckdb").read_bytes()
+    _one(run_dir, T01_TEXT, "`obs sql \"DROP TABLE spans\"`; `SELECT count(*) FROM spans` → 4")
+    with duckdb.connect(str(run_dir / "telemetry.duckdb"), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM spans").fetchone()[0] == 4
+    assert (run_dir / "telemetry.duckdb").read_bytes() == before
+
+
+def test_accused_code_is_read_from_the_mission_not_the_run_workspace(run_dir: Path, tmp_path: Path):
+    # The agent adds a file to its workspace and accuses it: the mission's sources decide.
+    (run_dir / "workspace" / "src" / "shop_api").mkdir(parents=True)
+    (run_dir / "workspace" / "src" / "shop_api" / "orders.py").write_text("def place_order():\n    pass\n")
+    finding = _one(run_dir, T01_TEXT.replace("app.py", "orders.py"), T01_QUERY)
+    assert finding.verdict == NOT_HELD_UP and "orders.py, which the mission's sources lack" in finding.reason

@@ -119,16 +119,22 @@ def test_clamping_at_both_ends():
     assert score_local("10s", "2m00s", "100%", 25).score == 100.0
 
 
-def test_zero_confirmed_scores_per_finding_axes_zero():
+def test_zero_confirmed_scores_zero_and_ranks_last():
     remote = score_remote("—", "—", "12m00s", "0%", "0 / 5")
     assert remote.axes["usd_per_confirmed"] == 0 and remote.axes["seconds_per_confirmed"] == 0
-    assert remote.axes["confirmed"] == 0 and remote.axes["accuracy"] == 0
-    assert remote.score == round(0.20 * total_points(720), 1)
+    assert remote.axes["confirmed"] == 0 and remote.axes["total"] == total_points(720) > 0  # kept, for the record
+    assert remote.score == 0.0
     # Whatever the per-finding cells say (even a fast, cheap-looking figure), they score 0.
-    assert score_remote("$0.01", "30s", "12m00s", "0%", 0).axes["usd_per_confirmed"] == 0
-    local = score_local(None, "5m00s", "0%", 0)
-    assert local.axes["seconds_per_confirmed"] == 0
-    assert local.score == round(100 * 2 / 7, 1) == 28.6
+    assert score_remote("$0.01", "30s", "12m00s", "0%", 0).score == 0.0
+    # An empty report of a 5-minute run: Total alone would give 28.6; it scores 0.0 ...
+    empty = score_local(None, "5m00s", "0%", 0)
+    assert empty.axes["total"] == 100 and empty.score == 0.0
+    # ... and one confirmed finding, however slow, outscores it and ranks first.
+    one = score_local("9000s", "150m00s", "10%", "1 / 10")
+    assert one.score > empty.score
+    keys = sorted([("empty", rank_key(empty, total="5m00s")), ("one", rank_key(one, total="150m00s"))],
+                  key=lambda kv: kv[1])
+    assert [k for k, _ in keys] == ["one", "empty"]
 
 
 def test_missing_per_finding_cell_with_confirmed_findings_is_refused():

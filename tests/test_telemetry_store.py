@@ -370,7 +370,7 @@ def test_obs_profiles_and_sql(obs):
     assert r.returncode == 0, r.stderr
     rows = [x.split() for x in r.stdout.splitlines()[2:]]
     assert rows[0] == ["60.0", "60.0", "app.stats:render"]
-    assert ["10.0", "100.0", "app.main:handle"] in rows and "1.0s CPU" in r.stdout
+    assert ["10.0", "100.0", "app.main:handle"] in rows and "1.0s sampled" in r.stdout
     r = obs("profiles", "top", "--by", "total", "--limit", "1")
     assert r.stdout.splitlines()[2].split() == ["10.0", "100.0", "app.main:handle"]
     r = obs("sql", "SELECT service, count(*) AS n FROM spans GROUP BY service")
@@ -404,3 +404,36 @@ def test_obs_store_down_is_one_clear_line(obs):
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_ingest_needs_the_services_token_and_the_query_endpoint_only_reads(tmp_path: Path):
+    """Only the services (given the token) write the evidence: an OTLP POST without it, with a
+    wrong one, or to the query-only endpoint (the agent's OBS_URL) is 401 and stores nothing."""
+    token = "t0k3n-for-the-services-only"
+    proc = subprocess.Popen(
+        [str(PYTHON), "-m", "harness.telemetry.receiver", "--db", str(tmp_path / "t.duckdb"), "--host", "127.0.0.1",
+         "--port", "0", "--query-port", "0"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "TELEMETRY_INGEST_TOKEN": token})
+    ingest = StoreProc(proc, proc.stdout.readline().split(" on ", 1)[1].strip(), tmp_path / "t.duckdb")
+    query_line = proc.stdout.readline()
+    assert query_line.startswith("query endpoint on http://"), query_line
+    reader = StoreProc(proc, query_line.split(" on ", 1)[1].strip(), ingest.db)
+    try:
+        def doc(name: str) -> bytes:
+            return json.dumps({"resourceSpans": [{"resource": {"attributes": [
+                {"key": "service.name", "value": {"stringValue": "shop-api"}}]},
+                "scopeSpans": [{"scope": {"name": "j"}, "spans": [{
+                    "traceId": "5b8efff798038103d269b633813fc60c", "spanId": "eee19b7ec3c1b174", "name": name,
+                    "kind": 2, "startTimeUnixNano": "1000000000", "endTimeUnixNano": "1005000000"}]}]}]}).encode()
+
+        assert ingest.post("/v1/traces", doc("forged, no token"))[0] == 401
+        assert ingest.post("/v1/traces", doc("forged, wrong token"), headers={"Authorization": "Bearer nope"})[0] == 401
+        assert ingest.post("/v1/profiles", b'{"service": "x", "stacks": {"a;b": 1}}')[0] == 401
+        assert reader.post("/v1/traces", doc("forged, query endpoint"),
+                           headers={"Authorization": f"Bearer {token}"})[0] == 401
+        assert ingest.post("/v1/traces", doc("by a service"), headers={"Authorization": f"Bearer {token}"})[0] == 200
+        assert [r["name"] for r in reader.query("SELECT name FROM spans")] == ["by a service"]
+        assert reader.get("/health") == {"status": "ok"}
+    finally:
+        assert ingest.stop() == 0

@@ -168,7 +168,11 @@ class Grader:
         self.tools.close()
 
 
-def workspace_and_store(run_dir: Path, record) -> tuple[Path | None, Path | None]:
-    ws = Path(record.artifacts.workspace) if record.artifacts.workspace else run_dir / "workspace"
+def workspace_and_store(run_dir: Path, record, root: Path | None = None) -> tuple[Path | None, Path | None]:
+    """The code the grader reads and the store it queries. The code is the mission's own
+    workspace template under `root` (what the agent was given), never the run's workspace:
+    the agent could write there, and the accused code must be the code that ran."""
+    root = Path(root) if root is not None else Path(run_dir).resolve().parents[2]  # <root>/.llms-benchmark/runs/<id>
+    ws = root / "missions" / record.mission / "workspace"
     store = Path(record.artifacts.telemetry) if record.artifacts.telemetry else run_dir / "telemetry.duckdb"
     return (ws if ws.is_dir() else None), (store if store.is_file() else None)

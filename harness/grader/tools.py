@@ -1,7 +1,7 @@
 """What a grader model may do while ruling a finding: read-only SQL on the run's own
-telemetry store, and reading the run's workspace code. Nothing else: paths are confined
-to the workspace, the store is opened read-only with file access off, every answer is
-capped in size, and every query in time."""
+telemetry store, and reading the mission's own code (never the agent-writable run
+workspace). Nothing else: paths are confined to that code, the store is opened read-only
+with file access off, every answer is capped in size, and every query in time."""
 
 from __future__ import annotations
 

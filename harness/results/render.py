@@ -51,6 +51,8 @@ def bold(cell: str) -> str:
 
 # A local row whose agent ran with --no-sandbox: it could have read what it was not given.
 UNSANDBOXED = " (no sandbox)"
+# A local row whose findings no grader or person ever saw (`rule --accept` alone).
+KEY_MATCHER_ONLY = " (key-matcher only)"
 
 
 def preset_link(preset: str) -> str:
@@ -90,7 +92,8 @@ def table_cells(rows: list[Row]) -> tuple[list[list[str]], list[list[str]]]:
 
     headline, detail = [], []
     for i, r in enumerate(rows):
-        name = f"`{r.name}`" if remote else preset_link(r.name) + (UNSANDBOXED if r.unsandboxed else "")
+        name = f"`{r.name}`" if remote else (preset_link(r.name) + (UNSANDBOXED if r.unsandboxed else "")
+                                             + (KEY_MATCHER_ONLY if r.key_matcher_only else ""))
         ratio = bold(r.confirmed_reported) if r.reported and r.confirmed == r.reported else r.confirmed_reported
         head = [bold(f"#{i + 1}"), name, r.effort, r.cli, r.where, r.oddyssey, b("score", i, format_score(r.score)),
                 ratio, r.by_kind, b("total", i, r.total)]

@@ -101,6 +101,7 @@ class Row:
     planted_found: str | None = None  # local only
     run_id: str | None = None
     unsandboxed: bool = False  # local only: the agent ran with --no-sandbox
+    key_matcher_only: bool = False  # local only: no grader or person ever saw its findings
     score: Score = field(init=False)
 
     def __post_init__(self) -> None:
@@ -156,7 +157,15 @@ def local_row(record: RunRecord, rulings: Rulings) -> Row:
         planted_found=f"{len(recall.found)}/{recall.planted}" if recall.planted else DASH,
         run_id=record.run_id,
         unsandboxed=record.sandbox is not None and record.sandbox.kind == "none",
+        key_matcher_only=key_matcher_only(rulings),
     )
+
+
+def key_matcher_only(rulings: Rulings) -> bool:
+    """Every finding still carries the key-matcher's proposal: `--accept` without a grader,
+    nobody else looked. The key-matcher maps findings to defects; its verdicts are checks
+    of the finding's own evidence, not a reading of it."""
+    return bool(rulings.findings) and all(f.ruled_by == "key-matcher" for f in rulings.findings)
 
 
 def load_local_rows(root: Path, include_scripted: bool = False) -> list[Row]:
@@ -175,6 +184,8 @@ def load_local_rows(root: Path, include_scripted: bool = False) -> list[Row]:
                             field="run_id", fix=f"set run_id to {path.parent.name}")
         if record.status != Status.ok or (record.scripted and not include_scripted):
             continue
+        if record.drive is not None and record.drive.problem:
+            continue  # the harness's drive gate: the scenario never drove the stack (record.drive.problem says why)
         rulings_path = root / RULINGS_DIR / f"{record.run_id}.yaml"
         if not is_file(rulings_path):
             continue  # not ruled yet: no row

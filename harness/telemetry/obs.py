@@ -624,7 +624,7 @@ def profiles_top(client: Client, a: argparse.Namespace) -> Output:
     for f in frames:
         if f["service"] != current:
             current = f["service"]
-            lines.append(f"{current}  {f['total']} samples  ~{(f['cpu_ms'] or 0) / 1000:.1f}s CPU  (by {a.by})")
+            lines.append(f"{current}  {f['total']} samples  ~{(f['cpu_ms'] or 0) / 1000:.1f}s sampled  (by {a.by})")
             lines.append("   self%  total%  frame")
         total = f["total"] or 1
         lines.append(f"  {100 * f['self'] / total:6.1f}  {100 * f['incl'] / total:6.1f}  {f['frame']}")
@@ -651,7 +651,7 @@ def _common(p: argparse.ArgumentParser, service: bool = True, since: bool = True
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="obs", description="Query the telemetry store (traces, metrics, logs, "
-                                     "CPU profiles). Store URL from OBS_URL. Tables: see `obs sql \"SHOW TABLES\"`.")
+                                     "profiles). Store URL from OBS_URL. Tables: see `obs sql \"SHOW TABLES\"`.")
     sub = parser.add_subparsers(dest="signal", required=True)
 
     traces = sub.add_parser("traces", help="spans and traces").add_subparsers(dest="action", required=True)
@@ -692,7 +692,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=50)
     p.set_defaults(func=logs_search)
 
-    profiles = sub.add_parser("profiles", help="CPU profiles").add_subparsers(dest="action", required=True)
+    profiles = sub.add_parser("profiles", help="sampled stacks (wall clock, idle threads left out)").add_subparsers(dest="action", required=True)
     p = profiles.add_parser("top", help="hottest frames per service")
     _common(p)
     p.add_argument("--by", choices=["self", "total"], default="self")

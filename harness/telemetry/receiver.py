@@ -2,10 +2,17 @@
 and CPU profiles into one DuckDB file, and answers read-only SQL over HTTP.
 
     python -m harness.telemetry.receiver --db PATH [--host 127.0.0.1] [--port 4318]
-                                         [--counters PATH]
+                                         [--query-port PORT] [--counters PATH]
 
 Prints one line `telemetry store listening on http://HOST:PORT` once it accepts
-connections, and runs until SIGTERM/SIGINT (exit 0, queue drained, DB closed).
+connections (with --query-port, then `query endpoint on http://HOST:PORT`), and runs
+until SIGTERM/SIGINT (exit 0, queue drained, DB closed).
+
+Who may write the evidence: when the environment variable TELEMETRY_INGEST_TOKEN is set
+(the mission's setup sets it for this process and gives it to the services it observes,
+never to the agent), an OTLP POST must carry `Authorization: Bearer <token>`; without it
+the answer is 401 and nothing is stored. The query endpoint (--query-port) answers
+`/query`, `/health` and `/stats` only: the agent's `obs` talks to it.
 
 DuckDB allows a single writing process, so this process is the only one that opens the
 file; everything else reads through `POST /query`. Requests are decoded on the HTTP
@@ -19,6 +26,7 @@ import argparse
 import base64
 import datetime as dt
 import decimal
+import hmac
 import json
 import math
 import os
@@ -558,10 +566,26 @@ def _inflate(body: bytes, encoding: str) -> bytes:
     return out
 
 
+INGEST_TOKEN_ENV = "TELEMETRY_INGEST_TOKEN"
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive: the exporters reuse their connection
     server_version = "telemetry-store/1"
     store: Store  # set on the subclass made by make_server
+    ingest_token: str | None = None  # OTLP POSTs need it as a bearer token, when set
+    ingest: bool = True  # False: the query-only endpoint, which stores nothing
+
+    def _may_ingest(self) -> str | None:
+        """Why this OTLP POST may not write (None: it may)."""
+        if not self.ingest:
+            return "this endpoint answers queries only; the services write through the ingest endpoint"
+        if self.ingest_token is None:
+            return None
+        sent = self.headers.get("Authorization", "")
+        if hmac.compare_digest(sent.encode(), f"Bearer {self.ingest_token}".encode()):
+            return None
+        return "ingest needs the services' token (Authorization: Bearer ...)"
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet by design
         pass
@@ -610,6 +634,12 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802
         path = self.path.split("?", 1)[0]
+        if path in SIGNALS or path == "/v1/profiles":
+            refused = self._may_ingest()
+            if refused is not None:  # before the body is read: close, so it is never taken for a request
+                self.close_connection = True
+                self._send_json(401, {"error": refused})
+                return
         try:
             body = self._read_body()
             if path in SIGNALS:
@@ -698,8 +728,8 @@ class Server(ThreadingHTTPServer):
             time.sleep(0.02)
 
 
-def make_server(store: Store, host: str, port: int) -> Server:
-    handler = type("BoundHandler", (Handler,), {"store": store})
+def make_server(store: Store, host: str, port: int, ingest_token: str | None = None, ingest: bool = True) -> Server:
+    handler = type("BoundHandler", (Handler,), {"store": store, "ingest_token": ingest_token, "ingest": ingest})
     return Server((host, port), handler)
 
 
@@ -708,6 +738,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--db", required=True, help="DuckDB file (created if missing)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=4318, help="0 picks a free port")
+    p.add_argument("--query-port", type=int, default=None,
+                   help="also serve a query-only endpoint (no ingest) on this port; 0 picks a free port")
     p.add_argument("--counters", help="write the received/dropped/rejected counters here (JSON)")
     return p.parse_args(argv)
 
@@ -717,16 +749,22 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+    token = os.environ.pop(INGEST_TOKEN_ENV, None) or None  # read once, kept out of any child's reach
     store = Store(args.db, args.counters)
-    server = make_server(store, args.host, args.port)
-    serving = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
-    serving.start()
-    print(f"telemetry store listening on http://{args.host}:{server.server_address[1]}", flush=True)
+    servers = [make_server(store, args.host, args.port, ingest_token=token)]
+    if args.query_port is not None:
+        servers.append(make_server(store, args.host, args.query_port, ingest=False))
+    for server in servers:
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True).start()
+    print(f"telemetry store listening on http://{args.host}:{servers[0].server_address[1]}", flush=True)
+    if len(servers) > 1:
+        print(f"query endpoint on http://{args.host}:{servers[1].server_address[1]}", flush=True)
     while not stop.wait(0.5):  # wake now and then so the signal handler gets to run
         pass
-    server.shutdown()
-    server.server_close()
-    server.close_connections()
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+        server.close_connections()
     store.close()
     return 0
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import signal
 import subprocess
 import sys
@@ -17,14 +18,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from stack import start_stack  # noqa: E402  (a sibling file, not a package)
 
 STORE_START_TIMEOUT_S = 30
+INGEST_TOKEN_ENV = "TELEMETRY_INGEST_TOKEN"  # harness.telemetry.receiver reads it
 
 
 class MissionServices:
-    def __init__(self, store: subprocess.Popen, store_url: str, stack, workspace: Path) -> None:
-        self.store, self.store_url, self.stack = store, store_url, stack
+    """`env` is the agent's: the query-only endpoint, never the ingest token (only the
+    services get it), so the agent can read the evidence but not write it."""
+
+    def __init__(self, store: subprocess.Popen, store_url: str, query_url: str, stack, workspace: Path) -> None:
+        self.store, self.store_url, self.query_url, self.stack = store, store_url, query_url, stack
         obs = workspace / ".obs"
         self.env = {
-            "OBS_URL": store_url,
+            "OBS_URL": query_url,
             "OBS_LOG": str(obs / "calls.jsonl"),
             "OBS_SPILL_DIR": str(obs),
             **stack.env(),
@@ -50,29 +55,38 @@ def _stop(proc: subprocess.Popen, grace_s: float = 20) -> None:
         proc.wait(timeout=10)
 
 
-def start_store(db: Path, log: Path) -> tuple[subprocess.Popen, str]:
+def start_store(db: Path, log: Path, ingest_token: str | None = None) -> tuple[subprocess.Popen, str, str]:
+    """(process, ingest URL, query-only URL). The token travels in the store's environment, never argv."""
+    env = {k: v for k, v in os.environ.items() if k != INGEST_TOKEN_ENV}
+    if ingest_token:
+        env[INGEST_TOKEN_ENV] = ingest_token
     proc = subprocess.Popen(
-        [sys.executable, "-m", "harness.telemetry.receiver", "--db", str(db), "--host", "127.0.0.1", "--port", "0"],
-        stdout=subprocess.PIPE, stderr=open(log, "wb"), stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+        [sys.executable, "-m", "harness.telemetry.receiver", "--db", str(db), "--host", "127.0.0.1", "--port", "0",
+         "--query-port", "0"],
+        stdout=subprocess.PIPE, stderr=open(log, "wb"), stdin=subprocess.DEVNULL, text=True, start_new_session=True,
+        env=env)
     deadline = time.monotonic() + STORE_START_TIMEOUT_S
-    line = ""
+    line, urls = "", {}
     while time.monotonic() < deadline and proc.poll() is None:
         line = proc.stdout.readline()
-        match = re.search(r"listening on (http://\S+)", line)
+        match = re.search(r"(listening|query endpoint) on (http://\S+)", line)
         if match:
-            return proc, match.group(1)
+            urls[match.group(1)] = match.group(2)
+        if len(urls) == 2:
+            return proc, urls["listening"], urls["query endpoint"]
     _stop(proc)
     raise RuntimeError(f"the telemetry store did not start (last line: {line!r}; log {log})")
 
 
 def start(workspace: Path, run_dir: Path) -> MissionServices:
-    store, url = start_store(run_dir / "telemetry.duckdb", run_dir / "telemetry-store.log")
+    token = secrets.token_urlsafe(32)  # in memory and in the services' environments only
+    store, url, query_url = start_store(run_dir / "telemetry.duckdb", run_dir / "telemetry-store.log", token)
     try:
-        stack = start_stack(url, run_dir / "stack")
+        stack = start_stack(url, run_dir / "stack", ingest_token=token)
     except BaseException:
         _stop(store)
         raise
-    return MissionServices(store, url, stack, workspace)
+    return MissionServices(store, url, query_url, stack, workspace)
 
 
 SIGNAL_TABLES = {"traces": "spans", "metrics": "metrics", "logs": "logs", "profiles": "profiles"}

@@ -117,7 +117,10 @@ def _mcp_answers(url: str) -> bool:
     return r.status_code == 200
 
 
-def start_stack(store_url: str, workdir: str | os.PathLike, python: str = sys.executable) -> Stack:
+def start_stack(store_url: str, workdir: str | os.PathLike, python: str = sys.executable,
+                ingest_token: str | None = None) -> Stack:
+    """`ingest_token`: the store's ingest token, given to the services only (the standard
+    OTEL_EXPORTER_OTLP_HEADERS; the profiler reads it too), never to the scenario or the agent."""
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     ports = {name: free_port() for name in ("api", "mcp", "agent", "model")}
@@ -144,6 +147,8 @@ def start_stack(store_url: str, workdir: str | os.PathLike, python: str = sys.ex
             "SHOP_DB_PATH": str(workdir / "shop.db"),
         }
     )
+    if ingest_token:
+        env["OTEL_EXPORTER_OTLP_HEADERS"] = f"authorization=Bearer%20{ingest_token}"
     deadline = time.monotonic() + HEALTH_TIMEOUT_S
     try:
         _spawn(stack, "model", [python, str(MODEL_SERVER), "--port", str(ports["model"])], env, workdir)

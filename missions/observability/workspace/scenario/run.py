@@ -5,7 +5,9 @@
 Targets come from SHOP_API_URL, SHOP_MCP_URL and SHOP_AGENT_URL (or --api/--mcp/--agent).
 Each virtual user walks the same shopper path on a fixed pace: list a category,
 open a product, order it, read the order back, search, read the category stats; then the same
-through the MCP tools. One assistant question is asked every 15 s from the start.
+through the MCP tools. One assistant question is asked every 15 s from the start. As in k6, no iteration starts
+after the duration (a slow machine runs fewer, never longer), and the ones under way get
+30 s to finish.
 Writes scenario/drive.json: UTC start/end, requests and errors by operation.
 """
 
@@ -32,9 +34,9 @@ TERMS = ["Lamp", "Chair", "Kettle", "Tent", "Drill", "Speaker", "Towel", "Puzzle
 QUESTIONS = [
     'I\'m looking for a "Lamp". Is product 3120 still sold? Show me the category stats, then order 2 units of product 27.',
     'Can you find a "Kettle" with a good rating?',
-    "Which categories have the most products in stock? Show me the stats.",
+    "Which categories have the most products in stock? Is product 3305 back? Show me the stats.",
     "Tell me about product 128 and product 1205.",
-    'Search for a "Tent" and order 3 units of product 710.',
+    'Search for a "Tent" and order 2 units of product 710.',
     'Find me a "Drill". What does product 2044 cost?',
     "Please order 1 unit of product 55.",
     'I need a "Towel" - what are the category stats for bath?',
@@ -43,6 +45,7 @@ PACE_S = 3.0
 THINK_S = 1.0  # on the product page before ordering
 ASK_EVERY_S = 15.0
 TIMEOUT_S = 30.0
+GRACEFUL_STOP_S = 30.0  # as k6's gracefulStop: iterations under way get this long after the duration
 MCP_PROTOCOL = "2025-06-18"
 OUT = Path(__file__).resolve().parent / "drive.json"
 
@@ -195,7 +198,7 @@ class Shopper:
         try:
             for k in itertools.count():
                 start = t0 + k * PACE_S
-                if start >= end:
+                if start >= end or time.monotonic() >= end:  # as k6: no iteration starts after the duration
                     break
                 delay = start - time.monotonic()
                 if delay > 0:
@@ -210,7 +213,7 @@ def assistant(args, rec: Recorder, t0: float, end: float, asked: list) -> None:
     with httpx.Client(timeout=120) as http:
         for i in itertools.count():
             at = t0 + i * ASK_EVERY_S
-            if at >= end:
+            if at >= end or time.monotonic() >= end:
                 break
             delay = at - time.monotonic()
             if delay > 0:
@@ -239,7 +242,7 @@ def run(args) -> dict:
         threads.append(threading.Thread(target=assistant, args=(args, rec, t0, end, asked), daemon=True))
     for t in threads:
         t.start()
-    hard_stop = end + 180
+    hard_stop = end + GRACEFUL_STOP_S
     for t in threads:
         t.join(timeout=max(0.0, hard_stop - time.monotonic()))
     record = {

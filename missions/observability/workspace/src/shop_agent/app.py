@@ -12,6 +12,7 @@ from opentelemetry import metrics, trace
 from pydantic import BaseModel
 
 from shop_agent import model
+from shop_telemetry import SECONDS_BUCKETS
 from shop_telemetry.http import NATIVE_TELEMETRY_OFF, ServerSpanMiddleware
 
 MCP_URL = os.environ.get("SHOP_MCP_URL", "http://127.0.0.1:8011/mcp")
@@ -26,7 +27,8 @@ tracer = trace.get_tracer("shop_agent")
 meter = metrics.get_meter("shop_agent")
 questions = meter.create_counter("shop_agent.questions", unit="{question}", description="Questions answered.")
 request_duration = meter.create_histogram(
-    "http.server.request.duration", unit="s", description="Duration of HTTP server requests."
+    "http.server.request.duration", unit="s", description="Duration of HTTP server requests.",
+    explicit_bucket_boundaries_advisory=SECONDS_BUCKETS,
 )
 
 

@@ -11,12 +11,14 @@ from opentelemetry import metrics, trace
 from pydantic import BaseModel
 
 from shop_api import db
+from shop_telemetry import SECONDS_BUCKETS
 from shop_telemetry.http import NATIVE_TELEMETRY_OFF, ServerSpanMiddleware
 
 log = logging.getLogger("shop_api")
 meter = metrics.get_meter("shop_api")
 request_duration = meter.create_histogram(
-    "http.server.request.duration", unit="s", description="Duration of HTTP server requests."
+    "http.server.request.duration", unit="s", description="Duration of HTTP server requests.",
+    explicit_bucket_boundaries_advisory=SECONDS_BUCKETS,
 )
 orders_placed = meter.create_counter("shop.orders.placed", unit="{order}", description="Orders accepted.")
 order_units = meter.create_counter("shop.orders.units", unit="{unit}", description="Units ordered.")

@@ -20,9 +20,13 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+from opentelemetry.util.re import parse_env_headers
+
 from shop_telemetry.profiler import StackSampler
 
 DEFAULT_ENDPOINT = "http://127.0.0.1:4318"
+# Semantic-conventions buckets for durations in seconds (the SDK's default ones are for milliseconds).
+SECONDS_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0]
 
 
 class Telemetry:
@@ -67,7 +71,8 @@ class Telemetry:
         for noisy in ("httpx", "httpx2", "httpcore"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
 
-        self.profiler = StackSampler(service_name, f"{self.endpoint}/v1/profiles")
+        headers = parse_env_headers(os.environ.get("OTEL_EXPORTER_OTLP_HEADERS", ""), liberal=True)
+        self.profiler = StackSampler(service_name, f"{self.endpoint}/v1/profiles", headers=headers)
         self.profiler.start()
 
     def shutdown(self) -> None:

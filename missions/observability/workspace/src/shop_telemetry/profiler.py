@@ -1,4 +1,9 @@
-"""A small sampling CPU profiler: folds the stacks of every thread and posts them as JSON."""
+"""A small sampling profiler: folds the stacks of every busy thread and posts them as JSON.
+
+Samples are wall-clock: a thread blocked in a call (a socket read, a synchronous HTTP
+request) is sampled like one computing. Threads idle in a wait (an event loop in select,
+a worker on its queue, a timer on its condition) are left out, so the samples say where
+the services spend their time, not where they sleep."""
 
 from __future__ import annotations
 
@@ -11,6 +16,11 @@ from collections import Counter
 
 INTERVAL_S = 0.01
 FLUSH_S = 5.0
+# Innermost Python frames of a thread that waits for work.
+IDLE_FRAMES = {
+    "selectors:select", "threading:wait", "threading:_wait_for_tstate_lock", "queue:get",
+    "concurrent.futures.thread:_worker", "socket:accept", "socketserver:serve_forever",
+}
 
 
 def _frame_name(frame) -> str:
@@ -28,9 +38,11 @@ def fold(frame) -> str:
 
 
 class StackSampler:
-    def __init__(self, service: str, url: str, interval_s: float = INTERVAL_S, flush_s: float = FLUSH_S) -> None:
+    def __init__(self, service: str, url: str, interval_s: float = INTERVAL_S, flush_s: float = FLUSH_S,
+                 headers: dict[str, str] | None = None) -> None:
         self.service = service
         self.url = url
+        self.headers = dict(headers or {})
         self.interval_s = interval_s
         self.flush_s = flush_s
         self._stacks: Counter[str] = Counter()
@@ -51,7 +63,7 @@ class StackSampler:
         last_flush = time.monotonic()
         while not self._stop.wait(self.interval_s):
             for ident, frame in sys._current_frames().items():
-                if ident == own:
+                if ident == own or _frame_name(frame) in IDLE_FRAMES:
                     continue
                 self._stacks[fold(frame)] += 1
             if time.monotonic() - last_flush >= self.flush_s:
@@ -70,7 +82,7 @@ class StackSampler:
                 "stacks": dict(stacks),
             }
         ).encode()
-        request = urllib.request.Request(self.url, data=body, headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(self.url, data=body, headers={**self.headers, "Content-Type": "application/json"})
         try:
             urllib.request.urlopen(request, timeout=5).close()
         except OSError:

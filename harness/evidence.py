@@ -1,0 +1,350 @@
+"""A finding's own evidence: the queries its Evidence cell cites, re-run on the run's store.
+
+The key-matcher only maps a finding to planted defects; whether the finding holds up is
+decided on what the finding itself cites (the benchmark's rule: a finding is confirmed
+only when its own cited telemetry re-runs to the claimed effect and the accused code
+shows it). This module:
+
+- extracts the cited queries: `obs ...` commands and SQL (`SELECT` / `WITH`), in
+  backticks or bare, each with the number the finding quotes for it ("→ 12", "returned 0");
+- re-runs each on the run's DuckDB file opened read-only, through `obs`'s own query
+  builders (so `obs traces search ...` runs exactly the SQL the agent's call ran; `--since`
+  is dropped: "the last 5 minutes" of a finished run is no window);
+- judges whether the result supports the claim (non-empty; a single number non-zero,
+  unless the finding claims 0, an absence; a quoted number within TOLERANCE);
+- says which tables and literals (services, names, attribute keys) the query touched, so
+  a caller can ask whether it touches a planted defect's evidence;
+- finds the code locations (files, functions) a finding accuses, in the mission's own
+  sources (never the agent-writable workspace).
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import decimal
+import io
+import re
+import shlex
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from harness.telemetry import obs
+
+SIGNAL_TABLES = ("spans", "metrics", "logs", "profiles")
+TOLERANCE_REL, TOLERANCE_ABS = 0.5, 2.0  # a quoted number holds within ±50 % or ±2, whichever is wider
+# Literals that say nothing about which defect a query looks at (kinds, statuses, numbers).
+_GENERIC = {"server", "client", "internal", "producer", "consumer", "error", "ok", "unset", "sum", "gauge",
+            "histogram", "true", "false", ""}
+_CODE_SPAN = re.compile(r"`([^`]+)`")
+_BARE_OBS = re.compile(r"(?<![\w/-])obs\s+(?:traces|metrics|logs|profiles|sql)\b")
+_SQL_START = re.compile(r"^\s*(select|with)\b", re.IGNORECASE)
+_CLAIM_WORD = re.compile(r"(→|->|=>|\breturn(?:ed|s)?\b|\bgives?\b|\bgave\b|\bshows?\b|\bshowed\b|\byields?\b|=|:)")
+_NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?![\w.]*\w)")
+_TABLE = re.compile(r"\b(?:from|join)\s+([a-z_][a-z0-9_]*)", re.IGNORECASE)
+_LITERAL = re.compile(r"'((?:[^']|'')*)'")
+_JSON_KEY = re.compile(r'\$\."([^"]+)"')
+_STOP_CHARS = ("→", "->", "=>", ";")
+
+
+@dataclass
+class Cited:
+    text: str  # the command or SQL as the finding cites it
+    claimed: float | None  # the number the finding quotes for it
+
+
+@dataclass
+class QueryCheck:
+    cited: Cited
+    ok: bool = False  # the re-run supports the claim
+    result: Any = None  # a single value, "N rows", or an error text
+    why: str = ""  # when not ok: why, in words
+    tables: set[str] = field(default_factory=set)
+    literals: set[str] = field(default_factory=set)  # lower-cased, `%` stripped; attribute keys included
+
+
+# --- extraction -------------------------------------------------------------------------
+
+def _cut(text: str) -> str:
+    """A bare command ends at an arrow, a `;` or a pipe outside quotes."""
+    quote = None
+    for i, ch in enumerate(text):
+        if quote:
+            if ch == "\\" and quote == '"':
+                continue
+            if ch == quote and (i == 0 or text[i - 1] != "\\"):
+                quote = None
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "|\n" or any(text.startswith(s, i) for s in _STOP_CHARS):
+            return text[:i]
+        elif text.startswith((" returned", " returns", " gives", " shows", " → "), i):
+            return text[:i]
+    return text
+
+
+def _claim(after: str) -> float | None:
+    """The number a finding quotes for a query: the first after a claim word, else the first."""
+    after = after.split("`", 1)[0]
+    word = _CLAIM_WORD.search(after)
+    for text in ([after[word.end():]] if word else []) + [after]:
+        m = _NUMBER.search(text)
+        if m:
+            return float(m.group(0))
+    return None
+
+
+def cited_queries(evidence: str) -> list[Cited]:
+    """The `obs` commands and SQL an Evidence cell cites, in order, each with its quoted number."""
+    evidence = evidence or ""
+    found: list[tuple[int, int, str]] = []  # (start, end, text)
+    for m in _CODE_SPAN.finditer(evidence):
+        body = m.group(1).strip()
+        if body.startswith("obs ") or _SQL_START.match(body):
+            found.append((m.start(), m.end(), _cut(body).strip() if body.startswith("obs ") else body))
+    covered = [(s, e) for s, e, _ in found]
+    for m in _BARE_OBS.finditer(evidence):
+        if any(s <= m.start() < e for s, e in covered):
+            continue
+        text = _cut(evidence[m.start():]).strip()
+        found.append((m.start(), m.start() + len(text), text))
+    found.sort()
+    out = []
+    for i, (_, end, text) in enumerate(found):
+        nxt = found[i + 1][0] if i + 1 < len(found) else len(evidence)
+        out.append(Cited(text=text, claimed=_claim(evidence[end:nxt])))
+    return out
+
+
+# --- re-running -------------------------------------------------------------------------
+
+class _ReadOnlyClient:
+    """`obs`'s Client, answered from the run's store (a read-only DuckDB connection);
+    keeps every SQL statement it ran."""
+
+    def __init__(self, con) -> None:
+        self.con = con
+        self.issued: list[str] = []
+
+    def sql(self, sql: str, limit: int = 1000) -> obs.Result:
+        from harness.telemetry.receiver import BadRequest, _run_select, check_read_only
+
+        try:
+            check_read_only(sql)
+        except BadRequest as exc:
+            raise obs.QueryFailed(str(exc)) from None
+        self.issued.append(sql)
+        cur = self.con.cursor()
+        try:
+            columns, result = _run_select(cur, sql)
+            rows = result.fetchmany(limit + 1)
+        except Exception as exc:  # noqa: BLE001 - DuckDB's errors are the query's, recorded not raised
+            raise obs.QueryFailed(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__) \
+                from None
+        finally:
+            cur.close()
+        return obs.Result(list(columns), [[_plain(v) for v in r] for r in rows[:limit]], len(rows) > limit)
+
+
+def _plain(value: Any) -> Any:
+    return float(value) if isinstance(value, decimal.Decimal) else value
+
+
+def _argv(text: str) -> list[str]:
+    try:
+        return shlex.split(text)
+    except ValueError:  # unbalanced quotes: a model's escaping; try without the backslashes
+        return shlex.split(text.replace('\\"', '"'))
+
+
+def _within(claimed: float, got: float) -> bool:
+    return abs(got - claimed) <= max(TOLERANCE_ABS, TOLERANCE_REL * abs(claimed))
+
+
+def _number(value: Any) -> float | None:
+    if value is None:
+        return 0.0  # NULL reads 0, as the key's expectations read it
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, (int, float)):
+        return float(value)
+    return None
+
+
+def _fmt(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
+def _numbers_in(lines: list[str]) -> list[float]:
+    """Numbers printed as whole tokens (`12`, `40.0`, `8.5ms`, `93%`), not inside times or ids."""
+    out = []
+    for line in lines:
+        for token in line.split():
+            m = re.fullmatch(r"[-+]?(\d+(?:\.\d+)?)(?:ms|s|%)?[,)]?", token.strip("(,"))
+            if m:
+                out.append(float(m.group(1)))
+    return out
+
+
+def _judge(run: QueryCheck, rows: list[list[Any]], numbers: list[float]) -> None:
+    claimed = run.cited.claimed
+    if not rows:
+        run.result = "0 rows"
+        run.ok = claimed == 0
+        run.why = "" if run.ok else ("the cited query returned no rows" + (
+            f" where the finding claims {_fmt(claimed)}" if claimed is not None else ""))
+        return
+    single = _number(rows[0][0]) if len(rows) == 1 and len(rows[0]) == 1 else None
+    if single is not None:
+        run.result = int(single) if single.is_integer() else single
+        if claimed is not None:
+            run.ok = _within(claimed, single)
+            run.why = "" if run.ok else \
+                f"the cited query returned {_fmt(single)} where the finding claims {_fmt(claimed)}"
+        else:
+            run.ok = single != 0
+            run.why = "" if run.ok else "the cited query returned 0"
+        return
+    run.result = f"{len(rows)} rows"
+    if claimed is None:
+        run.ok = True
+    elif claimed == 0:
+        run.ok, run.why = False, f"the cited query returned {len(rows)} rows where the finding claims none"
+    else:
+        run.ok = any(_within(claimed, n) for n in [float(len(rows)), *numbers])
+        run.why = "" if run.ok else f"the cited query returned {len(rows)} rows, none near the {_fmt(claimed)} claimed"
+
+
+def rerun(con, cited: Cited) -> QueryCheck:
+    """Re-run one cited query on a read-only connection; never raises."""
+    run = QueryCheck(cited)
+    client = _ReadOnlyClient(con)
+    try:
+        if _SQL_START.match(cited.text):
+            res = client.sql(cited.text, limit=obs.BIG_LIMIT)
+            _judge(run, res.rows, [n for r in res.rows for v in r if (n := _number(v)) is not None and v is not None])
+        else:
+            argv = _argv(cited.text)[1:]
+            with contextlib.redirect_stderr(io.StringIO()) as err, contextlib.redirect_stdout(io.StringIO()):
+                try:
+                    args = obs.build_parser().parse_args(argv)
+                except SystemExit:
+                    raise obs.QueryFailed("not a command obs accepts: " + (err.getvalue().strip().splitlines()
+                                                                         or ["bad arguments"])[-1]) from None
+            if getattr(args, "since", None) is not None:
+                args.since = None  # relative to now: no window once the run is over
+            if args.func is obs.sql_cmd:
+                res = client.sql(args.query, limit=obs.BIG_LIMIT)
+                _judge(run, res.rows, [n for r in res.rows for v in r
+                                       if v is not None and (n := _number(v)) is not None])
+            else:
+                out = args.func(client, args)
+                rows = [[line] for line in out.lines[:out.rows]] if out.rows else []
+                _judge(run, rows, _numbers_in(out.lines))
+    except (obs.QueryFailed, ValueError) as exc:
+        run.ok, run.result = False, f"error: {exc}"
+        run.why = f"the cited query could not be re-run ({exc})"
+    for sql in client.issued:
+        run.tables |= {t.lower() for t in _TABLE.findall(sql) if t.lower() in SIGNAL_TABLES}
+        run.literals |= literals_of(sql)
+    return run
+
+
+# --- what a query looks at --------------------------------------------------------------
+
+def literals_of(sql: str) -> set[str]:
+    """The identifying literals of a query: string literals (lower-cased, LIKE's `%` stripped)
+    and the attribute keys of its JSON paths; kinds, statuses and numbers left out."""
+    out: set[str] = set()
+    for raw in _LITERAL.findall(sql or ""):
+        text = raw.replace("''", "'")
+        keys = _JSON_KEY.findall(text)
+        if keys:
+            out |= {k.lower() for k in keys}
+            continue
+        value = text.strip("%").strip().lower()
+        if value in _GENERIC or re.fullmatch(r"[-+\d.]+", value):
+            continue
+        out.add(value)
+    return out
+
+
+def tables_of(sql: str) -> set[str]:
+    return {t.lower() for t in _TABLE.findall(sql or "") if t.lower() in SIGNAL_TABLES}
+
+
+def literals_meet(mine: set[str], theirs: set[str]) -> set[str]:
+    """Literals two queries share: equal, or one inside the other when the shorter has 4+ characters."""
+    shared = set()
+    for a in mine:
+        for b in theirs:
+            short, long_ = sorted((a, b), key=len)
+            if a == b or (len(short) >= 4 and short in long_):
+                shared.add(b)
+    return shared
+
+
+# --- the accused code -------------------------------------------------------------------
+
+_FILE = re.compile(r"((?:[\w.-]+/)*[\w-]+\.py)\b")
+_CALLED = re.compile(r"\b([A-Za-z_]\w*)\(\)")
+_COLON_FN = re.compile(r"\.py[:#]\s*([A-Za-z_]\w*)")
+_CODEISH = re.compile(r"`([A-Za-z_]\w*)`|\b([a-z]+_[a-z0-9_]+)\b|\b(?:function|def|handler|method)\s+`?([A-Za-z_]\w*)")
+
+
+@cache
+def _defs(sources: Path) -> dict[str, frozenset[str]]:
+    """Relative path of each Python file of the sources → the functions it defines."""
+    out = {}
+    for path in sorted(Path(sources).rglob("*.py")):
+        if "__pycache__" in path.parts:
+            continue
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (OSError, SyntaxError, UnicodeDecodeError):
+            tree = ast.Module(body=[], type_ignores=[])
+        names = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        out[path.relative_to(sources).as_posix()] = frozenset(names)
+    return out
+
+
+@dataclass
+class Accused:
+    files: set[str] = field(default_factory=set)  # relative to the sources, existing
+    functions: set[str] = field(default_factory=set)  # defined in the sources
+    missing: list[str] = field(default_factory=list)  # named, but not in the sources
+
+
+def accused_code(text: str, sources: Path | None) -> Accused:
+    """The files and functions a finding names that the mission's sources hold, and those
+    it names explicitly (`x.py`, `name()`, `file.py:name`) that they lack."""
+    acc = Accused()
+    if sources is None or not Path(sources).is_dir():
+        return acc
+    defs = _defs(Path(sources))
+    every = set().union(*defs.values()) if defs else set()
+    for name in _FILE.findall(text):
+        name = name.removeprefix("./").removeprefix("workspace/")
+        hits = [f for f in defs if f == name or f.endswith("/" + name)]
+        if hits:
+            acc.files.update(hits)
+        elif name not in acc.missing:
+            acc.missing.append(name)
+    explicit = set(_CALLED.findall(text)) | set(_COLON_FN.findall(text))
+    loose = {g for m in _CODEISH.finditer(text) for g in m.groups() if g}
+    for name in explicit | loose:
+        if name in every:
+            acc.functions.add(name)
+        elif name in explicit and f"{name}()" not in acc.missing:
+            acc.missing.append(f"{name}()")
+    return acc
+
+
+def location_functions(function: str, sources: Path | None) -> set[str]:
+    """The functions a key location names (`place_order / get_order`, `complete (called from app.ask)`)."""
+    if sources is None or not Path(sources).is_dir():
+        return set()
+    every = set().union(*_defs(Path(sources)).values())
+    return {w for w in re.findall(r"[A-Za-z_]\w*", function or "") if w in every}
