@@ -26,13 +26,14 @@ import httpx
 import psutil
 
 from harness import failpoint
+from harness.drive import measure_drive
 from harness.errors import FatalUnitLog, StackError, UserError
 from harness.mission import DEFAULT_MISSION, prepare_workspace
 from harness.mission_services import merge_env, start_services
 from harness.opencode import config as oc_config
 from harness.opencode.runner import Limits, RunResult, run_opencode
 from harness.opencode.store import collect, session_tree
-from harness.phases import files_read_before, queried_signals, read_phases
+from harness.phases import files_read_before, phases_between, queried_signals, read_phases
 from harness.preflight import Preflight, run_preflight
 from harness.probe import LONG_TARGET, run_probe, unit_api_key
 from harness.record import RowKey, RunOutcome, RunRecord, SandboxFigures, Status, Timestamps, utcnow
@@ -445,9 +446,6 @@ class Launch:
     def _mission_figures(self, mission, workspace: Path, data_dir: Path) -> None:
         """Phases from the drive (the store's scenario requests when the mission tags them: the
         harness's drive gate; else the drive record), signals from the query log, reads before the drive."""
-        from harness.drive import measure_drive
-        from harness.phases import phases_between
-
         rec, m = self.record, mission.manifest
         drive = workspace / m.drive_record if m.drive_record else None
         log = workspace / m.signal_log if m.signal_log else None
@@ -489,6 +487,8 @@ class Launch:
             reasons.append(f"the agent wrote no report at {self.report_name}")
         if rec.session is None:
             reasons.append("no session found in the run's opencode store")
+        if rec.drive is not None and rec.drive.problem:
+            reasons.append(rec.drive.problem)  # the harness's drive gate: no row without a real drive
         if reasons:
             rec.status, rec.reason, rec.stopped_at = Status.void, "; ".join(reasons), "run"
         else:
