@@ -344,6 +344,8 @@ class Launch:
         # working directory, ahead of the tool list) is the mission's: the server's prompt cache
         # then holds the mission's first ~7k tokens. The mission still starts from a fresh copy.
         workspace = prepare_workspace(mission, workspace)
+        shutil.rmtree(self._agent_tmp, ignore_errors=True)
+        self._agent_tmp.mkdir()
         rec.artifacts.workspace = str(workspace)
         self.services = start_services(mission, workspace, self.run_dir)
         env = merge_env(self._agent_env(self.run_dir / "opencode", provider_file, unit), self.services)
@@ -401,13 +403,20 @@ class Launch:
         if info := self.record.serving_config.get("system_info"):
             self.say(f"server: {info}")
 
+    @property
+    def _agent_tmp(self) -> Path:
+        # One TMPDIR path for the smoke and the mission (emptied between them): opencode names it
+        # in its bash tool's description, so a path of its own would split the prompt cache.
+        return self.run_dir / "agent-tmp"
+
     def _agent_env(self, home: Path, provider_file: Path, unit: Unit) -> dict[str, str]:
-        env = oc_config.isolated_env(home, provider_file, unit.api_key_env, api_key=self.api_key)
+        env = oc_config.isolated_env(home, provider_file, unit.api_key_env, api_key=self.api_key,
+                                     tmpdir=self._agent_tmp)
         env[AGENT_MARKER_VAR] = unit.extra.get("marker", "")
         return env
 
     def _view(self, workdir: Path, home: Path, provider_file: Path) -> View:
-        return agent_view([workdir, home], self.opencode_binary, [provider_file])
+        return agent_view([workdir, home, self._agent_tmp], self.opencode_binary, [provider_file])
 
     def _smoke(self, argv_base: list[str], provider_file: Path, unit: Unit, scratch: Path) -> None:
         smoke_dir = self.run_dir / "smoke"

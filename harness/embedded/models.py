@@ -42,6 +42,10 @@ class EmbeddedModel:
     native_context: int  # the model's own (un-scaled) context length
     # A chat template of ours that makes the model's tool calls parse (None: the GGUF's own).
     template: str | None = None
+    # The model's own sampling defaults (its generation_config.json), which vLLM applies by
+    # default (`--generation-config auto`); llama.cpp's server would otherwise use its own
+    # (temperature 0.8, top_k 40, top_p 0.95). A request's own values still win.
+    sampling: tuple[tuple[str, str], ...] = ()
     note: str = ""
 
     @property
@@ -67,6 +71,7 @@ MODELS: dict[str, EmbeddedModel] = {m.hf_id: m for m in (
         size=1_117_320_768,
         native_context=32768,
         template="qwen2.5-coder-fenced-tools.jinja",
+        sampling=(("--temp", "0.7"), ("--top-p", "0.8"), ("--top-k", "20"), ("--repeat-penalty", "1.1")),
         note="Q4_K_M; the smallest model on PyPI measured to drive opencode's tools",
     ),
     EmbeddedModel(

@@ -80,16 +80,18 @@ def write_provider_file(config: dict, path: Path) -> Path:
 
 
 def isolated_env(home: Path, provider_file: Path, api_key_env: str | None, *,
-                 api_key: str | None = None) -> dict[str, str]:
+                 api_key: str | None = None, tmpdir: Path | None = None) -> dict[str, str]:
     """A fresh HOME, XDG dirs and TMPDIR per launch: no user config, credentials or
-    other runs' sessions are visible, and the session store is this run's alone."""
+    other runs' sessions are visible, and the session store is this run's alone.
+    `tmpdir` (default `home/tmp`) is named in opencode's bash tool description, so two runs
+    that should share the server's prompt cache (the smoke and the mission) share its path."""
     dirs = {
         "HOME": home / "home",
         "XDG_CONFIG_HOME": home / "xdg" / "config",
         "XDG_DATA_HOME": home / "xdg" / "data",
         "XDG_CACHE_HOME": home / "xdg" / "cache",
         "XDG_STATE_HOME": home / "xdg" / "state",
-        "TMPDIR": home / "tmp",
+        "TMPDIR": tmpdir or home / "tmp",
     }
     for path in dirs.values():
         path.mkdir(parents=True, exist_ok=True)

@@ -202,6 +202,7 @@ class LlamaCppStack(LocalProcessStack):
             "--metrics",
             "--log-verbosity", "4",  # trace: system_info, the template's example, prompt-cache decisions
             *SPEED_FLAGS,
+            *(flag for pair in self.model(preset).sampling for flag in pair),
             *self.translate(preset),
         ]
 
