@@ -70,3 +70,23 @@ def test_replay_hello_serving_section(project: Project):
     # KV use is read by the timeline's readings: present, though short calls may fall between them.
     assert sec["decode_tps_p50_context"] is not None and sec["kv_peak"] is not None
     assert [r["turn"] for r in table] == list(range(1, len(served) + 1))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_tool_call_answered_as_text_is_leaked_on_the_record(project: Project):
+    project.add_trajectory("hello-leaky")
+    project.add_preset("replay-leaky", trajectory="hello-leaky")
+    code, out, err = project.run_cli(["launch", "local", "replay", "replay-leaky", "--mission", "hello",
+                                      *SMALL_PROBE], timeout=240)
+    assert code == 0, err[-3000:]
+    run_dir, rec = project.only_run()
+    served = Project.served(run_dir, "hello")
+    assert [s["step"] for s in served] == [0, 1, 2, 3]
+    health = rec["serving"]["tool_calls"]
+    # The hermes block the model wrote as its last answer, and the call whose arguments were cut off.
+    assert health["leaked"] == 1 and len(health["leaked_turns"]) == 1
+    assert health["malformed"] == 1 and health["malformed_examples"], health
+    assert health["finish_reasons"] == {"stop": 1, "tool-calls": 3}
+    table = check_join_against_served(run_dir, rec, "hello")
+    assert table[-1]["message"] == health["leaked_turns"][0] and table[-1]["finish"] == "stop"
