@@ -280,6 +280,8 @@ class Launch:
         rec.versions["opencode"] = pf.opencode_version or ""
         self.say(f"preflight ok: {pf.env.stack} on {pf.gpu.label}; preset {pf.preset.name} serves "
                  f"{pf.preset.model} as {pf.preset.served_name}")
+        for line in pf.kv_fit or []:
+            self.say(f"kv fit: {line}")
         refuse_if_served(self.root, pf.env.name, f"vot-{pf.preset.name}")
 
         self.stage = "serve"
