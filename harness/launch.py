@@ -40,6 +40,8 @@ from harness.record import RowKey, RunOutcome, RunRecord, SandboxFigures, Status
 from harness.sandbox import Sandbox, View, agent_view, count_denials, wrap
 from harness.secrets import scrub_tree, secrets_from
 from harness.server_metrics import GENERATED, counter
+from harness.serving.collect import collect_serving, gpu_cost
+from harness.serving.timeline import TIMELINE_NAME, Sampler
 from harness.stacks.base import Stack, Unit
 from harness.stacks.ledger import Ledger
 from harness.stacks.local_process import AGENT_MARKER_VAR, kill_marked
@@ -278,6 +280,8 @@ class Launch:
         rec.versions["opencode"] = pf.opencode_version or ""
         self.say(f"preflight ok: {pf.env.stack} on {pf.gpu.label}; preset {pf.preset.name} serves "
                  f"{pf.preset.model} as {pf.preset.served_name}")
+        for line in pf.kv_fit or []:
+            self.say(f"kv fit: {line}")
         refuse_if_served(self.root, pf.env.name, f"vot-{pf.preset.name}")
 
         self.stage = "serve"
@@ -361,10 +365,17 @@ class Launch:
         failpoint.hit("run")
         view = self._view(workspace, self.run_dir / "opencode", provider_file)
         argv = wrap(self.sandbox, [*argv_base, "--title", title], view, workspace, self.run_dir)
-        result = run_opencode(argv, prompt=mission.prompt_text, env=env, cwd=workspace,
-                              events_path=Path(rec.artifacts.opencode_events),
-                              stderr_path=Path(rec.artifacts.opencode_stderr), limits=limits,
-                              abort=self.collector.problem, abort_reason=self.collector.reason)
+        # The serving timeline covers opencode's run and nothing else.
+        sampler = Sampler(unit.base_url, self.run_dir / TIMELINE_NAME, api_key=api_key).start()
+        rec.artifacts.serving_timeline = str(sampler.path)
+        try:
+            result = run_opencode(argv, prompt=mission.prompt_text, env=env, cwd=workspace,
+                                  events_path=Path(rec.artifacts.opencode_events),
+                                  stderr_path=Path(rec.artifacts.opencode_stderr), limits=limits,
+                                  abort=self.collector.problem, abort_reason=self.collector.reason,
+                                  on_event=sampler.on_event)
+        finally:
+            sampler.stop()
         rec.times.mission_end = utcnow()
         rec.sandbox.denials, rec.sandbox.denied = count_denials(Path(rec.artifacts.opencode_events), view, workspace)
         self._stop_services()  # services flush their telemetry on the way down
@@ -387,6 +398,13 @@ class Launch:
         except UserError as exc:
             rec.session = None
             self.say(f"collect: {exc.render()}")
+        if rec.session is not None:
+            rec.serving = collect_serving(oc_config.data_dir(env), rec.session.root_session, self.run_dir,
+                                          Path(rec.artifacts.serving_timeline), Path(rec.artifacts.opencode_events))
+            rec.serving.gpu_hourly_usd = pf.env.gpu_hourly_usd
+            rec.artifacts.serving_table = str(self.run_dir / "serving.jsonl")
+            for problem in rec.serving.store_check:
+                self.say(f"store check: {problem}")
         self._mission_figures(mission, workspace, oc_config.data_dir(env))
         self._judge(result)
 
@@ -532,6 +550,8 @@ class Launch:
         if rec.times.serve_start and rec.times.destroyed:
             hours = (rec.times.destroyed - rec.times.serve_start).total_seconds() / 3600
             rec.gpu_hours = round(hours * self.gpus, 4)
+            if rec.serving is not None:
+                rec.serving.gpu_cost_usd = gpu_cost(rec.gpu_hours, rec.serving.gpu_hourly_usd)
 
     def _destroy_with_retries(self, attempts: int = 3, pause_s: float = 2.0) -> bool:
         """A destroy that fails (an API hiccup, a process slow to die) is tried again; the

@@ -16,6 +16,7 @@ from harness.errors import PreflightError
 from harness.sandbox import Sandbox, detect
 from harness.mission import Mission, load_mission
 from harness.opencode.binary import find_opencode, opencode_version
+from harness.serving.preflight_fit import kv_fit, refuse_unless_fits
 from harness.stacks.base import GpuCell, Stack
 from harness.stacks.registry import get_stack
 from harness.vot.environment import Environment, load_environment
@@ -32,6 +33,7 @@ class Preflight:
     opencode: Path | None
     opencode_version: str | None
     sandbox: Sandbox = Sandbox("none")
+    kv_fit: list[str] | None = None  # the KV-fit check's figures (None: not applicable)
 
 
 def check_preset_for_agent(preset: ResolvedPreset, mission: Mission | None) -> None:
@@ -67,7 +69,14 @@ def run_preflight(root: Path, env_name: str, preset_name: str, mission_name: str
         )
     mission = load_mission(root, mission_name) if mission_name else None
     check_preset_for_agent(preset, mission)
+    # Weights + KV at --max-model-len against the GPU memory: before the stack's own checks
+    # when the environment names its GPU, after them (from the GPU found) otherwise.
+    fit = kv_fit(env, preset)
+    refuse_unless_fits(fit, preset)
     gpu = stack.preflight(env, preset)
+    if fit is None:
+        fit = kv_fit(env, preset, gpu.label)
+        refuse_unless_fits(fit, preset)
     binary = version = None
     sandbox = Sandbox("none")
     if need_opencode:
@@ -79,4 +88,4 @@ def run_preflight(root: Path, env_name: str, preset_name: str, mission_name: str
             raise PreflightError("ripgrep (`rg`) is not on PATH: opencode's glob and grep tools need it",
                                  fix="run `make setup` (it installs Debian's ripgrep), or install ripgrep")
         sandbox = detect(no_sandbox)  # the agent runs sandboxed, or the user said not to
-    return Preflight(env, preset, stack, gpu, mission, binary, version, sandbox)
+    return Preflight(env, preset, stack, gpu, mission, binary, version, sandbox, fit.lines if fit else None)

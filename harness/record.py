@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 
 from harness.atomic import write_atomic
 from harness.drive import DriveFigures
+from harness.serving.figures import ServingFigures
 from harness.unit_death import UnitDeath
 
 
@@ -124,6 +125,8 @@ class Artifacts(BaseModel):
     drive_record: str | None = None
     signal_log: str | None = None
     telemetry: str | None = None  # the run's own telemetry store (kept for rulings)
+    serving_timeline: str | None = None  # /metrics readings of the run window (serving-timeline.jsonl)
+    serving_table: str | None = None  # per model call: store tokens joined with the server's figures
 
 
 class RunRecord(BaseModel):
@@ -158,6 +161,7 @@ class RunRecord(BaseModel):
     signals: list[str] = Field(default_factory=list)  # telemetry signals queried with a non-empty result
     files_read_before_drive: list[str] = Field(default_factory=list)
     sandbox: SandboxFigures | None = None
+    serving: ServingFigures | None = None  # what the serving did while the agent worked
     versions: dict[str, str] = Field(default_factory=dict)
     artifacts: Artifacts = Field(default_factory=Artifacts)
 

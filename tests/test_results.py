@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from harness.cli import app
 from harness.errors import UserError
 from harness.record import Phases, RowKey, RunRecord, SessionFigures, Status, Timestamps, Tokens
+from harness.serving.figures import ServingFigures, ToolCallHealth
 from harness.results.check import check_page
 from harness.results.render import (
     LOCAL_DETAIL_HEADERS,
@@ -36,7 +37,14 @@ PAGE_TEXT = PROSE_TOP + "<!-- results:begin -->\nstale\n<!-- results:end -->" + 
 QWEN_ROW = ("| **#1** | [`odd-qwen3-8-27b`](../.vot/presets/odd-qwen3-8-27b.yaml) | default | opencode | A100 80 GB "
             "| llms-benchmark 1 | **9.0** | 7 / 11 | 4 / 3 / 0 | **150m02s** | **64%** | **1286s** |")
 QWEN_DETAIL = ("| [`odd-qwen3-8-27b`](../.vot/presets/odd-qwen3-8-27b.yaml) | default | opencode | A100 80 GB "
-               "| llms-benchmark 1 | 12m13s | 2m04s | 135m45s | 56 | 65.7s | 5.0M | 182k | — | 4/4 | 5/15 |")
+               "| llms-benchmark 1 | 12m13s | 2m04s | 135m45s | 56 | 65.7s | 5.0M | 182k | — | 4/4 | 5/15 "
+               "| 93% | 41 / 35 tok/s | 71% | 0 | 0.12s | 2 / 1 | $8.41 | $1.201 |")
+# The issue's example row: a preset that confirmed its findings while its prefix cache hit 93 %,
+# decode at its median context ran 41 tok/s, KV peaked at 71 %, nothing was preempted, 2 calls leaked.
+QWEN_SERVING = ServingFigures(prefix_cache_hit=0.9312, decode_tps_p50_context=41.2, decode_tps_p90_context=34.6,
+                              kv_peak=0.7114, preemptions=0, queue_wait_p95_s=0.1234,
+                              tool_calls=ToolCallHealth(leaked=2, malformed=1), gpu_hourly_usd=3.4,
+                              gpu_cost_usd=8.41)
 REMOTE_ROWS = [
     {"model": "openai/gpt-5.6-luna", "effort": "medium", "cli": "copilot", "provider": "Copilot",
      "oddyssey": "1.13.0", "confirmed_reported": "7 / 8", "by_kind": "3 / 2 / 2", "total": "6m29s",
@@ -52,7 +60,7 @@ T0 = datetime(2026, 11, 1, 10, 0, tzinfo=UTC)
 
 def _run(root: Path, run_id: str, preset: str, launch: datetime, total_s: int, held: list[str], missed: int,
          *, scripted=False, status=Status.ok, final=True, found=5, phases=(733, 124, 8145),
-         tokens=(5_012_000, 182_300, 0), versions=None, ruled_by="person") -> None:
+         tokens=(5_012_000, 182_300, 0), versions=None, ruled_by="person", serving=None) -> None:
     """A schema-valid run record and its rulings: `held` is the kind of each finding held up."""
     start = launch + timedelta(seconds=phases[0] and 60)
     record = RunRecord(
@@ -64,7 +72,7 @@ def _run(root: Path, run_id: str, preset: str, launch: datetime, total_s: int, h
                                                                                cache=tokens[2]),
                                turns=56, median_turn_s=65.7, compactions=0, opencode_version="1.18.33"),
         phases=Phases(preflight_s=phases[0], drive_s=phases[1], observation_s=phases[2]),
-        signals=["metrics", "traces", "logs", "profiles"], versions=versions or {},
+        signals=["metrics", "traces", "logs", "profiles"], versions=versions or {}, serving=serving,
     )
     record.save(root / ".llms-benchmark" / "runs" / run_id)
     findings = [RuledFinding(number=str(i + 1), kind=kind, verdict="held up", reason="Its numbers check out.",
@@ -88,7 +96,7 @@ def root(tmp_path: Path) -> Path:
     qwen = ["Telemetry"] * 4 + ["Perf"] * 3
     # The key run twice: the older run (better figures) is replaced by the latest.
     _run(tmp_path, "old-qwen", "odd-qwen3-8-27b", T0, 1200, ["Telemetry"] * 3, 0)
-    _run(tmp_path, "new-qwen", "odd-qwen3-8-27b", T0 + timedelta(days=1), 9002, qwen, 4)
+    _run(tmp_path, "new-qwen", "odd-qwen3-8-27b", T0 + timedelta(days=1), 9002, qwen, 4, serving=QWEN_SERVING)
     # Another key, worse on every column.
     _run(tmp_path, "other", "odd-qwen3-6-35b-a3b", T0, 10000, ["Behavior"] * 2, 2, found=0, tokens=(0, 900, 0))
     # No row: a scripted replay, a draft ruling, a void run.
@@ -123,7 +131,8 @@ def test_render_builds_both_tables(root: Path):
     assert ("| **#2** | [`odd-qwen3-6-35b-a3b`](../.vot/presets/odd-qwen3-6-35b-a3b.yaml) | default | opencode "
             "| A100 80 GB | llms-benchmark 1 | 1.4 | 2 / 4 | 0 / 0 / 2 | 166m40s | 50% | 5000s |") in lines
     assert ("| [`odd-qwen3-6-35b-a3b`](../.vot/presets/odd-qwen3-6-35b-a3b.yaml) | default | opencode "
-            "| A100 80 GB | llms-benchmark 1 | 12m13s | 2m04s | 135m45s | 56 | 65.7s | — | 900 | — | 4/4 | 0/15 |") in lines
+            "| A100 80 GB | llms-benchmark 1 | 12m13s | 2m04s | 135m45s | 56 | 65.7s | — | 900 | — | 4/4 | 0/15 "
+            "| — | — | — | — | — | — | — | — |") in lines  # a record from before the serving section
     assert text.count("odd-qwen3-8-27b.yaml") == 2  # one headline row, one detail row: the old run is gone
     for absent in ("replay-observability", "odd-draft", "odd-void", "20m00s"):
         assert absent not in text

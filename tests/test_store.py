@@ -95,3 +95,27 @@ def test_reads_committed_wal_frames_of_a_live_store(tmp_path):
 def test_missing_store_is_a_clear_error(tmp_path):
     with pytest.raises(UserError, match="no opencode session store"):
         collect(tmp_path)
+
+
+def test_an_unknown_store_schema_is_refused_by_name(tmp_path):
+    # opencode 2.x's layout (reported by other tools' users): sessions in session_v2, no session table.
+    data = tmp_path / "opencode"
+    data.mkdir()
+    conn = sqlite3.connect(data / "opencode.db")
+    conn.executescript("CREATE TABLE session_v2 (id TEXT PRIMARY KEY, data TEXT);"
+                       "CREATE TABLE session_message (id TEXT PRIMARY KEY, session_id TEXT, data TEXT);"
+                       "CREATE TABLE part (id TEXT PRIMARY KEY, message_id TEXT, session_id TEXT, data TEXT);")
+    conn.commit()
+    conn.close()
+    with pytest.raises(UserError) as err:
+        collect(data, title="t")
+    text = err.value.render()
+    assert "unknown opencode store schema" in text and "no table session" in text and "no table message" in text
+    assert "session_v2" in text and "opencode-ai 1.18" in text
+
+
+def test_the_pinned_schema_passes_the_check(tmp_path):
+    data, conn = _store(tmp_path)
+    _session(conn, "ses_a", "t")
+    conn.commit()
+    assert collect(data, title="t").root_session == "ses_a"

@@ -17,6 +17,7 @@ import subprocess
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -76,7 +77,8 @@ class _Watch:
         return None
 
 
-def _read_events(stream, events_path: Path, result: RunResult, watch: _Watch) -> None:
+def _read_events(stream, events_path: Path, result: RunResult, watch: _Watch,
+                 on_event: Callable[[dict], None] | None = None) -> None:
     with open(events_path, "ab") as out:
         for raw in stream:
             out.write(raw)
@@ -89,6 +91,8 @@ def _read_events(stream, events_path: Path, result: RunResult, watch: _Watch) ->
                 continue
             if not isinstance(event, dict):
                 continue
+            if on_event is not None:
+                on_event(event)  # e.g. the serving timeline reads /metrics as a step finishes
             result.session_id = result.session_id or event.get("sessionID")
             part = event.get("part") or {}
             kind = event.get("type")
@@ -147,6 +151,7 @@ def run_opencode(
     limits: Limits,
     abort: threading.Event | None = None,
     abort_reason: list[str] | None = None,
+    on_event: Callable[[dict], None] | None = None,
 ) -> RunResult:
     """Run opencode to completion or until the cap/watchdog/abort ends it."""
     prompt_file = events_path.parent / f".{events_path.stem}.prompt"
@@ -157,7 +162,8 @@ def run_opencode(
         proc = subprocess.Popen(argv, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 env=env, cwd=cwd, start_new_session=True)
     readers = [
-        threading.Thread(target=_read_events, args=(proc.stdout, events_path, result, watch), daemon=True),
+        threading.Thread(target=_read_events, args=(proc.stdout, events_path, result, watch, on_event),
+                         daemon=True),
         threading.Thread(target=_read_stderr, args=(proc.stderr, stderr_path, result, watch), daemon=True),
     ]
     for thread in readers:

@@ -24,6 +24,34 @@ from harness.errors import UserError
 from harness.record import SessionFigures, Tokens
 
 DB_NAME = "opencode.db"
+# The tables and columns collect reads (opencode-ai 1.18.x, the pinned version). opencode 2.x
+# moved sessions to new tables (session_v2, session_message): refused by name, never misread.
+SCHEMA = {
+    "session": {"id", "parent_id", "title", "time_created", "version", "tokens_input", "tokens_output",
+                "tokens_reasoning", "tokens_cache_read", "tokens_cache_write"},
+    "message": {"id", "session_id", "data"},
+    "part": {"id", "message_id", "session_id", "data"},
+}
+
+
+def check_schema(conn: sqlite3.Connection, db: Path) -> None:
+    """Refuse a store whose layout is not the one this harness reads."""
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    problems = []
+    for table, columns in SCHEMA.items():
+        if table not in tables:
+            problems.append(f"no table {table}")
+            continue
+        have = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
+        if missing := sorted(columns - have):
+            problems.append(f"table {table} lacks {', '.join(missing)}")
+    if problems:
+        newer = sorted(t for t in tables if t.endswith("_v2"))
+        raise UserError(
+            f"unknown opencode store schema: {'; '.join(problems)}"
+            + (f" (it has {', '.join(newer)}: opencode 2.x's layout)" if newer else ""),
+            file=db, fix="run the opencode version this harness pins (package.json: opencode-ai 1.18.x; "
+                         "`npm ci` installs it), or teach harness/opencode/store.py the new layout")
 
 
 @contextmanager
@@ -94,6 +122,7 @@ def collect(data_dir: Path, *, session_id: str | None = None, title: str | None 
             since: datetime | None = None) -> SessionFigures:
     since_ms = int(since.timestamp() * 1000) if since else None
     with store_copy(data_dir) as conn:
+        check_schema(conn, data_dir / DB_NAME)
         root = _root_session(conn, session_id, title, since_ms, data_dir)
         ids = _tree(conn, root["id"])
         marks = ",".join("?" * len(ids))

@@ -373,6 +373,15 @@ class Metrics:
         self.prompt = make(Counter, "vllm:prompt_tokens", "Prefill tokens processed.")
         self.generation = make(Counter, "vllm:generation_tokens", "Generation tokens processed.")
         self.preemptions = make(Counter, "vllm:num_preemptions", "Preemptions (never, here).")
+        self.cache_queries = make(Counter, "vllm:prefix_cache_queries", "Prompt tokens looked up in the prefix cache.")
+        self.cache_hits = make(Counter, "vllm:prefix_cache_hits", "Prompt tokens found there (the scripted cached_tokens).")
+        # No queue here (every request runs at once); the scripted ttft is all prefill.
+        self.queue_time = make(Histogram, "vllm:request_queue_time_seconds", "Time waiting (always 0 here).",
+                               buckets=E2E_BUCKETS)
+        self.prefill_time = make(Histogram, "vllm:request_prefill_time_seconds", "Time to first token.",
+                                 buckets=E2E_BUCKETS)
+        self.decode_time = make(Histogram, "vllm:request_decode_time_seconds", "First token to the end.",
+                                buckets=E2E_BUCKETS)
         self.ttft = make(Histogram, "vllm:time_to_first_token_seconds", "Time to first token.", buckets=TTFT_BUCKETS)
         self.e2e = make(Histogram, "vllm:e2e_request_latency_seconds", "Request latency.", buckets=E2E_BUCKETS)
         success = Counter(
@@ -385,11 +394,14 @@ class Metrics:
     def arrived(self) -> None:
         self.waiting.inc()
 
-    def first_token(self, key: int, ttft: float, prompt_tokens: int) -> None:
-        self.waiting.dec()
+    def first_token(self, key: int, ttft: float, prompt_tokens: int, cached_tokens: int = 0) -> None:
+        # Running first: a reader that sees no request running sees whole counters.
         self.running.inc()
+        self.waiting.dec()
         self.ttft.observe(ttft)
         self.prompt.inc(prompt_tokens)
+        self.cache_queries.inc(prompt_tokens)
+        self.cache_hits.inc(cached_tokens)
         self._hold(key, prompt_tokens)
 
     def generated(self, key: int, tokens: int) -> None:
@@ -397,11 +409,17 @@ class Metrics:
             self.generation.inc(tokens)
             self._hold(key, tokens)
 
-    def left(self, key: int, running: bool, finished_reason: str, e2e: float | None) -> None:
-        (self.running if running else self.waiting).dec()
+    def left(self, key: int, running: bool, finished_reason: str, e2e: float | None,
+             ttft: float | None = None) -> None:
+        # Observed before the request stops counting as running (see first_token).
         self.success[finished_reason].inc()
         if e2e is not None:
             self.e2e.observe(e2e)
+            if ttft is not None:
+                self.queue_time.observe(0.0)
+                self.prefill_time.observe(ttft)
+                self.decode_time.observe(max(0.0, e2e - ttft))
+        (self.running if running else self.waiting).dec()
         with self._lock:
             self._held.pop(key, None)
             self._update_kv()
@@ -471,7 +489,7 @@ class Exchange:
         """
         # Counted as waiting before any header goes out, so /metrics never lags the client.
         self.server.metrics.arrived()
-        running, completed = False, False
+        running, completed, first_at = False, False, None
         try:
             start()
             if reply.kind == "stall":
@@ -481,7 +499,9 @@ class Exchange:
                 if not self.wait_until(piece.at):
                     return
                 if not running:
-                    self.server.metrics.first_token(self.key, self.elapsed(), reply.prompt_tokens)
+                    first_at = self.elapsed()
+                    cached = reply.usage.cached_tokens if reply.usage else 0
+                    self.server.metrics.first_token(self.key, first_at, reply.prompt_tokens, cached)
                     running = True
                 emit(piece)
                 self.server.metrics.generated(self.key, piece.tokens)
@@ -491,7 +511,7 @@ class Exchange:
         except ConnectionError:
             pass  # the client hung up: recorded below as cut off, no traceback
         finally:
-            self._finish(reply, running, completed)
+            self._finish(reply, running, completed, first_at)
 
     def wait_until(self, at: float) -> bool:
         """Wait until `at` seconds after arrival; False if the server stops or the client leaves."""
@@ -503,9 +523,9 @@ class Exchange:
     def elapsed(self) -> float:
         return time.monotonic() - self.clock0
 
-    def _finish(self, reply: Reply, running: bool, completed: bool) -> None:
+    def _finish(self, reply: Reply, running: bool, completed: bool, first_at: float | None = None) -> None:
         reason = (reply.finish_reason if reply.finish_reason in ("stop", "length") else "stop") if completed else "abort"
-        self.server.metrics.left(self.key, running, reason, self.elapsed() if completed else None)
+        self.server.metrics.left(self.key, running, reason, self.elapsed() if completed else None, first_at)
         self._log(
             {
                 "trajectory": reply.trajectory,

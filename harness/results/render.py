@@ -26,6 +26,7 @@ from harness.results.rows import (
     load_non_conclusive,
     load_remote_rows,
 )
+from harness.results.serving_columns import SERVING_HEADERS
 from harness.scoring import parse_percent, parse_seconds, parse_total, parse_usd, rank_key
 from harness.vot.loader import is_file
 
@@ -41,7 +42,8 @@ REMOTE_DETAIL_HEADERS = ["Model", "Effort", "CLI", "Provider", "oddyssey", "Pref
 LOCAL_HEADERS = ["Rank", "Preset", "Effort", "CLI", "GPU", "oddyssey", "Scoring", "Confirmed / reported",
                  "Telemetry / Perf / Behavior", "Total", "Accuracy", "seconds/confirmed"]
 LOCAL_DETAIL_HEADERS = ["Preset", "Effort", "CLI", "GPU", "oddyssey", "Preflight", "Drive", "Observation",
-                        "Turns", "Median turn", "Input", "Output", "Cache", "Signals", "Planted found"]
+                        "Turns", "Median turn", "Input", "Output", "Cache", "Signals", "Planted found",
+                        *SERVING_HEADERS]
 NON_CONCLUSIVE_HEADERS = ["Preset", "Environment", "Date", "Reason"]
 
 
@@ -107,7 +109,7 @@ def table_cells(rows: list[Row]) -> tuple[list[list[str]], list[list[str]]]:
         more = [name, r.effort, r.cli, r.where, r.oddyssey, r.preflight, r.drive, r.observation, r.turns,
                 r.median_turn, r.input, r.output, r.cache, r.signals]
         if not remote:
-            more.append(r.planted_found or DASH)
+            more += [r.planted_found or DASH, *r.serving]
         detail.append(more)
     return headline, detail
 

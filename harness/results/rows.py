@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from harness.errors import UserError
 from harness.record import RunRecord, Status
+from harness.results.serving_columns import serving_cells
 from harness.rulings import Rulings, load_rulings
 from harness.scoring import Score, format_total, parse_total, score_local, score_remote
 from harness.vot.loader import is_file, parse_yaml, read_bytes
@@ -102,6 +103,7 @@ class Row:
     run_id: str | None = None
     unsandboxed: bool = False  # local only: the agent ran with --no-sandbox
     key_matcher_only: bool = False  # local only: no grader or person ever saw its findings
+    serving: list[str] = field(default_factory=list)  # local only: SERVING_COLUMNS' cells
     score: Score = field(init=False)
 
     def __post_init__(self) -> None:
@@ -158,6 +160,7 @@ def local_row(record: RunRecord, rulings: Rulings) -> Row:
         run_id=record.run_id,
         unsandboxed=record.sandbox is not None and record.sandbox.kind == "none",
         key_matcher_only=key_matcher_only(rulings),
+        serving=serving_cells(record, confirmed),
     )
 
 

@@ -38,6 +38,8 @@ class Environment(BaseModel):
     stack: str  # `aca` already read as `azure`
     was_aca: bool = False  # so a rewrite or a message can mention the old name
     otlp_endpoint: str | None = None
+    gpu_hourly_usd: float | None = None  # the GPU's price per hour (a cloud profile's, a box's amortised rate)
+    gpu_memory_gb: float | None = None  # per GPU, for the KV-fit check when the stack cannot say
     config: dict[str, Any] = Field(default_factory=dict)
     path: Path
 
@@ -60,6 +62,8 @@ def load_environment_file(path: Path) -> Environment:
         stack=stack,
         was_aca=data["stack"] == "aca",
         otlp_endpoint=data.get("otlp_endpoint") or None,
+        gpu_hourly_usd=data.get("gpu_hourly_usd"),
+        gpu_memory_gb=data.get("gpu_memory_gb"),
         config=config,
         path=path,
     )

@@ -1,0 +1,76 @@
+"""The KV-fit check as preflight runs it: which memory, which config, refuse or go on."""
+
+from __future__ import annotations
+
+import re
+
+import psutil
+
+from harness.errors import PreflightError
+from harness.serving.kv_fit import GIB, Fit, ModelShape, check_fit, gguf_shape, hf_shape
+from harness.vot.environment import Environment
+from harness.vot.preset import ResolvedPreset
+
+VLLM_STACKS = ("local-vllm", "local-vllm-docker", "local-vllm-metal", "azure")
+# What a stack serves on when the environment does not say (azure: one A100 80 GB).
+STACK_GPU_GIB = {"azure": 80.0}
+
+
+def gpu_memory_gib(env: Environment, gpu_label: str | None = None) -> float | None:
+    """The environment's `gpu_memory_gb`, the stack's fixed GPU, or the GPU cell's label ('... 80 GB')."""
+    if env.gpu_memory_gb:
+        return float(env.gpu_memory_gb)
+    if env.stack in STACK_GPU_GIB:
+        return STACK_GPU_GIB[env.stack]
+    m = re.search(r"(\d+(?:\.\d+)?) GB\b", gpu_label or "")
+    return float(m.group(1)) if m else None
+
+
+def _shape(env: Environment, preset: ResolvedPreset) -> ModelShape | None:
+    if env.stack == "local-llamacpp":
+        from harness.embedded import models
+
+        model = models.MODELS.get(preset.model)
+        path = models.installed(model) if model else None
+        return gguf_shape(path) if path else None
+    return hf_shape(preset.model)
+
+
+def _arg(preset: ResolvedPreset, name: str, default):
+    value = preset.vllm_args.get(name)
+    return default if value is None or isinstance(value, bool) else value
+
+
+def kv_fit(env: Environment, preset: ResolvedPreset, gpu_label: str | None = None) -> Fit | None:
+    """None where the check does not apply (the replay stack) or the memory is not known yet."""
+    if env.stack not in VLLM_STACKS and env.stack != "local-llamacpp":
+        return None
+    if preset.max_model_len is None:
+        return None
+    if env.stack == "local-llamacpp":  # CPU: the machine's memory, no CUDA graphs
+        memory, utilization, overhead = psutil.virtual_memory().total / GIB, 1.0, 0.5
+    else:
+        memory = gpu_memory_gib(env, gpu_label)
+        if memory is None:
+            return None
+        utilization, overhead = float(_arg(preset, "--gpu-memory-utilization", 0.9)), 2.0
+    tp = int(_arg(preset, "--tensor-parallel-size", 1))
+    try:
+        shape = _shape(env, preset)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return Fit(known=False, lines=[f"model config unreadable ({exc}): KV fit not checked"])
+    return check_fit(shape, max_model_len=preset.max_model_len, gpu_memory_gib=memory, utilization=utilization,
+                     kv_dtype=str(_arg(preset, "--kv-cache-dtype", "auto")), gpus=tp, overhead_gib=overhead)
+
+
+def refuse_unless_fits(fit: Fit | None, preset: ResolvedPreset) -> None:
+    if fit is None or not fit.known or fit.fits:
+        return
+    fp8 = "" if str(preset.vllm_args.get("--kv-cache-dtype", "")).startswith("fp8") else \
+        "an fp8 KV cache (`--kv-cache-dtype: fp8`, half the KV), "
+    raise PreflightError(
+        f"the model does not fit: {fit.lines[0]}",
+        file=preset.path, field="vllm_args.--max-model-len",
+        fix=f"lower `--max-model-len` (the KV budget left after the weights holds {fit.kv_tokens_budget:,} "
+            f"tokens), {fp8}or more GPU memory (a larger GPU, `--tensor-parallel-size`)",
+    )
