@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.console import Console
 from rich.table import Table
 
@@ -47,7 +48,7 @@ def project_root() -> Path:
 
 
 def say(message: str) -> None:
-    err.print(f"[dim]llms-benchmark[/dim] {message}", highlight=False)
+    err.print(f"[dim]llms-benchmark[/dim] {escape(message)}", highlight=False)
 
 
 def user_errors(fn):
@@ -58,10 +59,10 @@ def user_errors(fn):
         try:
             return fn(*args, **kwargs)
         except UserError as exc:
-            err.print(f"[bold red]error:[/bold red] {exc.render()}", highlight=False)
+            err.print(f"[bold red]error:[/bold red] {escape(exc.render())}", highlight=False)
             raise typer.Exit(exc.exit_code) from None
         except StackError as exc:  # the unit failed to start or answer (already destroyed)
-            err.print(f"[bold red]unit failure:[/bold red] {exc}", highlight=False)
+            err.print(f"[bold red]unit failure:[/bold red] {escape(str(exc))}", highlight=False)
             raise typer.Exit(3) from None
 
     return wrapper
@@ -87,7 +88,7 @@ def validate(paths: Annotated[list[Path], typer.Argument(help="Presets, environm
             out.print(validate_path(root, path), highlight=False)
         except UserError as exc:
             failed += 1
-            err.print(f"[bold red]error:[/bold red] {exc.render()}", highlight=False)
+            err.print(f"[bold red]error:[/bold red] {escape(exc.render())}", highlight=False)
     if failed:
         raise typer.Exit(2)
 
@@ -252,7 +253,7 @@ def launch_local_cmd(
     else:
         out.print(run_summary_table(record))
     if record.reason:
-        err.print(f"[bold red]{record.status.value}:[/bold red] {record.reason}", highlight=False)
+        err.print(f"[bold red]{record.status.value}:[/bold red] {escape(record.reason or '')}", highlight=False)
     raise typer.Exit(record.status.exit_code)
 
 
@@ -272,7 +273,6 @@ def rule_cmd(run_id: str,
     """Draft RUN_ID's rulings (key-matcher, then an optional grader model); accept or override each finding."""
     import sys
 
-    from rich.markup import escape
     from rich.prompt import Prompt
 
     from harness.rule import VERDICT_CHOICES, GraderNotes, edited, rule
@@ -427,7 +427,6 @@ PageOpt = Annotated[Path | None, typer.Option("--page", help="The results page (
 @user_errors
 def score_check_cmd(page: PageOpt = None, as_json: JsonOpt = False) -> None:
     """Recompute every Scoring cell of the results page from its own row; exit 1 if one disagrees."""
-    from rich.markup import escape
 
     from harness.results.check import check_rows
     from harness.results.render import PAGE, read_page

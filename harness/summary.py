@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.markup import escape
 from rich.table import Table
 
 from harness.record import RunRecord
@@ -50,5 +51,5 @@ def run_summary_table(rec: RunRecord) -> Table:
                                f"(GPU-hours {rec.gpu_hours})"))
     rows.append(("record", f".llms-benchmark/runs/{rec.run_id}/run.json"))
     for key, value in rows:
-        table.add_row(key, value)
+        table.add_row(key, escape(value))  # reasons quote logs and paths: never rich markup
     return table
