@@ -327,7 +327,8 @@ class Launch:
         self.stage = "configure"
         failpoint.hit("configure")
         provider = oc_config.provider_config(unit, reasoning_parser=pf.preset.reasoning_parser,
-                                             steps=pf.mission.manifest.agent_steps)
+                                             steps=pf.mission.manifest.agent_steps,
+                                             disabled_tools=pf.mission.manifest.disabled_tools)
         provider_file = oc_config.write_provider_file(provider, self.run_dir / "opencode-provider.json")
         rec.artifacts.provider_file = str(provider_file)
         variant = oc_config.applied_effort(provider, unit.served_name, opts.effort)

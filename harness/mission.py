@@ -9,7 +9,9 @@ import hashlib
 import shutil
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from harness.errors import UserError
 from harness.vot.loader import is_file, load_yaml
@@ -29,6 +31,9 @@ class MissionManifest(BaseModel):
     min_context: int = Field(gt=0, description="smallest --max-model-len a preset needs for this mission")
     time_cap_minutes: float = Field(gt=0)
     stall_minutes: float = Field(gt=0, description="no new opencode event for this long ends the run")
+    disabled_tools: list[Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]*$")]] = Field(
+        default_factory=list, description="opencode tools this mission turns off (e.g. task: a subagent a small "
+        "model delegates to and loses the task in); the smoke runs with the same set")
     agent_steps: int | None = Field(None, gt=0, description="opencode's own step limit (agent.build.steps): "
                                     "after this many agentic iterations it forces a text-only answer, so a "
                                     "model that keeps calling tools still ends its run cleanly")

@@ -25,7 +25,8 @@ def takes_reasoning_effort(reasoning_parser: str | None) -> bool:
     return reasoning_parser in EFFORT_PARSERS
 
 
-def provider_config(unit: Unit, *, reasoning_parser: str | None, steps: int | None = None) -> dict:
+def provider_config(unit: Unit, *, reasoning_parser: str | None, steps: int | None = None,
+                    disabled_tools: list[str] | tuple[str, ...] = ()) -> dict:
     model: dict = {
         "name": unit.served_name,
         "tool_call": True,
@@ -64,6 +65,8 @@ def provider_config(unit: Unit, *, reasoning_parser: str | None, steps: int | No
         },
         # The mission's step limit, if it sets one: opencode forces a text-only answer after it.
         **({"agent": {"build": {"steps": steps}}} if steps else {}),
+        # Tools the mission turns off are left out of every request (and of the prompt).
+        **({"tools": {name: False for name in disabled_tools}} if disabled_tools else {}),
     }
 
 
