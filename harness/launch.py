@@ -25,7 +25,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from harness import failpoint
+from harness import failpoint, untrusted
 from harness.drive import measure_drive
 from harness.errors import FatalUnitLog, StackError, UserError
 from harness.mission import DEFAULT_MISSION, prepare_workspace
@@ -33,7 +33,7 @@ from harness.mission_services import merge_env, start_services
 from harness.opencode import config as oc_config
 from harness.opencode.runner import Limits, RunResult, run_opencode
 from harness.opencode.store import collect, session_tree
-from harness.phases import files_read_before, phases_between, queried_signals, read_phases
+from harness.phases import files_read_before, phases_between, phases_from_drive_text, signals_from_log_text
 from harness.preflight import Preflight, run_preflight
 from harness.probe import LONG_TARGET, run_probe, unit_api_key
 from harness.record import RowKey, RunOutcome, RunRecord, SandboxFigures, Status, Timestamps, utcnow
@@ -201,6 +201,7 @@ class Launch:
         self.late_signal: str | None = None  # SIGINT/SIGTERM that arrived while destroying
         self.sandbox = Sandbox("none")
         self.secret_names: list[str] = []  # the preset's env names: their values are secrets
+        self.untrusted: list[str] = []  # agent-written files the harness refused to read
         self.record = RunRecord(
             run_id=self.run_id,
             key=RowKey(preset=opts.preset, effort=opts.effort, effort_requested=opts.effort, gpu="unknown"),
@@ -367,12 +368,9 @@ class Launch:
         rec.sandbox.denials, rec.sandbox.denied = count_denials(Path(rec.artifacts.opencode_events), view, workspace)
         self._stop_services()  # services flush their telemetry on the way down
         self.report_name = mission.manifest.report
-        report = workspace / mission.manifest.report
+        found = self._collect_report(workspace, mission.manifest.report)
         rec.run = RunOutcome(exit_code=result.exit_code, ended_by=result.ended_by, events=result.events,
-                             report_found=report.is_file())
-        if report.is_file():
-            shutil.copy2(report, self.run_dir / "report.md")
-            rec.artifacts.agent_output = str(self.run_dir / "report.md")
+                             report_found=found)
         self.save()
 
         self.stage = "collect"
@@ -387,6 +385,29 @@ class Launch:
             self.say(f"collect: {exc.render()}")
         self._mission_figures(mission, workspace, oc_config.data_dir(env))
         self._judge(result)
+
+    def _collect_report(self, workspace: Path, relative: str) -> bool:
+        """The agent's report copied out without following a link; a linked, odd or oversized
+        one is kept out of the run folder and voids the run (`self.untrusted`)."""
+        try:
+            untrusted.copy_out(workspace, relative, self.run_dir / "report.md", untrusted.REPORT_CAP)
+        except FileNotFoundError:
+            return False
+        except untrusted.Refused as exc:
+            self.untrusted.append(f"the report was refused: {exc}")
+            return False
+        self.record.artifacts.agent_output = str(self.run_dir / "report.md")
+        return True
+
+    def _agent_text(self, workspace: Path, relative: str, what: str) -> str:
+        """An agent-writable file's text, read without following links ('' when absent or refused)."""
+        try:
+            return untrusted.read_text(workspace, relative, untrusted.RECORD_CAP)
+        except FileNotFoundError:
+            return ""
+        except (untrusted.Refused, OSError) as exc:
+            self.untrusted.append(f"the {what} was refused: {exc}")
+            return ""
 
     def _describe_serving(self, pf: Preflight) -> None:
         """Optional stack member `describe`: how the unit serves (flags, chat template, build,
@@ -451,7 +472,8 @@ class Launch:
         log = workspace / m.signal_log if m.signal_log else None
         if drive is not None:
             rec.artifacts.drive_record = str(drive)  # the agent can write it: kept, never trusted for the gate
-            rec.phases = read_phases(drive, rec.times.mission_start, rec.times.mission_end)
+            rec.phases = phases_from_drive_text(self._agent_text(workspace, m.drive_record, "drive record"),
+                                                rec.times.mission_start, rec.times.mission_end)
         if m.drive_user_agent:
             rec.drive = measure_drive(self.run_dir / "telemetry.duckdb", m.drive_user_agent, rec.times.mission_start,
                                       rec.times.mission_end)
@@ -460,7 +482,7 @@ class Launch:
                 self.say(f"drive gate: {rec.drive.problem}")
         if log is not None:
             rec.artifacts.signal_log = str(log)
-            rec.signals = queried_signals(log)
+            rec.signals = signals_from_log_text(self._agent_text(workspace, m.signal_log, "signal log"))
         if rec.session and rec.phases and rec.phases.drive_start:
             ids = session_tree(data_dir, rec.session.root_session)
             rec.files_read_before_drive = files_read_before(data_dir, ids, rec.phases.drive_start)
@@ -489,6 +511,7 @@ class Launch:
             reasons.append("no session found in the run's opencode store")
         if rec.drive is not None and rec.drive.problem:
             reasons.append(rec.drive.problem)  # the harness's drive gate: no row without a real drive
+        reasons += self.untrusted  # a linked or oversized file the agent left: no row on it
         if reasons:
             rec.status, rec.reason, rec.stopped_at = Status.void, "; ".join(reasons), "run"
         else:
