@@ -38,7 +38,7 @@ from harness.preflight import Preflight, run_preflight
 from harness.probe import LONG_TARGET, run_probe, unit_api_key
 from harness.record import RowKey, RunOutcome, RunRecord, SandboxFigures, Status, Timestamps, utcnow
 from harness.sandbox import Sandbox, View, agent_view, count_denials, wrap
-from harness.secrets import scrub_tree, secrets_from
+from harness.secrets import scrub_files, scrub_tree, secrets_from
 from harness.server_metrics import GENERATED, counter
 from harness.stacks.base import Stack, Unit
 from harness.stacks.ledger import Ledger
@@ -232,24 +232,31 @@ class Launch:
             # A second Ctrl-C must not abandon a half-destroyed unit.
             with on_signals(self._signal_during_destroy):
                 self._destroy()
-        self._scrub_secrets()
         if self.late_signal is not None and rec.status in (Status.ok, Status.void):
             rec.status, rec.stopped_at = Status.fault, "destroy"
             rec.reason = f"interrupted by {self.late_signal} during destroy (the destroy finished first)"
         rec.times.end = utcnow()
         self.save()
+        self._scrub_secrets()  # run.json last: it was written above
         return rec
 
     def _scrub_secrets(self) -> None:
-        """The unit's key and the preset's env values out of everything the run left."""
-        values = [self.api_key, *(os.environ.get(name) for name in self.secret_names)]
-        changed, left = scrub_tree(self.run_dir, secrets_from(values))
+        """The unit's key and the preset's env values out of everything the run left: the run
+        folder (run.json last) and the units' logs under .vot/run."""
+        secrets = secrets_from([self.api_key, *(os.environ.get(name) for name in self.secret_names)])
+        unit_logs = sorted((self.root / ".vot" / "run").glob("*.log"))
+        changed, left = scrub_files(unit_logs, secrets)
+        in_run, left_in_run = scrub_tree(self.run_dir, secrets)
+        changed, left = changed + in_run, left + left_in_run
         if changed:
-            self.say(f"secrets redacted from {changed} file(s) of the run folder")
+            self.say(f"secrets redacted from {changed} file(s) of the run")
         if left:
+            # Named (paths only) on the record; a binary we cannot parse is never rewritten.
             self.record.reason = ((self.record.reason + "; ") if self.record.reason else "") + \
                 f"a secret could not be redacted from {', '.join(left)}"
             self.say(f"WARNING: a secret remains in {', '.join(left)}")
+            self.save()
+            scrub_files([self.run_dir / "run.json"], secrets)
 
     def _signal_during_destroy(self, signum, _frame) -> None:
         self.late_signal = self.late_signal or signal.Signals(signum).name
