@@ -37,7 +37,8 @@ from harness.phases import files_read_before, phases_between, phases_from_drive_
 from harness.preflight import Preflight, run_preflight
 from harness.probe import LONG_TARGET, run_probe, unit_api_key
 from harness.record import RowKey, RunOutcome, RunRecord, SandboxFigures, Status, Timestamps, utcnow
-from harness.sandbox import Sandbox, View, agent_view, count_denials, wrap
+from harness.sandbox import Sandbox, View, agent_view, count_denials, must_stay_hidden, prove_view, wrap
+from harness.sandbox_net import bridge, is_loopback_url, loopback_ports
 from harness.secrets import scrub_files, scrub_tree, secrets_from
 from harness.server_metrics import GENERATED, counter
 from harness.stacks.base import Stack, Unit
@@ -287,6 +288,10 @@ class Launch:
         self.say(f"preflight ok: {pf.env.stack} on {pf.gpu.label}; preset {pf.preset.name} serves "
                  f"{pf.preset.model} as {pf.preset.served_name}")
         refuse_if_served(self.root, pf.env.name, f"vot-{pf.preset.name}")
+        # Looked at from outside before anything bills: the key, the checkout, other runs and
+        # the real HOME are invisible from inside, wherever the checkout lies.
+        prove_view(self.sandbox, agent_view([self.run_dir], pf.opencode, []),
+                   must_stay_hidden(self.root, self.run_dir, Path.home()))
 
         self.stage = "serve"
         ledger = Ledger(self.root)
@@ -365,12 +370,13 @@ class Launch:
         self.save()
         self.say(f"running the '{mission.name}' mission with opencode (cap {mission.manifest.time_cap_minutes:g} min)")
         failpoint.hit("run")
-        view = self._view(workspace, self.run_dir / "opencode", provider_file)
-        argv = wrap(self.sandbox, [*argv_base, "--title", title], view, workspace, self.run_dir)
-        result = run_opencode(argv, prompt=mission.prompt_text, env=env, cwd=workspace,
-                              events_path=Path(rec.artifacts.opencode_events),
-                              stderr_path=Path(rec.artifacts.opencode_stderr), limits=limits,
-                              abort=self.collector.problem, abort_reason=self.collector.reason)
+        with self._network([unit.base_url, *env.values()]) as net:
+            view = self._view(workspace, self.run_dir / "opencode", provider_file, net)
+            argv = wrap(self.sandbox, [*argv_base, "--title", title], view, workspace, self.run_dir)
+            result = run_opencode(argv, prompt=mission.prompt_text, env=env, cwd=workspace,
+                                  events_path=Path(rec.artifacts.opencode_events),
+                                  stderr_path=Path(rec.artifacts.opencode_stderr), limits=limits,
+                                  abort=self.collector.problem, abort_reason=self.collector.reason)
         rec.times.mission_end = utcnow()
         rec.sandbox.denials, rec.sandbox.denied = count_denials(Path(rec.artifacts.opencode_events), view, workspace)
         self._stop_services()  # services flush their telemetry on the way down
@@ -434,8 +440,20 @@ class Launch:
         env[AGENT_MARKER_VAR] = unit.extra.get("marker", "")
         return env
 
-    def _view(self, workdir: Path, home: Path, provider_file: Path) -> View:
-        return agent_view([workdir, home], self.opencode_binary, [provider_file])
+    def _view(self, workdir: Path, home: Path, provider_file: Path, net=None) -> View:
+        view = agent_view([workdir, home], self.opencode_binary, [provider_file])
+        view.net = net
+        return view
+
+    def _network(self, urls: list[str]):
+        """The agent's own network namespace, with the loopback ports among `urls` forwarded
+        into it (the unit, the mission's services). A unit served elsewhere (azure) is not
+        on loopback: the agent then keeps the host's network, and the record says so."""
+        isolated = self.sandbox.kind == "bwrap" and is_loopback_url(urls[0])
+        if self.record.sandbox is not None:
+            self.record.sandbox.network = "own namespace" if isolated else (
+                "host (the unit is not on loopback)" if self.sandbox.kind == "bwrap" else "host")
+        return bridge(isolated, loopback_ports(urls))
 
     def _smoke(self, argv_base: list[str], provider_file: Path, unit: Unit, scratch: Path) -> None:
         smoke_dir = self.run_dir / "smoke"
@@ -443,12 +461,13 @@ class Launch:
         env = self._agent_env(smoke_dir / "opencode", provider_file, unit)
         self.say("smoke: asking for one bash tool call through opencode")
         before = counter(unit.base_url, GENERATED, api_key=self.api_key)
-        view = self._view(scratch, smoke_dir / "opencode", provider_file)
-        argv = wrap(self.sandbox, [*argv_base, "--title", "llms-benchmark smoke"], view, scratch, smoke_dir)
-        result = run_opencode(argv, prompt=SMOKE_PROMPT, env=env,
-                              cwd=scratch, events_path=smoke_dir / "events.jsonl",
-                              stderr_path=smoke_dir / "stderr.log", limits=SMOKE_LIMITS,
-                              abort=self.collector.problem, abort_reason=self.collector.reason)
+        with self._network([unit.base_url]) as net:
+            view = self._view(scratch, smoke_dir / "opencode", provider_file, net)
+            argv = wrap(self.sandbox, [*argv_base, "--title", "llms-benchmark smoke"], view, scratch, smoke_dir)
+            result = run_opencode(argv, prompt=SMOKE_PROMPT, env=env,
+                                  cwd=scratch, events_path=smoke_dir / "events.jsonl",
+                                  stderr_path=smoke_dir / "stderr.log", limits=SMOKE_LIMITS,
+                                  abort=self.collector.problem, abort_reason=self.collector.reason)
         self.collector.raise_if_problem()
         has_bash, has_text = "bash" in result.tool_uses, bool(result.texts)
         if has_bash and has_text:
