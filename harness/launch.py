@@ -449,11 +449,12 @@ class Launch:
         """The agent's own network namespace, with the loopback ports among `urls` forwarded
         into it (the unit, the mission's services). A unit served elsewhere (azure) is not
         on loopback: the agent then keeps the host's network, and the record says so."""
-        isolated = self.sandbox.kind == "bwrap" and is_loopback_url(urls[0])
+        isolated = self.sandbox.enabled and is_loopback_url(urls[0])
         if self.record.sandbox is not None:
-            self.record.sandbox.network = "own namespace" if isolated else (
-                "host (the unit is not on loopback)" if self.sandbox.kind == "bwrap" else "host")
-        return bridge(isolated, loopback_ports(urls))
+            self.record.sandbox.network = {"bwrap": "own namespace", "sandbox-exec": "loopback ports only"}.get(
+                self.sandbox.kind, "host") if isolated else (
+                "host (the unit is not on loopback)" if self.sandbox.enabled else "host")
+        return bridge(self.sandbox.kind if isolated else None, loopback_ports(urls))
 
     def _smoke(self, argv_base: list[str], provider_file: Path, unit: Unit, scratch: Path) -> None:
         smoke_dir = self.run_dir / "smoke"

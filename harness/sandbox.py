@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import PreflightError
-from harness.sandbox_net import INSIDE_DIR, Bridge, forward_argv
+from harness.sandbox_net import INSIDE_DIR, Bridge, PortsOnly, forward_argv
 
 # System folders shown read-only (those that exist; a symlink such as /bin → usr/bin
 # on merged-/usr systems is recreated as the same symlink). Not /etc or /opt whole: a
@@ -72,7 +72,7 @@ class View:
 
     writable: list[Path]
     readable: list[Path] = field(default_factory=list)
-    net: Bridge | None = None  # the network namespace's bridge; None: the host's network
+    net: Bridge | PortsOnly | None = None  # the agent's own network (its allowed ports); None: the host's
 
     def visible(self) -> list[Path]:
         # Not /tmp: the sandbox gets an empty one of its own.
@@ -134,7 +134,8 @@ def _bwrap_argv(tool: str, view: View, cwd: Path) -> list[str]:
     # bwrap starts from an empty tmpfs root: only what is listed here exists inside.
     argv = [tool, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
-    if view.net is not None:
+    bridged = isinstance(view.net, Bridge)
+    if bridged:
         argv += ["--unshare-net", "--ro-bind", str(view.net.folder), INSIDE_DIR]
     for top in (*SYSTEM, *ETC):
         path = Path(top)
@@ -146,24 +147,39 @@ def _bwrap_argv(tool: str, view: View, cwd: Path) -> list[str]:
         argv += ["--ro-bind", str(p), str(p)]
     for p in view.writable:
         argv += ["--bind", str(p), str(p)]
-    return [*argv, "--chdir", str(cwd), "--", *(forward_argv(view.net) if view.net is not None else [])]
+    return [*argv, "--chdir", str(cwd), "--", *(forward_argv(view.net) if bridged else [])]
 
 
 def _sbpl_quote(path: Path) -> str:
     return json.dumps(str(path))
 
 
-def sbpl_profile(view: View, home: Path) -> str:
-    """macOS: read the system and the readable paths, write only the writable ones; the
-    user's real HOME and everything else is denied (network allowed, for loopback)."""
-    lines = ["(version 1)", "(allow default)",
-             f"(deny file-read* file-write* (subpath {_sbpl_quote(home)}))",
-             '(deny file-write* (subpath "/"))']
+# macOS: the system paths a process needs to start and run tools (dyld, frameworks, the
+# shells), read-only; everything else is denied by default.
+MAC_SYSTEM = ("/usr", "/bin", "/sbin", "/System", "/Library/Apple", "/private/var/db/dyld",
+              "/private/var/db/timezone", "/private/etc/hosts", "/private/etc/passwd", "/private/etc/group",
+              "/private/etc/ssl", "/private/etc/localtime", "/dev", "/Library/Preferences/Logging")
+
+
+def sbpl_profile(view: View, home: Path, ports: list[int] | None = None) -> str:
+    """macOS: deny by default; read the system paths and the view's readable paths, write
+    only the writable ones (and /dev's terminals); no network but loopback on `ports`."""
+    lines = ["(version 1)", "(deny default)",
+             "(allow process-fork)", "(allow process-exec)", "(allow signal (target same-sandbox))",
+             "(allow sysctl-read)", "(allow mach-lookup)", "(allow ipc-posix-shm)", "(allow file-read-metadata)",
+             '(allow file-read* (literal "/") (literal "/etc") (literal "/var") (literal "/tmp"))',  # the links
+             f"(deny file-read* file-write* (subpath {_sbpl_quote(home)}))"]
+    for p in MAC_SYSTEM:
+        lines.append(f"(allow file-read* (subpath {_sbpl_quote(Path(p))}))")
     for p in view.readable:
         lines.append(f"(allow file-read* (subpath {_sbpl_quote(p)}))")
     for p in view.writable:
         lines.append(f"(allow file-read* file-write* (subpath {_sbpl_quote(p)}))")
-    lines.append('(allow file-write* (subpath "/dev"))')
+    lines.append('(allow file-write* (literal "/dev/null") (literal "/dev/tty") (regex #"^/dev/ttys[0-9]+$"))')
+    if ports is None:
+        lines.append("(allow network*)")  # the host's network (a unit not on loopback): on the record
+    for port in ports or []:
+        lines.append(f'(allow network-outbound (remote tcp "localhost:{port}"))')
     return "\n".join(lines) + "\n"
 
 
@@ -173,7 +189,7 @@ def wrap(sandbox: Sandbox, argv: list[str], view: View, cwd: Path, profile_dir: 
         return [*_bwrap_argv(sandbox.tool, view, cwd), str(Path(argv[0]).resolve()), *argv[1:]]
     if sandbox.kind == "sandbox-exec":
         profile = profile_dir / "sandbox.sb"
-        profile.write_text(sbpl_profile(view, Path.home()))
+        profile.write_text(sbpl_profile(view, Path.home(), view.net.ports if view.net is not None else None))
         return [sandbox.tool, "-f", str(profile), *argv]
     return argv
 

@@ -21,6 +21,7 @@ import tempfile
 import threading
 from collections import Counter
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -113,10 +114,21 @@ def _pump(src: socket.socket, dst: socket.socket) -> None:
                 sock.shutdown(how)
 
 
+@dataclass
+class PortsOnly:
+    """macOS: no namespace to forward into; the sandbox profile allows these loopback ports only."""
+
+    ports: list[int]
+
+
 @contextlib.contextmanager
-def bridge(enabled: bool, ports: list[int]) -> Iterator[Bridge | None]:
-    """A Bridge for the length of one sandboxed opencode run (None without a network namespace)."""
-    if not enabled:
+def bridge(kind: str | None, ports: list[int]) -> Iterator[Bridge | PortsOnly | None]:
+    """For one sandboxed opencode run: a Bridge (bwrap), the allowed ports (sandbox-exec),
+    or None (the host's network)."""
+    if kind == "sandbox-exec":
+        yield PortsOnly(ports)
+        return
+    if kind != "bwrap":
         yield None
         return
     b = Bridge(ports)

@@ -47,15 +47,24 @@ def test_without_bwrap_preflight_refuses_and_names_no_sandbox(monkeypatch):
         detect(no_sandbox=False, system="Plan9")
 
 
-def test_macos_profile_denies_home_and_writes_outside_the_view(tmp_path: Path):
-    view = View(writable=[tmp_path / "ws"], readable=[tmp_path / "bin"])
-    profile = sbpl_profile(view, Path("/Users/me"))
-    assert '(deny file-read* file-write* (subpath "/Users/me"))' in profile
-    assert '(deny file-write* (subpath "/"))' in profile
-    assert f'(allow file-read* file-write* (subpath "{tmp_path / "ws"}"))' in profile
+def test_macos_profile_denies_by_default_and_allows_only_the_view(tmp_path: Path):
+    from harness.sandbox_net import PortsOnly
+
+    view = View(writable=[tmp_path / "ws"], readable=[tmp_path / "bin"], net=PortsOnly([8000, 4001]))
+    profile = sbpl_profile(view, Path("/Users/me"), [8000, 4001])
+    lines = profile.splitlines()
+    assert lines[:2] == ["(version 1)", "(deny default)"] and "(allow default)" not in profile
+    assert '(deny file-read* file-write* (subpath "/Users/me"))' in lines
+    assert f'(allow file-read* file-write* (subpath "{tmp_path / "ws"}"))' in lines
+    assert f'(allow file-read* (subpath "{tmp_path / "bin"}"))' in lines
+    assert not any(line.startswith("(allow file-write*") and "ws" not in line and "/dev/" not in line
+                   for line in lines)
+    assert [line for line in lines if "network" in line] == [
+        '(allow network-outbound (remote tcp "localhost:8000"))', '(allow network-outbound (remote tcp "localhost:4001"))']
+    assert not any("/opt" in line or '"/private/etc"' in line for line in lines)
     argv = wrap(Sandbox("sandbox-exec", "/usr/bin/sandbox-exec"), ["opencode", "run"], view, tmp_path, tmp_path)
     assert argv == ["/usr/bin/sandbox-exec", "-f", str(tmp_path / "sandbox.sb"), "opencode", "run"]
-    assert (tmp_path / "sandbox.sb").read_text() == sbpl_profile(view, Path.home())
+    assert (tmp_path / "sandbox.sb").read_text() == sbpl_profile(view, Path.home(), [8000, 4001])
 
 
 @needs_bwrap
@@ -119,7 +128,7 @@ def test_the_network_is_its_own_only_allowed_ports_answer_and_streams_flow(tmp_p
             f"for host, port in (('127.0.0.1', {other.server_port}), ('169.254.169.254', 80), ('192.0.2.1', 443)):\n"
             f"    s = socket.socket(); s.settimeout(3); print('connect', host, s.connect_ex((host, port)))\n")
     try:
-        with bridge(True, [allowed.server_port]) as net:
+        with bridge("bwrap", [allowed.server_port]) as net:
             view = agent_view([ws], Path(sys.executable), [])
             view.net = net
             argv = wrap(Sandbox("bwrap", BWRAP), [sys.executable, "-I", "-c", code], view, ws, tmp_path)
