@@ -25,7 +25,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from harness import failpoint
+from harness import failpoint, untrusted
 from harness.drive import measure_drive
 from harness.errors import FatalUnitLog, StackError, UserError
 from harness.mission import DEFAULT_MISSION, prepare_workspace
@@ -33,12 +33,13 @@ from harness.mission_services import merge_env, start_services
 from harness.opencode import config as oc_config
 from harness.opencode.runner import Limits, RunResult, run_opencode
 from harness.opencode.store import collect, session_tree
-from harness.phases import files_read_before, phases_between, queried_signals, read_phases
+from harness.phases import files_read_before, phases_between, phases_from_drive_text, signals_from_log_text
 from harness.preflight import Preflight, run_preflight
 from harness.probe import LONG_TARGET, run_probe, unit_api_key
 from harness.record import RowKey, RunOutcome, RunRecord, SandboxFigures, Status, Timestamps, utcnow
-from harness.sandbox import Sandbox, View, agent_view, count_denials, wrap
-from harness.secrets import scrub_tree, secrets_from
+from harness.sandbox import Sandbox, View, agent_view, count_denials, must_stay_hidden, prove_view, wrap
+from harness.sandbox_net import bridge, is_loopback_url, loopback_ports
+from harness.secrets import scrub_files, scrub_tree, secrets_from
 from harness.server_metrics import GENERATED, counter
 from harness.serving.collect import collect_serving, gpu_cost
 from harness.serving.timeline import TIMELINE_NAME, Sampler
@@ -203,6 +204,7 @@ class Launch:
         self.late_signal: str | None = None  # SIGINT/SIGTERM that arrived while destroying
         self.sandbox = Sandbox("none")
         self.secret_names: list[str] = []  # the preset's env names: their values are secrets
+        self.untrusted: list[str] = []  # agent-written files the harness refused to read
         self.record = RunRecord(
             run_id=self.run_id,
             key=RowKey(preset=opts.preset, effort=opts.effort, effort_requested=opts.effort, gpu="unknown"),
@@ -233,24 +235,31 @@ class Launch:
             # A second Ctrl-C must not abandon a half-destroyed unit.
             with on_signals(self._signal_during_destroy):
                 self._destroy()
-        self._scrub_secrets()
         if self.late_signal is not None and rec.status in (Status.ok, Status.void):
             rec.status, rec.stopped_at = Status.fault, "destroy"
             rec.reason = f"interrupted by {self.late_signal} during destroy (the destroy finished first)"
         rec.times.end = utcnow()
         self.save()
+        self._scrub_secrets()  # run.json last: it was written above
         return rec
 
     def _scrub_secrets(self) -> None:
-        """The unit's key and the preset's env values out of everything the run left."""
-        values = [self.api_key, *(os.environ.get(name) for name in self.secret_names)]
-        changed, left = scrub_tree(self.run_dir, secrets_from(values))
+        """The unit's key and the preset's env values out of everything the run left: the run
+        folder (run.json last) and the units' logs under .vot/run."""
+        secrets = secrets_from([self.api_key, *(os.environ.get(name) for name in self.secret_names)])
+        unit_logs = sorted((self.root / ".vot" / "run").glob("*.log"))
+        changed, left = scrub_files(unit_logs, secrets)
+        in_run, left_in_run = scrub_tree(self.run_dir, secrets)
+        changed, left = changed + in_run, left + left_in_run
         if changed:
-            self.say(f"secrets redacted from {changed} file(s) of the run folder")
+            self.say(f"secrets redacted from {changed} file(s) of the run")
         if left:
+            # Named (paths only) on the record; a binary we cannot parse is never rewritten.
             self.record.reason = ((self.record.reason + "; ") if self.record.reason else "") + \
                 f"a secret could not be redacted from {', '.join(left)}"
             self.say(f"WARNING: a secret remains in {', '.join(left)}")
+            self.save()
+            scrub_files([self.run_dir / "run.json"], secrets)
 
     def _signal_during_destroy(self, signum, _frame) -> None:
         self.late_signal = self.late_signal or signal.Signals(signum).name
@@ -283,6 +292,10 @@ class Launch:
         for line in pf.kv_fit or []:
             self.say(f"kv fit: {line}")
         refuse_if_served(self.root, pf.env.name, f"vot-{pf.preset.name}")
+        # Looked at from outside before anything bills: the key, the checkout, other runs and
+        # the real HOME are invisible from inside, wherever the checkout lies.
+        prove_view(self.sandbox, agent_view([self.run_dir], pf.opencode, []),
+                   must_stay_hidden(self.root, self.run_dir, Path.home()))
 
         self.stage = "serve"
         ledger = Ledger(self.root)
@@ -364,29 +377,27 @@ class Launch:
         self.save()
         self.say(f"running the '{mission.name}' mission with opencode (cap {mission.manifest.time_cap_minutes:g} min)")
         failpoint.hit("run")
-        view = self._view(workspace, self.run_dir / "opencode", provider_file)
-        argv = wrap(self.sandbox, [*argv_base, "--title", title], view, workspace, self.run_dir)
-        # The serving timeline covers opencode's run and nothing else.
-        sampler = Sampler(unit.base_url, self.run_dir / TIMELINE_NAME, api_key=api_key).start()
-        rec.artifacts.serving_timeline = str(sampler.path)
-        try:
-            result = run_opencode(argv, prompt=mission.prompt_text, env=env, cwd=workspace,
-                                  events_path=Path(rec.artifacts.opencode_events),
-                                  stderr_path=Path(rec.artifacts.opencode_stderr), limits=limits,
-                                  abort=self.collector.problem, abort_reason=self.collector.reason,
-                                  on_event=sampler.on_event)
-        finally:
-            sampler.stop()
+        with self._network([unit.base_url, *env.values()]) as net:
+            view = self._view(workspace, self.run_dir / "opencode", provider_file, net)
+            argv = wrap(self.sandbox, [*argv_base, "--title", title], view, workspace, self.run_dir)
+            # The serving timeline covers opencode's run and nothing else.
+            sampler = Sampler(unit.base_url, self.run_dir / TIMELINE_NAME, api_key=api_key).start()
+            rec.artifacts.serving_timeline = str(sampler.path)
+            try:
+                result = run_opencode(argv, prompt=mission.prompt_text, env=env, cwd=workspace,
+                                      events_path=Path(rec.artifacts.opencode_events),
+                                      stderr_path=Path(rec.artifacts.opencode_stderr), limits=limits,
+                                      abort=self.collector.problem, abort_reason=self.collector.reason,
+                                      on_event=sampler.on_event)
+            finally:
+                sampler.stop()
         rec.times.mission_end = utcnow()
         rec.sandbox.denials, rec.sandbox.denied = count_denials(Path(rec.artifacts.opencode_events), view, workspace)
         self._stop_services()  # services flush their telemetry on the way down
         self.report_name = mission.manifest.report
-        report = workspace / mission.manifest.report
+        found = self._collect_report(workspace, mission.manifest.report)
         rec.run = RunOutcome(exit_code=result.exit_code, ended_by=result.ended_by, events=result.events,
-                             report_found=report.is_file())
-        if report.is_file():
-            shutil.copy2(report, self.run_dir / "report.md")
-            rec.artifacts.agent_output = str(self.run_dir / "report.md")
+                             report_found=found)
         self.save()
 
         self.stage = "collect"
@@ -408,6 +419,29 @@ class Launch:
                 self.say(f"store check: {problem}")
         self._mission_figures(mission, workspace, oc_config.data_dir(env))
         self._judge(result)
+
+    def _collect_report(self, workspace: Path, relative: str) -> bool:
+        """The agent's report copied out without following a link; a linked, odd or oversized
+        one is kept out of the run folder and voids the run (`self.untrusted`)."""
+        try:
+            untrusted.copy_out(workspace, relative, self.run_dir / "report.md", untrusted.REPORT_CAP)
+        except FileNotFoundError:
+            return False
+        except untrusted.Refused as exc:
+            self.untrusted.append(f"the report was refused: {exc}")
+            return False
+        self.record.artifacts.agent_output = str(self.run_dir / "report.md")
+        return True
+
+    def _agent_text(self, workspace: Path, relative: str, what: str) -> str:
+        """An agent-writable file's text, read without following links ('' when absent or refused)."""
+        try:
+            return untrusted.read_text(workspace, relative, untrusted.RECORD_CAP)
+        except FileNotFoundError:
+            return ""
+        except (untrusted.Refused, OSError) as exc:
+            self.untrusted.append(f"the {what} was refused: {exc}")
+            return ""
 
     def _describe_serving(self, pf: Preflight) -> None:
         """Optional stack member `describe`: how the unit serves (flags, chat template, build,
@@ -434,8 +468,21 @@ class Launch:
         env[AGENT_MARKER_VAR] = unit.extra.get("marker", "")
         return env
 
-    def _view(self, workdir: Path, home: Path, provider_file: Path) -> View:
-        return agent_view([workdir, home, self._agent_tmp], self.opencode_binary, [provider_file])
+    def _view(self, workdir: Path, home: Path, provider_file: Path, net=None) -> View:
+        view = agent_view([workdir, home, self._agent_tmp], self.opencode_binary, [provider_file])
+        view.net = net
+        return view
+
+    def _network(self, urls: list[str]):
+        """The agent's own network namespace, with the loopback ports among `urls` forwarded
+        into it (the unit, the mission's services). A unit served elsewhere (azure) is not
+        on loopback: the agent then keeps the host's network, and the record says so."""
+        isolated = self.sandbox.enabled and is_loopback_url(urls[0])
+        if self.record.sandbox is not None:
+            self.record.sandbox.network = {"bwrap": "own namespace", "sandbox-exec": "loopback ports only"}.get(
+                self.sandbox.kind, "host") if isolated else (
+                "host (the unit is not on loopback)" if self.sandbox.enabled else "host")
+        return bridge(self.sandbox.kind if isolated else None, loopback_ports(urls))
 
     def _smoke(self, argv_base: list[str], provider_file: Path, unit: Unit, scratch: Path) -> None:
         smoke_dir = self.run_dir / "smoke"
@@ -443,12 +490,13 @@ class Launch:
         env = self._agent_env(smoke_dir / "opencode", provider_file, unit)
         self.say("smoke: asking for one bash tool call through opencode")
         before = counter(unit.base_url, GENERATED, api_key=self.api_key)
-        view = self._view(scratch, smoke_dir / "opencode", provider_file)
-        argv = wrap(self.sandbox, [*argv_base, "--title", "llms-benchmark smoke"], view, scratch, smoke_dir)
-        result = run_opencode(argv, prompt=SMOKE_PROMPT, env=env,
-                              cwd=scratch, events_path=smoke_dir / "events.jsonl",
-                              stderr_path=smoke_dir / "stderr.log", limits=SMOKE_LIMITS,
-                              abort=self.collector.problem, abort_reason=self.collector.reason)
+        with self._network([unit.base_url]) as net:
+            view = self._view(scratch, smoke_dir / "opencode", provider_file, net)
+            argv = wrap(self.sandbox, [*argv_base, "--title", "llms-benchmark smoke"], view, scratch, smoke_dir)
+            result = run_opencode(argv, prompt=SMOKE_PROMPT, env=env,
+                                  cwd=scratch, events_path=smoke_dir / "events.jsonl",
+                                  stderr_path=smoke_dir / "stderr.log", limits=SMOKE_LIMITS,
+                                  abort=self.collector.problem, abort_reason=self.collector.reason)
         self.collector.raise_if_problem()
         has_bash, has_text = "bash" in result.tool_uses, bool(result.texts)
         if has_bash and has_text:
@@ -479,7 +527,8 @@ class Launch:
         log = workspace / m.signal_log if m.signal_log else None
         if drive is not None:
             rec.artifacts.drive_record = str(drive)  # the agent can write it: kept, never trusted for the gate
-            rec.phases = read_phases(drive, rec.times.mission_start, rec.times.mission_end)
+            rec.phases = phases_from_drive_text(self._agent_text(workspace, m.drive_record, "drive record"),
+                                                rec.times.mission_start, rec.times.mission_end)
         if m.drive_user_agent:
             rec.drive = measure_drive(self.run_dir / "telemetry.duckdb", m.drive_user_agent, rec.times.mission_start,
                                       rec.times.mission_end)
@@ -488,7 +537,7 @@ class Launch:
                 self.say(f"drive gate: {rec.drive.problem}")
         if log is not None:
             rec.artifacts.signal_log = str(log)
-            rec.signals = queried_signals(log)
+            rec.signals = signals_from_log_text(self._agent_text(workspace, m.signal_log, "signal log"))
         if rec.session and rec.phases and rec.phases.drive_start:
             ids = session_tree(data_dir, rec.session.root_session)
             rec.files_read_before_drive = files_read_before(data_dir, ids, rec.phases.drive_start)
@@ -517,6 +566,7 @@ class Launch:
             reasons.append("no session found in the run's opencode store")
         if rec.drive is not None and rec.drive.problem:
             reasons.append(rec.drive.problem)  # the harness's drive gate: no row without a real drive
+        reasons += self.untrusted  # a linked or oversized file the agent left: no row on it
         if reasons:
             rec.status, rec.reason, rec.stopped_at = Status.void, "; ".join(reasons), "run"
         else:

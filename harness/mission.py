@@ -14,6 +14,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from harness.errors import UserError
+from harness.untrusted import relative_inside
 from harness.vot.loader import is_file, load_yaml
 
 MANIFEST = "mission.yaml"
@@ -99,6 +100,12 @@ def load_mission_dir(folder: Path) -> Mission:
         if value is not None and not _inside(folder, value):
             raise UserError(f"{key} {value!r} lies outside the mission folder", file=path, field=key,
                             fix=f"give a path relative to {folder}, without '..'")
+    for key in ("report", "drive_record", "signal_log"):
+        value = getattr(manifest, key)
+        if value is not None and not _workspace_relative(value):
+            raise UserError(f"{key} {value!r} lies outside the workspace", file=path, field=key,
+                            fix="give a path relative to the workspace, without '..' (the harness reads "
+                                "what the agent writes only inside its workspace)")
     prompt = folder / manifest.prompt
     if not is_file(prompt):
         raise UserError(f"prompt file {manifest.prompt} does not exist", file=path, field="prompt",
@@ -135,6 +142,14 @@ def _inside(folder: Path, relative: str) -> bool:
         return (folder / relative).resolve().is_relative_to(folder.resolve())
     except (OSError, ValueError):
         return False
+
+
+def _workspace_relative(value: str) -> bool:
+    try:
+        relative_inside(value)
+    except ValueError:
+        return False
+    return True
 
 
 def load_mission(root: Path, name: str) -> Mission:

@@ -9,12 +9,27 @@ is prepended to the agent's PATH) and `services.stop()` ends every process it st
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 from typing import Protocol
 
 from harness.errors import UserError
 from harness.mission import Mission
+
+
+# What a mission's services and its telemetry store inherit from the launch: enough to run
+# Python, nothing else. Cloud credentials (AZURE_*, AWS_*), tokens (HF_TOKEN) and the unit's
+# key stay behind: a service the agent can drive must not hold what it could leak.
+SERVICE_ENV_KEEP = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "VIRTUAL_ENV", "PYTHONPATH",
+                    "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "SYSTEMROOT")
+
+
+def service_env(**extra: str) -> dict[str, str]:
+    """A minimal environment for a mission's service: the kept names, then `extra`."""
+    env = {k: v for k in SERVICE_ENV_KEEP if (v := os.environ.get(k)) is not None}
+    env.update(extra)
+    return env
 
 
 class MissionServices(Protocol):

@@ -35,13 +35,22 @@ def _when(value) -> datetime | None:
 
 
 def read_phases(drive_record: Path | None, mission_start: datetime, mission_end: datetime) -> Phases:
-    phases = Phases()
     if drive_record is None or not drive_record.is_file():
-        return phases
+        return Phases()
     try:
-        data = json.loads(drive_record.read_text())
-    except (OSError, ValueError):
-        return phases
+        return phases_from_drive_text(drive_record.read_text(), mission_start, mission_end)
+    except OSError:
+        return Phases()
+
+
+def phases_from_drive_text(text: str, mission_start: datetime, mission_end: datetime) -> Phases:
+    """Phases from a drive record's text (read by the caller, without following links)."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return Phases()
+    if not isinstance(data, dict):
+        return Phases()
     start = _when(data.get("start") or data.get("started") or data.get("start_utc"))
     end = _when(data.get("end") or data.get("ended") or data.get("end_utc"))
     return phases_between(start, end, mission_start, mission_end)
@@ -60,10 +69,15 @@ def phases_between(start: datetime | None, end: datetime | None, mission_start: 
 
 def queried_signals(signal_log: Path | None) -> list[str]:
     """Signals with at least one successful query that returned rows."""
-    found: set[str] = set()
     if signal_log is None or not signal_log.is_file():
         return []
-    for line in signal_log.read_text(errors="replace").splitlines():
+    return signals_from_log_text(signal_log.read_text(errors="replace"))
+
+
+def signals_from_log_text(text: str) -> list[str]:
+    """Signals from a query log's text (read by the caller, without following links)."""
+    found: set[str] = set()
+    for line in text.splitlines():
         try:
             call = json.loads(line)
         except ValueError:

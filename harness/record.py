@@ -110,8 +110,9 @@ class SandboxFigures(BaseModel):
     """How the agent was confined, and what the confinement refused it."""
 
     kind: str  # "bwrap", "sandbox-exec", or "none" (--no-sandbox: the row is marked)
-    denials: int = 0  # tool calls that failed on a hidden path or a read-only one
+    denials: int = 0  # tool calls that failed on a hidden path, a read-only one, or the network
     denied: list[str] = Field(default_factory=list)
+    network: str | None = None  # "own namespace" (only the unit and the mission's ports) or "host"
 
 
 class Artifacts(BaseModel):

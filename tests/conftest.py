@@ -248,18 +248,22 @@ def cli_env(root: Path) -> dict[str, str]:
     return env
 
 
-@pytest.fixture
-def project(tmp_path: Path) -> Iterator[Project]:
-    """A project root with the replay environment, the replay-hello preset, its
-    trajectory and the hello mission; anything tied to it is gone when the test ends."""
-    root = (tmp_path / "project").resolve()
+def make_project(root: Path) -> Project:
+    """The replay environment, the replay-hello preset, its trajectory and the hello mission at `root`."""
     for folder in (".vot/environments", ".vot/presets", "missions", "replay"):
         (root / folder).mkdir(parents=True)
     shutil.copy2(REPO / ".vot" / "environments" / "replay.yaml", root / ".vot" / "environments")
     shutil.copy2(REPO / ".vot" / "presets" / "replay-hello.yaml", root / ".vot" / "presets")
     shutil.copytree(REPO / "missions" / "hello", root / "missions" / "hello")
     shutil.copy2(REPO / "replay" / "hello.yaml", root / "replay" / "hello.yaml")
-    proj = Project(root=root, env=cli_env(root))
+    return Project(root=root, env=cli_env(root))
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Iterator[Project]:
+    """A project root with the replay environment, the replay-hello preset, its
+    trajectory and the hello mission; anything tied to it is gone when the test ends."""
+    proj = make_project((tmp_path / "project").resolve())
     yield proj
     left = wait_gone(tmp_path.resolve())
     if left:

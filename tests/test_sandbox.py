@@ -8,16 +8,25 @@ lands anywhere in the run folder."""
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
+import socket
+import stat
 import subprocess
 import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from harness.errors import PreflightError
 from harness.sandbox import Sandbox, View, agent_view, count_denials, detect, sbpl_profile, wrap
-from conftest import Project
+from conftest import Project, describe, kill_by_pid, make_project, wait_gone
 from test_launch_e2e import SMALL_PROBE, dump
 
 BWRAP = shutil.which("bwrap")
@@ -38,15 +47,24 @@ def test_without_bwrap_preflight_refuses_and_names_no_sandbox(monkeypatch):
         detect(no_sandbox=False, system="Plan9")
 
 
-def test_macos_profile_denies_home_and_writes_outside_the_view(tmp_path: Path):
-    view = View(writable=[tmp_path / "ws"], readable=[tmp_path / "bin"])
-    profile = sbpl_profile(view, Path("/Users/me"))
-    assert '(deny file-read* file-write* (subpath "/Users/me"))' in profile
-    assert '(deny file-write* (subpath "/"))' in profile
-    assert f'(allow file-read* file-write* (subpath "{tmp_path / "ws"}"))' in profile
+def test_macos_profile_denies_by_default_and_allows_only_the_view(tmp_path: Path):
+    from harness.sandbox_net import PortsOnly
+
+    view = View(writable=[tmp_path / "ws"], readable=[tmp_path / "bin"], net=PortsOnly([8000, 4001]))
+    profile = sbpl_profile(view, Path("/Users/me"), [8000, 4001])
+    lines = profile.splitlines()
+    assert lines[:2] == ["(version 1)", "(deny default)"] and "(allow default)" not in profile
+    assert '(deny file-read* file-write* (subpath "/Users/me"))' in lines
+    assert f'(allow file-read* file-write* (subpath "{tmp_path / "ws"}"))' in lines
+    assert f'(allow file-read* (subpath "{tmp_path / "bin"}"))' in lines
+    assert not any(line.startswith("(allow file-write*") and "ws" not in line and "/dev/" not in line
+                   for line in lines)
+    assert [line for line in lines if "network" in line] == [
+        '(allow network-outbound (remote tcp "localhost:8000"))', '(allow network-outbound (remote tcp "localhost:4001"))']
+    assert not any("/opt" in line or '"/private/etc"' in line for line in lines)
     argv = wrap(Sandbox("sandbox-exec", "/usr/bin/sandbox-exec"), ["opencode", "run"], view, tmp_path, tmp_path)
     assert argv == ["/usr/bin/sandbox-exec", "-f", str(tmp_path / "sandbox.sb"), "opencode", "run"]
-    assert (tmp_path / "sandbox.sb").read_text() == sbpl_profile(view, Path.home())
+    assert (tmp_path / "sandbox.sb").read_text() == sbpl_profile(view, Path.home(), [8000, 4001])
 
 
 @needs_bwrap
@@ -73,6 +91,94 @@ def test_bwrap_shows_the_view_and_hides_the_rest(tmp_path: Path):
     under_tmp = sorted({p.parts[2] for p in [*view.writable, *view.readable]
                         if len(p.parts) > 2 and p.parts[1] == "tmp"})
     assert sorted(shown.removeprefix("tmp=").split()) == under_tmp
+
+
+@needs_bwrap
+def test_the_network_is_its_own_only_allowed_ports_answer_and_streams_flow(tmp_path: Path):
+    """Inside: the allowed host port answers (a streamed answer arrives as it is sent), another
+    host port is refused, and the metadata address and the internet have no route: the
+    connects fail inside the agent's own namespace, nothing leaves it."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from harness.sandbox_net import bridge
+
+    class Stream(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            for i in range(3):
+                self.wfile.write(f"data: {i}\n\n".encode())
+                self.wfile.flush()
+                time.sleep(0.4)
+
+        def log_message(self, *args):
+            pass
+
+    allowed, other = (ThreadingHTTPServer(("127.0.0.1", 0), Stream) for _ in range(2))
+    for server in (allowed, other):
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    code = (f"import socket, time, urllib.request\n"
+            f"t = time.monotonic()\n"
+            f"with urllib.request.urlopen('http://127.0.0.1:{allowed.server_port}/') as r:\n"
+            f"    for line in r:\n"
+            f"        if line.strip(): print('event', round(time.monotonic() - t, 1))\n"
+            f"for host, port in (('127.0.0.1', {other.server_port}), ('169.254.169.254', 80), ('192.0.2.1', 443)):\n"
+            f"    s = socket.socket(); s.settimeout(3); print('connect', host, s.connect_ex((host, port)))\n")
+    try:
+        with bridge("bwrap", [allowed.server_port]) as net:
+            view = agent_view([ws], Path(sys.executable), [])
+            view.net = net
+            argv = wrap(Sandbox("bwrap", BWRAP), [sys.executable, "-I", "-c", code], view, ws, tmp_path)
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+            assert net.connections[allowed.server_port] == 1
+    finally:
+        allowed.shutdown()
+        other.shutdown()
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0, done.stderr
+    times = [float(line.split()[1]) for line in lines if line.startswith("event")]
+    assert len(times) == 3 and times[2] - times[0] >= 0.6  # each event came as sent, not all at the end
+    import errno
+
+    assert f"connect 127.0.0.1 {errno.ECONNREFUSED}" in lines  # another host port: nothing listens inside
+    assert f"connect 169.254.169.254 {errno.ENETUNREACH}" in lines  # no route out of the namespace
+    assert f"connect 192.0.2.1 {errno.ENETUNREACH}" in lines
+
+
+def test_loopback_ports_come_from_the_urls_the_agent_is_given():
+    from harness.sandbox_net import loopback_ports
+
+    env = {"OBS_URL": "http://127.0.0.1:4000", "SHOP_MCP_URL": "http://localhost:4001/mcp", "PATH": "/usr/bin",
+           "REMOTE": "https://example.invalid:443/v1", "BAD": "http://127.0.0.1:notaport/"}
+    assert loopback_ports(["http://127.0.0.1:8000", *env.values()]) == [4000, 4001, 8000]
+
+
+@needs_bwrap
+def test_prove_view_refuses_a_checkout_inside_a_shown_folder_and_what_shows_from_inside(tmp_path: Path, monkeypatch):
+    import harness.sandbox as sandbox_mod
+    from harness.sandbox import must_stay_hidden, prove_view
+
+    root = tmp_path / "checkout"
+    run_dir = root / ".llms-benchmark" / "runs" / "r1"
+    (root / "missions" / "hello" / "key").mkdir(parents=True)
+    (root / ".llms-benchmark" / "runs" / "r0").mkdir(parents=True)
+    run_dir.mkdir()
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    bwrap = Sandbox("bwrap", BWRAP)
+    hidden = must_stay_hidden(root, run_dir, home)
+    prove_view(bwrap, agent_view([run_dir], Path(sys.executable), []), hidden)  # the launch's own view: fine
+    with pytest.raises(PreflightError, match=r"would show a mission's hidden key .* through the bound"):
+        prove_view(bwrap, agent_view([run_dir], Path(sys.executable), [root / "missions"]), hidden)
+    with pytest.raises(PreflightError, match=r"would show the real HOME"):
+        prove_view(bwrap, agent_view([run_dir], Path(sys.executable), [home]), hidden)
+    # Looking from inside catches what the static check misses (here: the check switched off).
+    monkeypatch.setattr(sandbox_mod, "_exposed_statically", lambda binds, hidden: [])
+    with pytest.raises(PreflightError, match=r"not tight: it shows .*key"):
+        prove_view(bwrap, agent_view([run_dir], Path(sys.executable), [root / "missions"]), hidden)
 
 
 def test_denials_are_counted_from_the_tool_events(tmp_path: Path):
@@ -102,31 +208,102 @@ def test_denials_are_counted_from_the_tool_events(tmp_path: Path):
     assert denied[0] == f"read: {hidden}" and denied[2] == "bash: Read-only file system"
 
 
+@dataclass
+class Outside:
+    """A checkout under /opt (outside /tmp, which bwrap replaces anyway), host canaries under
+    /opt, /etc and /srv, and a host loopback service that counts who calls it."""
+
+    project: Project
+    canaries: dict[str, Path]
+    host_port: int
+    calls: list[str]
+
+
+@pytest.fixture
+def outside() -> Iterator[Outside]:
+    tag = uuid.uuid4().hex[:8]
+    base = Path(f"/opt/llms-benchmark-escape-{tag}")
+    canaries = {"opt": base / "canary" / "secret.txt", "etc": Path(f"/etc/llms-canary-{tag}"),
+                "srv": Path(f"/srv/llms-canary-{tag}") / "secret.txt"}
+    made: list[Path] = []
+    try:
+        for where, path in canaries.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            made.append(path if where == "etc" else path.parent)
+            path.write_text(f"CANARY-{where}-{tag}\n")
+    except PermissionError:
+        _remove(made + [base])
+        pytest.skip("needs write access to /opt, /etc and /srv for the host canaries")
+    listener = socket.create_server(("127.0.0.1", 0))
+    calls: list[str] = []
+
+    def count() -> None:
+        while True:
+            try:
+                conn, peer = listener.accept()
+            except OSError:
+                return
+            calls.append(str(peer))
+            conn.close()
+
+    threading.Thread(target=count, daemon=True).start()
+    try:
+        yield Outside(make_project(base / "project"), canaries, listener.getsockname()[1], calls)
+    finally:
+        listener.close()
+        left = wait_gone(base)
+        kill_by_pid(left)
+        _remove([*made, base])
+        assert not left, f"processes outlived the test: {describe(left)}"
+
+
+def _remove(paths: list[Path]) -> None:
+    for path in paths:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+
+def _files_holding(folder: Path, needles: list[bytes]) -> list[tuple[str, str]]:
+    """(file, needle) for every regular file under `folder` holding a needle; links never followed."""
+    found = []
+    for dirpath, _dirs, names in os.walk(folder):
+        for name in names:
+            path = Path(dirpath) / name
+            if not stat.S_ISREG(path.lstat().st_mode):
+                continue
+            data = path.read_bytes()
+            found += [(str(path), n.decode()) for n in needles if n in data]
+    return found
+
+
 @needs_bwrap
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-def test_escape_attempts_are_denied_and_counted(project: Project, tmp_path: Path):
+def test_escape_attempts_from_a_checkout_under_opt_are_denied_and_counted(outside: Outside):
+    project = outside.project
     key = project.root / "missions" / "hello" / "key" / "defects.yaml"
     key.parent.mkdir(parents=True)
     key.write_text(f"answer: {KEY_SECRET}\n")
-    real_home = tmp_path / "realhome"
+    real_home = project.root.parent / "realhome"
     (real_home / ".ssh").mkdir(parents=True)
     (real_home / ".ssh" / "id_ed25519").write_text(HOME_SECRET)
-    (real_home / ".local" / "share" / "opencode").mkdir(parents=True)
-    (real_home / ".local" / "share" / "opencode" / "auth.json").write_text(json.dumps({"k": HOME_SECRET}))
     other = project.root / ".llms-benchmark" / "runs" / "20260101T000000Z-other-medium-0000"
     other.mkdir(parents=True)
     (other / "report.md").write_text(f"| 1 | {REPORT_SECRET} |\n")
     project.env["HOME"] = str(real_home)
+    c = outside.canaries
 
-    steps = [
-        {"tool_calls": [{"name": "read", "arguments": {"filePath": str(key)}}]},
-        {"tool_calls": [{"name": "bash", "arguments": {"command": f"cat {real_home}/.ssh/id_ed25519 "
-                                                                  f"{real_home}/.local/share/opencode/auth.json",
-                                                       "description": "read the real home"}}]},
-        {"tool_calls": [{"name": "bash", "arguments": {"command": f"cat {other}/report.md",
-                                                       "description": "read another run"}}]},
-        {"tool_calls": [{"name": "write", "arguments": {"filePath": "REPORT.md", "content": "nothing to see\n"}}]},
+    def bash(command: str) -> dict:
+        return {"tool_calls": [{"name": "bash", "arguments": {"command": command, "description": "try"}}]}
+
+    steps = [  # every read goes through bash: bwrap, not opencode's own tools, must refuse it
+        bash(f"cat {c['opt']}"), bash(f"cat {c['etc']}"), bash(f"cat {c['srv']}"), bash(f"cat {key}"),
+        bash(f"cat {real_home}/.ssh/id_ed25519"), bash(f"cat {other}/report.md"),
+        bash(f"exec 3<>/dev/tcp/127.0.0.1/{outside.host_port} && echo connected"),
+        bash("curl -sS -m 5 http://169.254.169.254/metadata/identity/oauth2/token"),
+        bash(f"ln -sf {c['srv']} REPORT.md"),
         {"text": "DONE"},
     ]
     hello = yaml_load(Path(__file__).resolve().parents[1] / "replay" / "hello.yaml")
@@ -135,17 +312,25 @@ def test_escape_attempts_are_denied_and_counted(project: Project, tmp_path: Path
     project.add_preset("replay-escape", trajectory="escape")
     code, out, err = project.run_cli(["launch", "local", "replay", "replay-escape", "--mission", "hello",
                                       *SMALL_PROBE], timeout=300)
-    assert code == 0, dump(out, err)
+    assert code == 1, dump(out, err)  # void: the report is a link to a host file
     run_dir, rec = project.only_run()
-    assert rec["sandbox"]["kind"] == "bwrap"
-    assert rec["sandbox"]["denials"] == 3, rec["sandbox"]
-    denied = " ".join(rec["sandbox"]["denied"])
-    assert str(key) in denied and f"{real_home}/.ssh/id_ed25519" in denied and str(other / "report.md") in denied
-    for path in run_dir.rglob("*"):
-        if path.is_file():
-            data = path.read_bytes()
-            for secret in (KEY_SECRET, HOME_SECRET, REPORT_SECRET):
-                assert secret.encode() not in data, (secret, path)
+    assert rec["status"] == "void" and "REPORT.md is a symbolic link" in rec["reason"], rec["reason"]
+    assert rec["run"]["report_found"] is False and not (run_dir / "report.md").exists()
+    sandbox = rec["sandbox"]
+    assert sandbox["kind"] == "bwrap" and sandbox["network"] == "own namespace"
+    denied = "\n".join(sandbox["denied"])
+    for path in (*c.values(), key, real_home / ".ssh" / "id_ed25519", other / "report.md"):
+        assert str(path) in denied, (path, denied)
+    assert "network: Connection refused" in denied
+    assert re.search(r"network: (Network is unreachable|Failed to connect|Couldn't connect)", denied), denied
+    assert sandbox["denials"] == 8, denied
+    assert outside.calls == []  # the host's loopback service never saw a connection
+    needles = [s.encode() for s in (KEY_SECRET, HOME_SECRET, REPORT_SECRET)] + [
+        p.read_bytes().strip() for p in c.values()]
+    assert _files_holding(run_dir, needles) == []
+    assert _files_holding(project.root / ".vot", needles) == []
+    served = project.served(run_dir, "hello")  # the mission trajectory, renamed file only
+    assert len(served) == len(steps)  # the model endpoint itself was reachable throughout
 
 
 def yaml_load(path: Path) -> dict:
@@ -161,4 +346,4 @@ def test_no_sandbox_is_marked_on_the_record(project: Project):
                                       "--no-sandbox", *SMALL_PROBE], timeout=300)
     assert code == 0, dump(out, err)
     _, rec = project.only_run()
-    assert rec["sandbox"] == {"kind": "none", "denials": 0, "denied": []}
+    assert rec["sandbox"] == {"kind": "none", "denials": 0, "denied": [], "network": "host"}

@@ -110,3 +110,74 @@ def test_scrub_covers_text_and_sqlite_and_leaves_no_old_page(tmp_path):
         assert con.execute("SELECT sum(n) FROM part").fetchone()[0] == sum(range(200))
     for path in tmp_path.iterdir():
         assert key.encode() not in path.read_bytes(), path
+
+
+def test_scrub_finds_base64_and_url_encoded_forms_at_any_alignment(tmp_path):
+    import base64
+    from urllib.parse import quote
+
+    key = "sk-" + secrets.token_hex(16) + "/+="
+    lines = [f"plain {key}", f"url {quote(key, safe='')}"]
+    for lead in ("", "a", "ab"):
+        lines.append("b64 " + base64.b64encode(f"{lead}Bearer {key}!".encode()).decode())
+        lines.append("b64url " + base64.urlsafe_b64encode(f"{lead}{key}".encode()).decode())
+    (tmp_path / "events.jsonl").write_text("\n".join(lines) + "\n")
+    changed, left = scrub_tree(tmp_path, [key])
+    assert (changed, left) == (1, [])
+    text = (tmp_path / "events.jsonl").read_text()
+    assert text.count(REDACTED) == len(lines)
+    for before, after in zip(lines, text.splitlines()):
+        if before.startswith("b64"):  # what is left could encode at most a few bytes of the key
+            kept = len(after) - len(REDACTED)
+            assert len(before) - kept >= (len(key) - 3) * 4 // 3, (before, after)
+
+
+def test_a_duckdb_store_is_scrubbed_through_duckdb_and_stays_readable(tmp_path):
+    import base64
+    import json as _json
+
+    import duckdb
+
+    key = "sk-" + secrets.token_hex(16)
+    db = tmp_path / "telemetry.duckdb"
+    with duckdb.connect(str(db)) as con:
+        con.execute("CREATE TABLE spans (name VARCHAR, attributes JSON, duration_ns BIGINT)")
+        con.execute("CREATE TABLE logs (body VARCHAR)")
+        rows = [(f"POST /orders {i}", _json.dumps({"http.request.header.authorization": f"Bearer {key}",
+                                                    "i": i}), i) for i in range(500)]
+        con.executemany("INSERT INTO spans VALUES (?, ?, ?)", rows)
+        con.execute("INSERT INTO logs VALUES (?), (?)",
+                    [f"token={key}", "auth " + base64.b64encode(f"user:{key}".encode()).decode()])
+    changed, left = scrub_tree(tmp_path, [key])
+    assert (changed, left) == (1, [])
+    assert key.encode() not in db.read_bytes()
+    with duckdb.connect(str(db), read_only=True) as con:
+        assert con.execute("SELECT count(*), sum(duration_ns) FROM spans").fetchone() == (500, sum(range(500)))
+        attrs = con.execute("SELECT attributes->>'http.request.header.authorization' FROM spans LIMIT 1").fetchone()
+        assert attrs == (f"Bearer {REDACTED}",)
+        bodies = [r[0] for r in con.execute("SELECT body FROM logs ORDER BY body").fetchall()]
+        assert bodies[1] == f"token={REDACTED}" and REDACTED in bodies[0]
+        assert con.execute("SELECT count(*) FROM spans WHERE attributes::VARCHAR LIKE ?",
+                           [f"%{key}%"]).fetchone() == (0,)
+
+
+def test_a_binary_it_cannot_parse_is_named_never_rewritten(tmp_path):
+    key = "sk-" + secrets.token_hex(16)
+    blob = b"\x89PNG\r\n\x1a\n\xff\xfe" + key.encode() + b"\x00\x01"
+    (tmp_path / "shot.png").write_bytes(blob)
+    changed, left = scrub_tree(tmp_path, [key])
+    assert changed == 0 and left == [str(tmp_path / "shot.png")]
+    assert (tmp_path / "shot.png").read_bytes() == blob
+
+
+def test_run_json_is_scrubbed_after_everything_else(tmp_path, monkeypatch):
+    import harness.secrets as mod
+
+    key = "sk-" + secrets.token_hex(16)
+    for name in ("run.json", "a.log", "z.log"):
+        (tmp_path / name).write_text(f"{key}\n")
+    order = []
+    real = mod._scrub_one
+    monkeypatch.setattr(mod, "_scrub_one", lambda path, encoded: (order.append(path.name), real(path, encoded))[1])
+    assert scrub_tree(tmp_path, [key]) == (3, [])
+    assert order == ["a.log", "z.log", "run.json"]

@@ -277,6 +277,43 @@ def test_otlp_json_bad_payloads_and_clean_shutdown(fresh_store: StoreProc):
         assert con.execute("SELECT count(*) FROM spans").fetchone()[0] == 1
 
 
+def _raw_request(url: str, head: str, body: bytes = b"") -> tuple[int, float]:
+    """(status, seconds) of one request sent by hand; the socket stays open, as a hostile client's would."""
+    import socket
+    import time
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=10) as sock:
+        started = time.monotonic()
+        sock.sendall(head.encode() + b"\r\n" + body)
+        answer = sock.recv(4096)  # raises socket.timeout if the store waits for more
+        return int(answer.split(b" ", 2)[1]), time.monotonic() - started
+
+
+def test_bad_lengths_and_bombs_are_refused_at_once(store: StoreProc):
+    import zlib
+
+    post = "POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    status, took = _raw_request(store.url, post + "Content-Length: -1\r\n", b"{}")
+    assert status == 400 and took < 5
+    status, _ = _raw_request(store.url, post + "Content-Length: 1e3\r\n", b"{}")
+    assert status == 400
+    status, _ = _raw_request(store.url, post + f"Content-Length: {64 * 1024 * 1024 + 1}\r\n")
+    assert status == 413
+    status, _ = _raw_request(store.url, post + "Transfer-Encoding: chunked\r\n", b"-5\r\nhello\r\n")
+    assert status == 400
+    zeros = b"\0" * (1 << 20)
+    for wbits, encoding in ((-15, "deflate"), (31, "gzip"), (15, "deflate")):
+        packer = zlib.compressobj(9, zlib.DEFLATED, wbits)
+        bomb = b"".join(packer.compress(zeros) for _ in range(80)) + packer.flush()  # 80 MiB inflated
+        assert len(bomb) < 200_000
+        status, took = _raw_request(store.url, post + f"Content-Encoding: {encoding}\r\n"
+                                    f"Content-Length: {len(bomb)}\r\n", bomb)
+        assert status == 413 and took < 30, (encoding, wbits)
+    assert store.get("/health") == {"status": "ok"}  # still serving
+
+
 def test_a_512_span_batch_is_acknowledged_fast(fresh_store: StoreProc):
     from opentelemetry.sdk.trace.export import SpanExportResult
 

@@ -1,21 +1,27 @@
 """What a grader model may do while ruling a finding: read-only SQL on the run's own
-telemetry store, and reading the mission's own code (never the agent-writable run
-workspace). Nothing else: paths are confined to that code, the store is opened read-only
-with file access off, every answer is capped in size, and every query in time."""
+telemetry store, and reading the run's workspace (the code the agent observed). Nothing
+else: paths are confined to the workspace, no link the agent left there is followed,
+the store is opened read-only with file access off, every answer is capped in size,
+and every query in time."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 import threading
 from pathlib import Path
 from typing import Any
+
+from harness import untrusted
 
 MAX_ROWS = 50
 MAX_CHARS = 12_000
 QUERY_TIMEOUT_S = 20.0
 MAX_GREP_HITS = 100
 MAX_FILES_SCANNED = 2_000
+MAX_READ_BYTES = 4 * 1024 * 1024  # a file the grader reads or greps
 
 SPECS: list[dict[str, Any]] = [
     {"type": "function", "function": {
@@ -98,48 +104,90 @@ class GraderTools:
         return _cap(json.dumps(body, default=str))
 
     # --- the workspace -----------------------------------------------------------------
-    def _inside(self, path: str | None) -> Path | str:
+    # The workspace is the agent's: a link it left (`orders.py -> /srv/secret`) is never
+    # followed, by any tool; paths are checked lexically, then opened without following links.
+    def _relative(self, path: str | None) -> str:
+        """'' for the workspace itself, else a normalised relative path; ValueError if outside."""
         if self.workspace is None:
-            return "error: this run kept no workspace"
-        target = (self.workspace / (path or ".")).resolve()
-        if target != self.workspace and self.workspace not in target.parents:
-            return f"error: {path!r} is outside the workspace"
-        return target
+            raise ValueError("this run kept no workspace")
+        raw = (path or ".").strip()
+        if raw.startswith("/"):
+            absolute = os.path.normpath(raw)
+            if absolute != str(self.workspace) and not absolute.startswith(f"{self.workspace}/"):
+                raise ValueError(f"{path!r} is outside the workspace")
+            raw = os.path.relpath(absolute, self.workspace)
+        norm = os.path.normpath(raw)
+        if norm == ".":
+            return ""
+        if norm == ".." or norm.startswith("../"):
+            raise ValueError(f"{path!r} is outside the workspace")
+        return norm
+
+    def _folder(self, relative: str) -> Path | None:
+        """The folder at `relative` when no component of it is a link; None otherwise."""
+        here = self.workspace
+        for part in Path(relative).parts if relative else ():
+            here = here / part
+            if here.is_symlink() or not here.is_dir():
+                return None
+        return here
 
     def read_file(self, path: str, offset: int | None = None, limit: int | None = None) -> str:
-        target = self._inside(path)
-        if isinstance(target, str):
-            return target
-        if not target.is_file():
-            return f"error: no file {path!r} in the workspace"
         try:
-            lines = target.read_text(encoding="utf-8", errors="replace").splitlines()
-        except OSError as exc:
-            return f"error: {exc.strerror}"
+            relative = self._relative(path)
+            data = untrusted.read_bytes(self.workspace, relative, MAX_READ_BYTES)
+        except ValueError as exc:
+            return f"error: {exc}"
+        except untrusted.Refused as exc:
+            return f"error: {exc}"
+        except OSError:
+            return f"error: no file {path!r} in the workspace"
+        lines = data.decode("utf-8", errors="replace").splitlines()
         start = max(int(offset or 1), 1)
         chosen = lines[start - 1:start - 1 + int(limit)] if limit else lines[start - 1:]
         return _cap("\n".join(f"{n:>5}  {line}" for n, line in enumerate(chosen, start)))
 
     def _files(self, under: Path):
+        """Regular files under `under`, links skipped (rglob does not descend into linked folders)."""
         for n, p in enumerate(sorted(under.rglob("*"))):
             if n >= MAX_FILES_SCANNED:
                 return
-            if p.is_file() and "__pycache__" not in p.parts and not p.name.startswith("."):
+            if p.is_symlink() or "__pycache__" in p.parts or p.name.startswith("."):
+                continue
+            if any(a.is_symlink() for a in p.relative_to(under).parents if str(a) != "."):
+                continue
+            if stat.S_ISREG(p.lstat().st_mode):
                 yield p
 
+    def _target(self, path: str | None) -> tuple[list[Path], str | None]:
+        """(files to search or list, error)."""
+        try:
+            relative = self._relative(path)
+        except ValueError as exc:
+            return [], f"error: {exc}"
+        folder = self._folder(relative)
+        if folder is not None:
+            return list(self._files(folder)), None
+        file = self.workspace / relative
+        parent = self._folder(str(Path(relative).parent) if Path(relative).parent != Path(".") else "")
+        if parent is not None and not file.is_symlink() and file.is_file():
+            return [file], None
+        return [], f"error: no folder {path!r} in the workspace (links are not followed)"
+
     def grep(self, pattern: str, path: str | None = None) -> str:
-        target = self._inside(path)
-        if isinstance(target, str):
-            return target
         try:
             regex = re.compile(pattern)
         except re.error as exc:
             return f"error: bad regular expression: {exc}"
+        files, error = self._target(path)
+        if error:
+            return error
         hits = []
-        for file in self._files(target) if target.is_dir() else [target]:
+        for file in files:
             try:
-                text = file.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError):
+                text = untrusted.read_bytes(self.workspace, str(file.relative_to(self.workspace)),
+                                            MAX_READ_BYTES).decode("utf-8")
+            except (OSError, UnicodeDecodeError, untrusted.Refused):
                 continue
             for n, line in enumerate(text.splitlines(), 1):
                 if regex.search(line):
@@ -149,12 +197,13 @@ class GraderTools:
         return _cap("\n".join(hits)) if hits else "no match"
 
     def list_files(self, path: str | None = None) -> str:
-        target = self._inside(path)
-        if isinstance(target, str):
-            return target
-        if not target.is_dir():
-            return f"error: no folder {path!r} in the workspace"
-        return _cap("\n".join(str(p.relative_to(self.workspace)) for p in self._files(target)) or "(empty)")
+        try:
+            folder = self._folder(self._relative(path))
+        except ValueError as exc:
+            return f"error: {exc}"
+        if folder is None:
+            return f"error: no folder {path!r} in the workspace (links are not followed)"
+        return _cap("\n".join(str(p.relative_to(self.workspace)) for p in self._files(folder)) or "(empty)")
 
     def call(self, name: str, arguments: dict[str, Any]) -> str:
         try:

@@ -71,8 +71,16 @@ class Deduper:
         return []
 
     def end(self) -> list[str]:
-        """The connection ended: held lines that turned out not to repeat are new."""
-        return self._resolve() if self._syncing else []
+        """The connection ended: held lines that turned out not to repeat are new. Held lines
+        that still continue a run of what was written are a tail cut short (the follower
+        ends each connection after poll_s, and a loaded box replays a 300-line tail slowly):
+        they repeat, and the next connection's tail brings them again if they are new."""
+        if not self._syncing:
+            return []
+        if self._cands:
+            self._syncing, self._held, self._cands = False, [], None
+            return []
+        return self._resolve()
 
     def _resolve(self) -> list[str]:
         out = self._held[self._best:]

@@ -24,7 +24,8 @@ from harness.embedded import models as embedded
 from harness.embedded import server as server_build
 from harness.errors import PreflightError
 from harness.stacks.base import GpuCell, Unit
-from harness.stacks.local_process import LocalProcessStack
+from harness.stacks.key_handover import key_fifo
+from harness.stacks.local_process import API_KEY_ENV, LocalProcessStack
 from harness.vot.environment import Environment
 from harness.vot.preset import ResolvedPreset
 
@@ -192,6 +193,10 @@ class LlamaCppStack(LocalProcessStack):
 
     def command(self, env: Environment, preset: ResolvedPreset, port: int) -> list[str]:
         threads = int(env.config.get("threads") or os.cpu_count() or 1)
+        # The preset's VLLM_API_KEY (vLLM's convention, honoured by every local stack): the
+        # server demands it, read from a one-shot FIFO (never argv, never a file on disk).
+        # Port 0 is describe()'s flag listing, which starts nothing: no FIFO then.
+        key = os.environ.get(API_KEY_ENV) if API_KEY_ENV in preset.env and port else None
         return [
             str(llama_server_binary(env)),
             "--model", str(embedded.model_path(self.model(preset))),
@@ -203,6 +208,7 @@ class LlamaCppStack(LocalProcessStack):
             "--log-verbosity", "4",  # trace: system_info, the template's example, prompt-cache decisions
             *SPEED_FLAGS,
             *(flag for pair in self.model(preset).sampling for flag in pair),
+            *(["--api-key-file", str(key_fifo(key))] if key else []),
             *self.translate(preset),
         ]
 

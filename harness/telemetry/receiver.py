@@ -70,6 +70,14 @@ class BadRequest(Exception):
     """A request the store refuses with HTTP 400 and this message."""
 
 
+class BodyRefused(BadRequest):
+    """A body not read at all, or not inflated past the limit (400 or 413); the connection closes."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 class ShuttingDown(Exception):
     """The store stopped taking telemetry (HTTP 503)."""
 
@@ -552,17 +560,18 @@ def _inflate(body: bytes, encoding: str) -> bytes:
         return body
     if encoding not in ("gzip", "deflate", "x-gzip"):
         raise BadRequest(f"unsupported Content-Encoding {encoding!r}")
-    # wbits 47: accept gzip or zlib headers; max_length guards against a zip bomb.
-    inflater = zlib.decompressobj(wbits=47)
-    try:
-        out = inflater.decompress(body, MAX_BODY + 1)
-    except zlib.error:
+    # wbits 47: gzip or zlib headers; -15: raw deflate, as some clients send. max_length
+    # bounds either one: a zip bomb stops at MAX_BODY + 1 bytes and is refused.
+    for wbits in (47, -15):
         try:
-            out = zlib.decompress(body, wbits=-15)  # raw deflate, as some clients send
+            out = zlib.decompressobj(wbits=wbits).decompress(body, MAX_BODY + 1)
+            break
         except zlib.error as exc:
-            raise BadRequest(f"cannot decompress {encoding} body: {exc}") from exc
+            error = exc
+    else:
+        raise BadRequest(f"cannot decompress {encoding} body: {error}")
     if len(out) > MAX_BODY:
-        raise BadRequest("body too large")
+        raise BodyRefused(413, f"body over {MAX_BODY} bytes once decompressed")
     return out
 
 
@@ -604,24 +613,34 @@ class Handler(BaseHTTPRequestHandler):
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
             body = self._read_chunked()
         else:
-            length = int(self.headers.get("Content-Length") or 0)
+            text = (self.headers.get("Content-Length") or "0").strip()
+            # A negative length would make rfile.read() wait for the client to close.
+            if not text.isdigit():
+                raise BodyRefused(400, f"Content-Length {text!r} is not a non-negative integer")
+            length = int(text)
             if length > MAX_BODY:
-                raise BadRequest("body too large")
+                raise BodyRefused(413, f"Content-Length {length} is over {MAX_BODY} bytes")
             body = self.rfile.read(length)
         return _inflate(body, self.headers.get("Content-Encoding", ""))
 
     def _read_chunked(self) -> bytes:
         parts, total = [], 0
         while True:
-            size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+            field = self.rfile.readline(64).split(b";")[0].strip() or b"0"
+            try:
+                size = int(field, 16)
+            except ValueError:
+                size = -1
+            if size < 0 or field.startswith((b"-", b"+")):
+                raise BodyRefused(400, f"bad chunk size {field[:20]!r}")
             if size == 0:
-                self.rfile.readline()
+                self.rfile.readline(64)
                 return b"".join(parts)
             total += size
             if total > MAX_BODY:
-                raise BadRequest("body too large")
+                raise BodyRefused(413, f"chunked body over {MAX_BODY} bytes")
             parts.append(self.rfile.read(size))
-            self.rfile.readline()
+            self.rfile.readline(64)
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
         path = self.path.split("?", 1)[0]
@@ -653,7 +672,9 @@ class Handler(BaseHTTPRequestHandler):
         except BadRequest as exc:
             if path in SIGNALS or path == "/v1/profiles":
                 self.store.reject()
-            self._send_json(400, {"error": str(exc)})
+            if isinstance(exc, BodyRefused):
+                self.close_connection = True  # the rest of that body must not be read as a request
+            self._send_json(getattr(exc, "status", 400), {"error": str(exc)})
         except ShuttingDown as exc:
             self._send_json(503, {"error": str(exc)})
         except Exception as exc:  # a bug of ours: answer, count, and keep serving

@@ -17,6 +17,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from stack import start_stack  # noqa: E402  (a sibling file, not a package)
 
+from harness.mission_services import service_env  # noqa: E402
+
 STORE_START_TIMEOUT_S = 30
 INGEST_TOKEN_ENV = "TELEMETRY_INGEST_TOKEN"  # harness.telemetry.receiver reads it
 
@@ -57,7 +59,7 @@ def _stop(proc: subprocess.Popen, grace_s: float = 20) -> None:
 
 def start_store(db: Path, log: Path, ingest_token: str | None = None) -> tuple[subprocess.Popen, str, str]:
     """(process, ingest URL, query-only URL). The token travels in the store's environment, never argv."""
-    env = {k: v for k, v in os.environ.items() if k != INGEST_TOKEN_ENV}
+    env = service_env()  # no cloud credential or key of the launch's reaches the store
     if ingest_token:
         env[INGEST_TOKEN_ENV] = ingest_token
     proc = subprocess.Popen(

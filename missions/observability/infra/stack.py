@@ -22,6 +22,8 @@ from pathlib import Path
 
 import httpx
 
+from harness.mission_services import service_env
+
 MISSION = Path(__file__).resolve().parents[1]
 SRC = MISSION / "workspace" / "src"
 MODEL_SERVER = MISSION / "infra" / "model_server.py"
@@ -132,7 +134,7 @@ def start_stack(store_url: str, workdir: str | os.PathLike, python: str = sys.ex
         "store": store_url.rstrip("/"),
     }
     stack = Stack(urls=urls, workdir=workdir)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env = service_env()  # the launch's credentials and keys stay out of what the agent drives
     env.update(
         {
             "PYTHONPATH": str(SRC),

@@ -1,0 +1,82 @@
+"""Inside the agent's network namespace: listen on 127.0.0.1:PORT for each allowed port,
+forward each connection to the Unix socket DIR/PORT.sock (the host side connects it to
+the host's 127.0.0.1:PORT), then exec the command.
+
+    python -I sandbox_forward.py DIR PORT[,PORT...] -- COMMAND...
+
+Standard library only, run by file path with -I: inside the sandbox the interpreter's
+site-packages may point at a checkout the sandbox does not show. The listeners are bound
+before the command starts; the forwarding runs in a forked child that dies with the
+sandbox's PID namespace when the command exits.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+
+CHUNK = 65536  # forwarded as soon as read: a streamed (SSE) answer is never held back
+
+
+def _pump(src: socket.socket, dst: socket.socket) -> None:
+    try:
+        while data := src.recv(CHUNK):
+            dst.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for sock, how in ((dst, socket.SHUT_WR), (src, socket.SHUT_RD)):
+            try:
+                sock.shutdown(how)
+            except OSError:
+                pass
+
+
+def _serve(conn: socket.socket, path: str) -> None:
+    upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        upstream.connect(path)
+    except OSError:
+        conn.close()
+        upstream.close()
+        return
+    back = threading.Thread(target=_pump, args=(upstream, conn), daemon=True)
+    back.start()
+    _pump(conn, upstream)
+    back.join()
+    conn.close()
+    upstream.close()
+
+
+def _accept(listener: socket.socket, path: str) -> None:
+    while True:
+        conn, _ = listener.accept()
+        threading.Thread(target=_serve, args=(conn, path), daemon=True).start()
+
+
+def main(argv: list[str]) -> None:
+    folder, ports, sep, *command = argv
+    if sep != "--" or not command:
+        raise SystemExit("usage: sandbox_forward.py DIR PORT[,PORT...] -- COMMAND...")
+    listeners = []
+    for port in (int(p) for p in ports.split(",") if p):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", port))
+        sock.listen(64)
+        listeners.append((sock, os.path.join(folder, f"{port}.sock")))
+    if os.fork() == 0:  # the forwarder; the command keeps this PID (its exit status is the sandbox's)
+        os.setsid()
+        threads = [threading.Thread(target=_accept, args=pair, daemon=True) for pair in listeners]
+        for t in threads:
+            t.start()
+        threading.Event().wait()
+    for sock, _ in listeners:
+        sock.close()
+    os.execvp(command[0], command)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

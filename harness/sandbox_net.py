@@ -1,0 +1,144 @@
+"""The agent's network: a namespace of its own (bwrap --unshare-net) with only loopback
+and no route, where the allowed host ports are forwarded and nothing else exists.
+
+Host side (`Bridge`, in the launch process): one Unix socket per allowed port in a
+private folder, each connection forwarded to the host's 127.0.0.1:PORT. Sandbox side
+(`sandbox_forward.py`, started by `wrap()` ahead of opencode): 127.0.0.1:PORT listeners
+that forward to those sockets. So from inside, the served endpoint, the telemetry query
+port and the mission stack's ports answer at their usual URLs; any other host port is
+refused (nothing listens there), and the internet and 169.254.169.254 are unreachable
+(no route out of the namespace).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import shutil
+import socket
+import tempfile
+import threading
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+# Where the bridge's sockets appear inside the sandbox.
+INSIDE_DIR = "/run/llms-benchmark-net"
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost")
+
+
+def loopback_ports(values: Iterable[str]) -> list[int]:
+    """The ports of every http(s) URL on loopback among `values` (the unit's base URL, the
+    agent's environment: the mission's services announce themselves there)."""
+    ports: set[int] = set()
+    for value in values:
+        for word in str(value).split():
+            if not word.startswith(("http://", "https://")):
+                continue
+            try:
+                url = urlsplit(word)
+                port = url.port
+            except ValueError:
+                continue
+            if url.hostname in LOOPBACK_HOSTS and port:
+                ports.add(port)
+    return sorted(ports)
+
+
+def is_loopback_url(url: str) -> bool:
+    try:
+        return urlsplit(url).hostname in LOOPBACK_HOSTS
+    except ValueError:
+        return False
+
+
+class Bridge:
+    """Unix sockets in `folder`, one per port, forwarded to the host's 127.0.0.1:port."""
+
+    def __init__(self, ports: list[int]) -> None:
+        self.ports = list(ports)
+        self.folder = Path(tempfile.mkdtemp(prefix="llms-net-"))
+        self.connections: Counter[int] = Counter()  # per port, for the record and the tests
+        self._listeners: list[socket.socket] = []
+        for port in self.ports:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.bind(str(self.folder / f"{port}.sock"))
+            sock.listen(64)
+            self._listeners.append(sock)
+            threading.Thread(target=self._accept, args=(sock, port), name=f"net-bridge-{port}", daemon=True).start()
+
+    def _accept(self, listener: socket.socket, port: int) -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return  # closed
+            self.connections[port] += 1
+            threading.Thread(target=self._serve, args=(conn, port), daemon=True).start()
+
+    @staticmethod
+    def _serve(conn: socket.socket, port: int) -> None:
+        try:
+            upstream = socket.create_connection(("127.0.0.1", port), timeout=10)
+        except OSError:
+            conn.close()
+            return
+        upstream.settimeout(None)
+        back = threading.Thread(target=_pump, args=(upstream, conn), daemon=True)
+        back.start()
+        _pump(conn, upstream)
+        back.join()
+        conn.close()
+        upstream.close()
+
+    def close(self) -> None:
+        for sock in self._listeners:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _pump(src: socket.socket, dst: socket.socket) -> None:
+    try:
+        while data := src.recv(65536):
+            dst.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for sock, how in ((dst, socket.SHUT_WR), (src, socket.SHUT_RD)):
+            with contextlib.suppress(OSError):
+                sock.shutdown(how)
+
+
+@dataclass
+class PortsOnly:
+    """macOS: no namespace to forward into; the sandbox profile allows these loopback ports only."""
+
+    ports: list[int]
+
+
+@contextlib.contextmanager
+def bridge(kind: str | None, ports: list[int]) -> Iterator[Bridge | PortsOnly | None]:
+    """For one sandboxed opencode run: a Bridge (bwrap), the allowed ports (sandbox-exec),
+    or None (the host's network)."""
+    if kind == "sandbox-exec":
+        yield PortsOnly(ports)
+        return
+    if kind != "bwrap":
+        yield None
+        return
+    b = Bridge(ports)
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+def forward_argv(b: Bridge) -> list[str]:
+    """What runs inside the sandbox ahead of the command: the forwarder, by file path."""
+    script = Path(__file__).with_name("sandbox_forward.py").resolve()
+    return [os.path.realpath(sys.executable), "-I", str(script), INSIDE_DIR, ",".join(map(str, b.ports)), "--"]
