@@ -91,8 +91,9 @@ def well_formed(calls: dict[int, dict], tools: dict[str, dict], expected: str) -
     return name == expected, name
 
 
-def ask(base_url: str, request: dict, served: str, text: str) -> dict:
+def ask(base_url: str, request: dict, served: str, text: str, temperature: float | None = None) -> dict:
     body = {**request, "model": served, "stream": True, "max_tokens": 512,
+            **({"temperature": temperature} if temperature is not None else {}),
             "messages": [m for m in request["messages"] if m["role"] == "system"] + [{"role": "user", "content": text}]}
     body.pop("stream_options", None)
     calls: dict[int, dict] = {}
@@ -116,7 +117,11 @@ def ask(base_url: str, request: dict, served: str, text: str) -> dict:
     return {"calls": calls, "content": content, "timings": timings, "finish": finish}
 
 
-def bench_preset(name: str, request: dict, asks: int, tmp: Path) -> dict:
+SMOKE_ASK = ("run the shell command date and reply with its output", "bash")
+
+
+def bench_preset(name: str, request: dict, asks: int, tmp: Path, temperatures: list[float | None],
+                 smoke_repeats: int) -> dict:
     env = load_environment(ROOT, "cpu")
     preset = load_preset(ROOT, name).resolve(env.stack)
     stack = LlamaCppStack(tmp)
@@ -130,13 +135,14 @@ def bench_preset(name: str, request: dict, asks: int, tmp: Path) -> dict:
         wait_ready(unit, stack.ready_timeout_s, collector)
         collector.drain()
         serving = stack.describe(unit, env, preset, (tmp / f"{name}.log").read_text())
-        for text, expected in ASKS[:asks]:
+        plan = [(t, a) for t in temperatures for a in [*ASKS[:asks], *[SMOKE_ASK] * smoke_repeats]]
+        for temperature, (text, expected) in plan:
             t0 = time.monotonic()
-            out = ask(unit.base_url, request, unit.served_name, text)
+            out = ask(unit.base_url, request, unit.served_name, text, temperature)
             good, what = well_formed(out["calls"], tools, expected)
             ok += good
             t = out["timings"]
-            rows.append({"ask": text, "expected": expected, "ok": good, "got": what, "finish": out["finish"],
+            rows.append({"temperature": temperature, "ask": text, "expected": expected, "ok": good, "got": what, "finish": out["finish"],
                          "wall_s": round(time.monotonic() - t0, 1), "prompt_n": t.get("prompt_n"),
                          "cached_n": t.get("cache_n"), "prefill_tps": t.get("prompt_per_second"),
                          "decode_tps": t.get("predicted_per_second"), "text": out["content"][:200]})
@@ -153,17 +159,26 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--presets", nargs="+", default=["cpu-qwen2-5-coder-1-5b"])
     ap.add_argument("--asks", type=int, default=len(ASKS))
+    ap.add_argument("--temperatures", type=float, nargs="*", default=[],
+                    help="sampling temperatures to compare (default: the server's own)")
+    ap.add_argument("--smoke-repeats", type=int, default=0, help="extra asks of the smoke's own prompt")
+    ap.add_argument("--disabled-tools", nargs="*", default=[], help="tools left out of the request, as a mission may")
     ap.add_argument("--out", type=Path, default=ROOT / "bench-results" / "embedded_toolcalls.json")
     args = ap.parse_args()
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="toolcalls-") as tmp:
         request = capture_request(Path(tmp))
-        results = [bench_preset(p, request, args.asks, Path(tmp) / p) for p in args.presets]
+        request["tools"] = [t for t in request["tools"] if t["function"]["name"] not in args.disabled_tools]
+        results = [bench_preset(p, request, args.asks, Path(tmp) / p, args.temperatures or [None],
+                                args.smoke_repeats) for p in args.presets]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2))
     for r in results:
-        print(f"{r['preset']}: {r['ok']}/{r['asks']} well-formed streamed tool calls of the expected tool")
+        for t in sorted({row["temperature"] for row in r["rows"]}, key=str):
+            rows = [row for row in r["rows"] if row["temperature"] == t]
+            print(f"{r['preset']} temperature {t if t is not None else 'server default'}: "
+                  f"{sum(row['ok'] for row in rows)}/{len(rows)} well-formed streamed tool calls of the expected tool")
 
 
 if __name__ == "__main__":

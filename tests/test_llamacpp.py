@@ -152,3 +152,28 @@ def test_a_key_fifo_nobody_reads_is_removed_after_its_timeout(tmp_path):
     assert once.read_text() == "sk-read-once-0000\n"
     time.sleep(0.3)
     assert not once.parent.exists()
+
+
+def test_a_presets_sampling_defaults_are_translated_after_the_models_own(tmp_path):
+    preset = _resolved(tmp_path, {"--override-generation-config": "'{\"temperature\": 0.2, \"top_k\": 10}'"})
+    stack = LlamaCppStack(tmp_path)
+    argv = stack.translate(preset)
+    assert argv[argv.index("--temp") + 1] == "0.2" and argv[argv.index("--top-k") + 1] == "10"
+    env = load_environment(ROOT, "cpu")
+    command = stack.command(env, preset, 1234)
+    # llama-server keeps the last value of a repeated flag: the preset's come after the model's
+    temps = [command[i + 1] for i, a in enumerate(command) if a == "--temp"]
+    assert temps[-1] == "0.2"
+
+
+@pytest.mark.parametrize("value, message", [
+    ("'{\"temperature\": '", "not JSON"),
+    ("'[0.2]'", "JSON object"),
+    ("'{\"seed\": 3}'", "'seed'"),
+    ("'{\"temperature\": \"hot\"}'", "must be a number"),
+])
+def test_bad_sampling_defaults_are_refused_by_name(tmp_path, value, message):
+    preset = _resolved(tmp_path, {"--override-generation-config": value})
+    with pytest.raises(PreflightError, match=message) as exc:
+        LlamaCppStack(tmp_path).translate(preset)
+    assert exc.value.field == "vllm_args.--override-generation-config"

@@ -14,6 +14,7 @@ template the model's catalogue entry names; the run record keeps its name and sh
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 from pathlib import Path
@@ -36,7 +37,11 @@ HERMES_PARSERS = {"hermes"}
 # tuning): accepted and noted, so a vLLM preset's tuning does not block the CPU serve.
 IGNORED_FLAGS = {"--gpu-memory-utilization", "--max-num-seqs", "--max-num-batched-tokens",
                  "--enable-prefix-caching", "--enable-prompt-tokens-details"}
-TRANSLATED = {"--max-model-len", "--enable-auto-tool-choice", "--tool-call-parser"}
+TRANSLATED = {"--max-model-len", "--enable-auto-tool-choice", "--tool-call-parser", "--override-generation-config"}
+# vLLM's --override-generation-config keys (the sampling defaults a request does not set)
+# and llama-server's flag for each.
+SAMPLING_FLAGS = {"temperature": "--temp", "top_p": "--top-p", "top_k": "--top-k", "min_p": "--min-p",
+                  "repetition_penalty": "--repeat-penalty"}
 # CPU serving, measured on 2 cores with llama-bench (bench/embedded_speed.py, Qwen2.5-Coder-1.5B
 # Q4_K_M, 1024 tokens after 4096): flash attention off and an f16 KV cache prefill 54 tok/s and
 # decode 22.6; flash attention on 48 / 13.0; on with a q8_0 KV cache 25.6 / 18.3. On this CPU
@@ -132,6 +137,8 @@ class LlamaCppStack(LocalProcessStack):
                 # Extended rope (YaRN), as the model cards describe, so a context beyond the
                 # model's own fits at all.
                 out += ["--rope-scaling", "yarn", "--rope-scale", f"{ctx / native:g}", "--yarn-orig-ctx", str(native)]
+        if "--override-generation-config" in args:
+            out += self._sampling(preset, args["--override-generation-config"])
         if args.get("--enable-auto-tool-choice"):
             parser = args.get("--tool-call-parser")
             if parser not in HERMES_PARSERS:
@@ -144,6 +151,30 @@ class LlamaCppStack(LocalProcessStack):
             template = self.model(preset).template_path()
             if template is not None:
                 out += ["--chat-template-file", str(template)]
+        return out
+
+    @staticmethod
+    def _sampling(preset: ResolvedPreset, value) -> list[str]:
+        """vLLM's JSON sampling defaults → llama-server flags (after the model's own, so they win)."""
+        field = "vllm_args.--override-generation-config"
+        try:
+            config = json.loads(value) if isinstance(value, str) else value
+        except ValueError as exc:
+            raise PreflightError(f"--override-generation-config is not JSON: {exc}", file=preset.path, field=field,
+                                 fix="write it as a JSON object, e.g. '{\"temperature\": 0.2}'") from exc
+        if not isinstance(config, dict):
+            raise PreflightError("--override-generation-config must be a JSON object", file=preset.path,
+                                 field=field, fix="write it as a JSON object, e.g. '{\"temperature\": 0.2}'")
+        unknown = sorted(set(config) - set(SAMPLING_FLAGS))
+        if unknown:
+            raise PreflightError(f"--override-generation-config key {unknown[0]!r} has no llama.cpp meaning here",
+                                 file=preset.path, field=field, fix=f"use only {', '.join(SAMPLING_FLAGS)}")
+        out: list[str] = []
+        for key, number in config.items():
+            if isinstance(number, bool) or not isinstance(number, int | float):
+                raise PreflightError(f"--override-generation-config {key} must be a number", file=preset.path,
+                                     field=field, fix=f"e.g. {{\"{key}\": 0.2}}")
+            out += [SAMPLING_FLAGS[key], f"{number:g}"]
         return out
 
     def preflight(self, env: Environment, preset: ResolvedPreset) -> GpuCell:
