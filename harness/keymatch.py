@@ -269,10 +269,10 @@ def _run_files(run_dir: Path) -> tuple[str, Path, Path]:
     if record.exists():
         rec = RunRecord.load(record)
         run_id = rec.run_id
-        if rec.artifacts.agent_output and Path(rec.artifacts.agent_output).exists():
-            report = Path(rec.artifacts.agent_output)
-        if rec.artifacts.telemetry and Path(rec.artifacts.telemetry).exists():
-            store = Path(rec.artifacts.telemetry)
+        if (path := rec.artifacts.path(run_dir, "agent_output")) and path.exists():
+            report = path
+        if (path := rec.artifacts.path(run_dir, "telemetry")) and path.exists():
+            store = path
     return run_id, report, store
 
 

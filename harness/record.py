@@ -129,6 +129,25 @@ class Artifacts(BaseModel):
     serving_timeline: str | None = None  # /metrics readings of the run window (serving-timeline.jsonl)
     serving_table: str | None = None  # per model call: store tokens joined with the server's figures
 
+    def relative_to(self, run_dir: Path) -> Artifacts:
+        """Files inside the run folder named relative to it: run records are committed, and
+        a clone elsewhere must find them (absolute paths of older records still load)."""
+        base = run_dir.resolve()
+        out = {}
+        for name, value in self.model_dump().items():
+            if value and Path(value).is_absolute():
+                try:
+                    value = str(Path(value).resolve().relative_to(base))
+                except ValueError:
+                    pass  # outside the run folder: kept as it is
+            out[name] = value
+        return Artifacts(**out)
+
+    def path(self, run_dir: Path, name: str) -> Path | None:
+        """Artifact `name` as a path, relative ones resolved against the run folder."""
+        value = getattr(self, name)
+        return run_dir / value if value else None
+
 
 class RunRecord(BaseModel):
     run_id: str
@@ -167,8 +186,14 @@ class RunRecord(BaseModel):
     artifacts: Artifacts = Field(default_factory=Artifacts)
 
     def save(self, run_dir: Path) -> Path:
-        """Written atomically (temp file + rename): a crash mid-write keeps the last version."""
-        return write_atomic(run_dir / "run.json", self.model_dump_json(indent=2))
+        """Written atomically (temp file + rename): a crash mid-write keeps the last version.
+        What names a file of the run names it relative to the run folder (the record is committed)."""
+        prefix = f"{run_dir.resolve()}/"
+        stored = self.model_copy(update={
+            "artifacts": self.artifacts.relative_to(run_dir),
+            "reason": self.reason.replace(prefix, "") if self.reason else self.reason,
+        })
+        return write_atomic(run_dir / "run.json", stored.model_dump_json(indent=2))
 
     @classmethod
     def load(cls, path: Path) -> RunRecord:

@@ -149,3 +149,24 @@ def test_the_fenced_template_is_the_models_own_but_for_the_call_format():
             .replace("\n```json\n", "\n<tool_call>\n").replace("}\n```<|im_end|>", "}\n</tool_call><|im_end|>"))
     assert back == theirs
     assert json.loads(theirs.split("<tool_call>\n")[-1].split("\n</tool_call>")[0])["name"] == "bash"
+
+
+def test_a_saved_record_names_its_files_relative_to_its_folder(tmp_path):
+    """Run records are committed: a clone elsewhere must find the files (older absolute ones still load)."""
+    from harness.record import Artifacts, RowKey, RunRecord, Timestamps, utcnow
+
+    run_dir = tmp_path / "runs" / "r1"
+    run_dir.mkdir(parents=True)
+    rec = RunRecord(run_id="r1", key=RowKey(preset="p", effort="e", effort_requested="e", gpu="g"),
+                    environment="cpu", stack="local-llamacpp", mission="hello", times=Timestamps(launch=utcnow()),
+                    reason=f"{run_dir}/smoke/events.jsonl: the smoke failed",
+                    artifacts=Artifacts(agent_output=str(run_dir / "report.md"), unit_log="/elsewhere/unit.log"))
+    rec.save(run_dir)
+    stored = json.loads((run_dir / "run.json").read_text())
+    assert stored["artifacts"]["agent_output"] == "report.md"
+    assert stored["artifacts"]["unit_log"] == "/elsewhere/unit.log"  # outside the run folder: as it was
+    assert stored["reason"] == "smoke/events.jsonl: the smoke failed"
+    assert rec.artifacts.agent_output == str(run_dir / "report.md")  # the live record is unchanged
+    loaded = RunRecord.load(run_dir / "run.json")
+    assert loaded.artifacts.path(run_dir, "agent_output") == run_dir / "report.md"
+    assert loaded.artifacts.path(run_dir, "unit_log") == Path("/elsewhere/unit.log")

@@ -19,7 +19,7 @@ SMALL_PROBE = ["--probe-long-tokens", "2000"]
 def check_join_against_served(run_dir, rec: dict, trajectory: str) -> list[dict]:
     served = Project.served(run_dir, trajectory)
     table = [json.loads(line) for line in (run_dir / "serving.jsonl").read_text().splitlines()]
-    assert rec["artifacts"]["serving_table"] == str(run_dir / "serving.jsonl")
+    assert rec["artifacts"]["serving_table"] == "serving.jsonl"
     assert len(table) == len(served) == rec["session"]["turns"], (table, served)
     for row, s in zip(table, served):
         usage = s["usage"]

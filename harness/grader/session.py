@@ -174,5 +174,5 @@ def workspace_and_store(run_dir: Path, record, root: Path | None = None) -> tupl
     the agent could write there, and the accused code must be the code that ran."""
     root = Path(root) if root is not None else Path(run_dir).resolve().parents[2]  # <root>/.llms-benchmark/runs/<id>
     ws = root / "missions" / record.mission / "workspace"
-    store = Path(record.artifacts.telemetry) if record.artifacts.telemetry else run_dir / "telemetry.duckdb"
+    store = record.artifacts.path(Path(run_dir), "telemetry") or Path(run_dir) / "telemetry.duckdb"
     return (ws if ws.is_dir() else None), (store if store.is_file() else None)
