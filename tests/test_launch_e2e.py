@@ -24,7 +24,7 @@ import yaml
 
 from conftest import TEST_TRAJECTORIES, Project, describe, marker_processes_under, stop
 
-MISSION_PROMPT_MATCH = "Run each Python file in the current directory"
+MISSION_PROMPT_MATCH = "This directory holds two Python scripts"
 SMALL_PROBE = ["--probe-long-tokens", "2000"]  # the long probe is not what these tests are about
 
 
