@@ -18,7 +18,7 @@ from rich.markup import escape
 from rich.console import Console
 from rich.table import Table
 
-from harness.errors import StackError, UserError
+from harness.errors import Interrupted, StackError, UserError
 from harness.mission import DEFAULT_MISSION
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -64,6 +64,9 @@ def user_errors(fn):
         except StackError as exc:  # the unit failed to start or answer (already destroyed)
             err.print(f"[bold red]unit failure:[/bold red] {escape(str(exc))}", highlight=False)
             raise typer.Exit(3) from None
+        except Interrupted as exc:  # SIGINT/SIGTERM: whatever was served is destroyed by now
+            err.print(f"[bold red]{escape(str(exc))}[/bold red]", highlight=False)
+            raise typer.Exit(128 + exc.signum) from None
 
     return wrapper
 
@@ -115,37 +118,29 @@ def preflight(environment: str, preset: str,
 @user_errors
 def serve(environment: str, preset: str, as_json: JsonOpt = False) -> None:
     """Serve one unit by hand (it bills until `destroy`)."""
-    from harness.launch import destroy_leftovers, plan_unit, refuse_if_served, start_unit
     from harness.preflight import run_preflight
-    from harness.probe import unit_api_key
-    from harness.stacks.ledger import Ledger
-    from harness.unitlog import UnitLogCollector, wait_ready
+    from harness.units import UnitLife, claim, destroy_leftovers, lifetime
 
     root = project_root()
     destroy_leftovers(root, say)
     pf = run_preflight(root, environment, preset, None, need_opencode=False)
-    refuse_if_served(root, pf.env.name, f"vot-{pf.preset.name}")
-    ledger = Ledger(root)
-    unit = plan_unit(pf, ledger, owner=False)
-    collector = UnitLogCollector(pf.stack, unit, Path(os.devnull))
+    claim(root, pf)
+    life = UnitLife(root, say, log_path=Path(os.devnull), owner=False)
     try:
-        unit = start_unit(pf, unit, ledger)
-        collector.start()
-        say(f"serving {unit.name} at {unit.base_url}; waiting until it answers")
-        limit, started = pf.stack.ready_timeout_s, time.monotonic()
-        with err.status(f"waiting for {unit.name} (up to {limit / 60:.0f} min)") as status:
-            wait_ready(unit, limit, collector, api_key=unit_api_key(pf.stack, unit),
-                       on_wait=lambda: status.update(f"waiting for {unit.name} to list {unit.served_name}: "
-                                                     f"{time.monotonic() - started:.0f}s of {limit:.0f}s"))
+        with lifetime(life, keep=True):  # destroyed only when it never became ready
+            unit = life.serve(pf)
+            say(f"serving {unit.name} at {unit.base_url}; waiting until it answers")
+            limit, started = pf.stack.ready_timeout_s, time.monotonic()
+            with err.status(f"waiting for {unit.name} (up to {limit / 60:.0f} min)") as status:
+                life.wait_ready(on_wait=lambda: status.update(
+                    f"waiting for {unit.name} to list {unit.served_name}: {time.monotonic() - started:.0f}s of {limit:.0f}s"))
     except BaseException:
-        collector.stop()
-        pf.stack.destroy(unit)
-        ledger.remove(unit)
-        say(f"{unit.name} destroyed; the last lines of its log ({unit.log_path}):")
-        tail = Path(unit.log_path).read_text(errors="replace").splitlines()[-20:] if unit.log_path else []
-        err.print("\n".join(tail), highlight=False, markup=False)
+        if life.unit is not None and life.destroy_error is None:
+            unit = life.unit
+            say(f"{unit.name} destroyed; the last lines of its log ({unit.log_path}):")
+            tail = Path(unit.log_path).read_text(errors="replace").splitlines()[-20:] if unit.log_path else []
+            err.print("\n".join(tail), highlight=False, markup=False)
         raise
-    collector.stop()
     data = {"unit": unit.name, "base_url": unit.base_url, "served_name": unit.served_name, "log": unit.log_path}
     table = Table("unit", "base URL", "served name", "log", title="ready — billing until destroyed")
     table.add_row(unit.name, unit.base_url, unit.served_name, unit.log_path or "")
@@ -157,7 +152,7 @@ def serve(environment: str, preset: str, as_json: JsonOpt = False) -> None:
 @user_errors
 def destroy(environment: str, preset: str) -> None:
     """Destroy unit vot-<preset> on an environment (a missing unit is reported, not an error)."""
-    from harness.launch import destroy_unit
+    from harness.units import destroy_unit
     from harness.stacks.ledger import Ledger
     from harness.stacks.registry import get_stack
     from harness.vot.environment import load_environment
@@ -572,8 +567,6 @@ def load(
             raise UserError("a load run needs confirmation", field="--yes",
                             fix="run it at a terminal to answer, or pass --yes")
         return typer.confirm("Put this load on the server?", default=False, err=True)
-
-    from harness.launch import Interrupted
 
     with RichReporter(err) as reporter:
         try:

@@ -60,3 +60,14 @@ class FatalUnitLog(StackError):
     def __init__(self, line: str) -> None:
         self.line = line
         super().__init__(f"fatal line in the unit log: {line.strip()}")
+
+
+class Interrupted(BaseException):
+    """SIGINT/SIGTERM while a unit lives: unwinds to the `finally` that destroys
+    (`harness.units` routes the signals here)."""
+
+    def __init__(self, signum: int) -> None:
+        import signal
+
+        self.signum = signum
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")

@@ -19,7 +19,6 @@ import threading
 from harness.errors import UserError
 
 VAR = "LLMS_BENCHMARK_FAILPOINT"
-STAGES = ("preflight", "serve", "wait-ready", "probe", "configure", "smoke", "run", "collect", "destroy")
 ACTIONS = {"raise": None, "sigint": signal.SIGINT, "sigterm": signal.SIGTERM, "sigkill": signal.SIGKILL}
 _SPEC = re.compile(r"^(?P<stage>[a-z-]+):(?P<action>[a-z]+)(?:@(?P<delay>\d+(?:\.\d+)?))?$")
 
@@ -28,27 +27,32 @@ class FailpointHit(RuntimeError):
     """The injected fault: a harness fault like any other."""
 
 
-def parse(value: str | None) -> tuple[str, str, float] | None:
+def parse(value: str | None, stages: tuple[str, ...]) -> tuple[str, str, float] | None:
     if not value:
         return None
     m = _SPEC.match(value.strip())
-    if not m or m["stage"] not in STAGES or m["action"] not in ACTIONS:
+    if not m or m["stage"] not in stages or m["action"] not in ACTIONS:
         raise UserError(f"{VAR}={value!r} is not <stage>:<action>[@seconds]", field=VAR,
-                        fix=f"stage one of {', '.join(STAGES)}; action one of {', '.join(ACTIONS)}")
+                        fix=f"stage one of {', '.join(stages)}; action one of {', '.join(ACTIONS)}")
     return m["stage"], m["action"], float(m["delay"] or 0)
 
 
-def check() -> None:
-    parse(os.environ.get(VAR))
+def check(stages: tuple[str, ...]) -> None:
+    """Refuse a malformed value; `stages` is the launch's own list (`harness.launch.FAILPOINT_STAGES`)."""
+    parse(os.environ.get(VAR), stages)
 
 
 _fired: set[str] = set()
 
 
 def hit(stage: str) -> None:
-    """Fire once per process: a retried stage (destroy) meets the fault only the first time."""
-    spec = parse(os.environ.get(VAR))
-    if spec is None or spec[0] != stage or stage in _fired:
+    """Fire once per process: a retried stage (destroy) meets the fault only the first time.
+    A value `check` would refuse never fires (the launch checks it before serving anything)."""
+    try:
+        spec = parse(os.environ.get(VAR), (stage,))
+    except UserError:
+        return  # another stage's failpoint, or a malformed one
+    if spec is None or stage in _fired:
         return
     _fired.add(stage)
     _, action, delay = spec

@@ -162,6 +162,7 @@ class RunRecord(BaseModel):
     stopped_at: str | None = None  # the stage that ended a non-ok launch
     times: Timestamps
     gpu_hours: float | None = None
+    gpus: int | None = None  # GPUs billed while the unit lived (GPU-hours = its hours x this)
     unit: str | None = None
     served_name: str | None = None
     model: str | None = None

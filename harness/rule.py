@@ -17,7 +17,7 @@ from pathlib import Path
 
 from harness.errors import UserError
 from harness.keymatch import draft_rulings
-from harness.launch import runs_dir
+from harness.paths import RUN_RECORD, ProjectPaths
 from harness.record import RunRecord
 from harness.report import parse_report_file
 from harness.rulings import HELD_UP, NOT_HELD_UP, Recall, RuledFinding, Rulings, load_rulings, save_rulings
@@ -30,22 +30,23 @@ EDITABLE = ("verdict", "reason", "kind", "defects", "restates", "counts")
 
 
 def rulings_path(root: Path, run_id: str) -> Path:
-    return root / "rulings" / f"{run_id}.yaml"
+    return ProjectPaths(root).rulings_file(run_id)
 
 
 def _check_run_id(root: Path, run_id: str) -> None:
     """A run id is a folder name under .llms-benchmark/runs/, never a path that leads elsewhere."""
     if run_id in ("", ".", "..") or "/" in run_id or "\\" in run_id:
-        raise UserError(f"'{run_id}' is not a run id", file=runs_dir(root),
+        raise UserError(f"'{run_id}' is not a run id", file=ProjectPaths(root).runs,
                         fix="pass the name of one folder under .llms-benchmark/runs/")
 
 
 def run_folder(root: Path, run_id: str) -> tuple[Path, RunRecord]:
     _check_run_id(root, run_id)
-    folder = runs_dir(root) / run_id
-    record = folder / "run.json"
+    paths = ProjectPaths(root).run(run_id)
+    folder, record = paths.dir, paths.record
     if not is_file(record):
-        known = sorted(p.parent.name for p in runs_dir(root).glob("*/run.json"))[-3:] if runs_dir(root).is_dir() else []
+        runs = ProjectPaths(root).runs
+        known = sorted(p.parent.name for p in runs.glob(f"*/{RUN_RECORD}"))[-3:] if runs.is_dir() else []
         raise UserError(f"no run '{run_id}'", file=record,
                         fix="pass a run id from .llms-benchmark/runs/" + (f" (latest: {', '.join(known)})" if known else ""))
     try:

@@ -9,7 +9,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from harness.launch import destroy_leftovers, plan_unit, start_unit
+from harness.units import destroy_leftovers, plan_unit, start_unit
 from harness.preflight import Preflight
 from harness.stacks.base import GpuCell
 from harness.stacks.ledger import Ledger

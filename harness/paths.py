@@ -1,0 +1,156 @@
+"""Where a project's and a run's files lie: the only place a file of a run is named.
+
+    <root>/                           ProjectPaths
+      .vot/environments/<name>.yaml   where a preset is served
+      .vot/presets/<name>.yaml        what is served
+      .vot/run/                       the unit ledger (units.json) and the units' own logs
+      missions/<name>/                a mission (manifest, prompt, workspace, key)
+      rulings/<run-id>.yaml           one rulings file per ruled run
+      .llms-benchmark/README.md       the results page
+      .llms-benchmark/runs/<run-id>/  RunPaths:
+        run.json                      the run record (artifacts named relative to this folder)
+        fault.txt                     a harness bug's traceback
+        unit.log                      the unit's log, as collected
+        served.jsonl                  replay only: what the script served
+        opencode-provider.json        the provider file opencode reads
+        opencode-events.jsonl         opencode's event stream of the mission
+        opencode-stderr.log           its stderr
+        opencode/                     the mission's isolated opencode HOME (XDG dirs, store)
+        smoke/                        the smoke's events, stderr and opencode HOME
+        agent-tmp/                    the agent's TMPDIR (one path for smoke and mission)
+        workspace/                    the mission's workspace copy
+        report.md                     the agent's report, copied out without following links
+        telemetry.duckdb              the mission's telemetry store
+        serving-timeline.jsonl        /metrics readings of the run window
+        serving.jsonl                 per model call: store tokens joined with server figures
+
+Frozen, one property per file (Harbor's `TrialPaths` is the model): a file moves here or nowhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+RUN_RECORD = "run.json"
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    dir: Path
+
+    @property
+    def record(self) -> Path:
+        return self.dir / RUN_RECORD
+
+    @property
+    def fault(self) -> Path:
+        return self.dir / "fault.txt"
+
+    @property
+    def unit_log(self) -> Path:
+        return self.dir / "unit.log"
+
+    @property
+    def served_log(self) -> Path:
+        return self.dir / "served.jsonl"
+
+    @property
+    def provider_file(self) -> Path:
+        return self.dir / "opencode-provider.json"
+
+    @property
+    def opencode_events(self) -> Path:
+        return self.dir / "opencode-events.jsonl"
+
+    @property
+    def opencode_stderr(self) -> Path:
+        return self.dir / "opencode-stderr.log"
+
+    @property
+    def opencode_home(self) -> Path:
+        return self.dir / "opencode"
+
+    @property
+    def smoke(self) -> Path:
+        return self.dir / "smoke"
+
+    @property
+    def agent_tmp(self) -> Path:
+        return self.dir / "agent-tmp"
+
+    @property
+    def workspace(self) -> Path:
+        return self.dir / "workspace"
+
+    @property
+    def report(self) -> Path:
+        return self.dir / "report.md"
+
+    @property
+    def telemetry(self) -> Path:
+        return self.dir / "telemetry.duckdb"
+
+    @property
+    def serving_timeline(self) -> Path:
+        return self.dir / "serving-timeline.jsonl"
+
+    @property
+    def serving_table(self) -> Path:
+        return self.dir / "serving.jsonl"
+
+
+@dataclass(frozen=True)
+class ProjectPaths:
+    root: Path
+
+    @property
+    def vot(self) -> Path:
+        return self.root / ".vot"
+
+    @property
+    def environments(self) -> Path:
+        return self.vot / "environments"
+
+    @property
+    def presets(self) -> Path:
+        return self.vot / "presets"
+
+    @property
+    def unit_run_dir(self) -> Path:
+        """The ledger and the units' own logs."""
+        return self.vot / "run"
+
+    @property
+    def missions(self) -> Path:
+        return self.root / "missions"
+
+    @property
+    def bench(self) -> Path:
+        return self.root / ".llms-benchmark"
+
+    @property
+    def runs(self) -> Path:
+        return self.bench / "runs"
+
+    @property
+    def page(self) -> Path:
+        return self.bench / "README.md"
+
+    @property
+    def remote_rows(self) -> Path:
+        return self.bench / "remote-rows.yaml"
+
+    @property
+    def non_conclusive(self) -> Path:
+        return self.bench / "non-conclusive.yaml"
+
+    @property
+    def rulings(self) -> Path:
+        return self.root / "rulings"
+
+    def run(self, run_id: str) -> RunPaths:
+        return RunPaths(self.runs / run_id)
+
+    def rulings_file(self, run_id: str) -> Path:
+        return self.rulings / f"{run_id}.yaml"

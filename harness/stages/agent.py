@@ -1,0 +1,134 @@
+"""The stages that run opencode: configure, smoke, mission-setup, run."""
+
+from __future__ import annotations
+
+import shutil
+
+from harness import untrusted
+from harness.errors import UserError
+from harness.mission import prepare_workspace
+from harness.mission_services import merge_env, start_services
+from harness.opencode import config as oc_config
+from harness.opencode.runner import Limits, run_opencode
+from harness.record import RunOutcome, RunRecord, utcnow
+from harness.sandbox import count_denials, wrap
+from harness.server_metrics import GENERATED, counter
+from harness.serving.timeline import Sampler
+from harness.stages.context import LaunchContext
+
+SMOKE_PROMPT = "run the shell command date and reply with its output"
+SMOKE_LIMITS = Limits(time_cap_s=10 * 60, stall_s=5 * 60)
+
+
+class SmokeFailed(UserError):
+    pass
+
+
+def configure(rec: RunRecord, ctx: LaunchContext) -> None:
+    pf, unit = ctx.pf, ctx.unit
+    provider = oc_config.provider_config(unit, reasoning_parser=pf.preset.reasoning_parser,
+                                         steps=pf.mission.manifest.agent_steps,
+                                         disabled_tools=pf.mission.manifest.disabled_tools)
+    ctx.provider_file = oc_config.write_provider_file(provider, ctx.paths.provider_file)
+    rec.artifacts.provider_file = str(ctx.provider_file)
+    variant = oc_config.applied_effort(provider, unit.served_name, ctx.opts.effort)
+    rec.key.effort = variant or "default"
+    ctx.argv_base = [str(pf.opencode), "run", "--model", f"vot/{unit.served_name}",
+                     *(["--variant", variant] if variant else []), "--format", "json", "--auto",
+                     "--print-logs", "--log-level", "INFO"]
+
+
+def smoke(rec: RunRecord, ctx: LaunchContext) -> None:
+    """One bash tool call through opencode: a model that answers in prose cannot drive the mission.
+    It runs in the mission's very workspace folder so that opencode's system prompt (which names
+    the working directory, ahead of the tool list) is the mission's: the server's prompt cache
+    then holds the mission's first ~7k tokens."""
+    unit, smoke_dir = ctx.unit, ctx.paths.smoke
+    scratch = prepare_workspace(ctx.pf.mission, ctx.paths.workspace)
+    smoke_dir.mkdir(parents=True, exist_ok=True)
+    env = ctx.agent_env(smoke_dir / "opencode")
+    ctx.say("smoke: asking for one bash tool call through opencode")
+    before = counter(unit.base_url, GENERATED, api_key=ctx.api_key)
+    with ctx.network(rec, [unit.base_url]) as net:
+        view = ctx.view(scratch, smoke_dir / "opencode", net)
+        argv = wrap(ctx.sandbox, [*ctx.argv_base, "--title", "llms-benchmark smoke"], view, scratch, smoke_dir)
+        result = run_opencode(argv, prompt=SMOKE_PROMPT, env=env,
+                              cwd=scratch, events_path=smoke_dir / "events.jsonl",
+                              stderr_path=smoke_dir / "stderr.log", limits=SMOKE_LIMITS,
+                              abort=ctx.collector.problem, abort_reason=ctx.collector.reason)
+    ctx.collector.raise_if_problem()
+    has_bash, has_text = "bash" in result.tool_uses, bool(result.texts)
+    if has_bash and has_text:
+        rec.smoke = "passed: a bash tool_use event and a text event"
+        ctx.say("smoke passed")
+        rec.times.smoked = utcnow()
+        return
+    missing = " and ".join(name for name, ok in (("bash tool_use event", has_bash), ("text event", has_text))
+                           if not ok)
+    how = result.ended_by or f"opencode exited {result.exit_code}"
+    after = counter(unit.base_url, GENERATED, api_key=ctx.api_key)
+    if before is not None and after is not None:
+        # Evidence from the server itself: a model streaming prose without end finishes no part.
+        how += f"; the server generated {after - before:,.0f} tokens meanwhile"
+    used = ", ".join(result.tool_uses) or "none"
+    rec.smoke = f"failed: no {missing}; {how}; tools used: {used}"
+    raise SmokeFailed(
+        f"the served model failed the smoke: {rec.smoke}",
+        file=smoke_dir / "events.jsonl",
+        fix="serve the model with a working tool-call parser (and a tool-capable chat template); "
+            "a model that answers in prose cannot drive the mission",
+    )
+
+
+def mission_setup(rec: RunRecord, ctx: LaunchContext) -> None:
+    """A fresh workspace copy (the smoke's is gone), an empty TMPDIR, the mission's services."""
+    mission, paths = ctx.pf.mission, ctx.paths
+    ctx.workspace = prepare_workspace(mission, paths.workspace)
+    shutil.rmtree(paths.agent_tmp, ignore_errors=True)
+    paths.agent_tmp.mkdir()
+    rec.artifacts.workspace = str(ctx.workspace)
+    ctx.services = start_services(mission, ctx.workspace, paths.dir)
+    ctx.env = merge_env(ctx.agent_env(paths.opencode_home), ctx.services)
+    ctx.title = f"llms-benchmark {ctx.pf.preset.name}"
+    rec.artifacts.opencode_events = str(paths.opencode_events)
+    rec.artifacts.opencode_stderr = str(paths.opencode_stderr)
+    rec.times.mission_start = utcnow()
+    ctx.say(f"running the '{mission.name}' mission with opencode (cap {mission.manifest.time_cap_minutes:g} min)")
+
+
+def run_mission(rec: RunRecord, ctx: LaunchContext) -> None:
+    mission, paths, unit, workspace = ctx.pf.mission, ctx.paths, ctx.unit, ctx.workspace
+    limits = Limits(time_cap_s=mission.manifest.time_cap_minutes * 60, stall_s=mission.manifest.stall_minutes * 60)
+    with ctx.network(rec, [unit.base_url, *ctx.env.values()]) as net:
+        view = ctx.view(workspace, paths.opencode_home, net)
+        argv = wrap(ctx.sandbox, [*ctx.argv_base, "--title", ctx.title], view, workspace, paths.dir)
+        # The serving timeline covers opencode's run and nothing else.
+        sampler = Sampler(unit.base_url, paths.serving_timeline, api_key=ctx.api_key).start()
+        rec.artifacts.serving_timeline = str(sampler.path)
+        try:
+            result = ctx.result = run_opencode(
+                argv, prompt=mission.prompt_text, env=ctx.env, cwd=workspace, events_path=paths.opencode_events,
+                stderr_path=paths.opencode_stderr, limits=limits, abort=ctx.collector.problem,
+                abort_reason=ctx.collector.reason, on_event=sampler.on_event)
+        finally:
+            sampler.stop()
+    rec.times.mission_end = utcnow()
+    rec.sandbox.denials, rec.sandbox.denied = count_denials(paths.opencode_events, view, workspace)
+    ctx.stop_services()  # services flush their telemetry on the way down
+    found = _collect_report(rec, ctx, mission.manifest.report)
+    rec.run = RunOutcome(exit_code=result.exit_code, ended_by=result.ended_by, events=result.events,
+                         report_found=found)
+
+
+def _collect_report(rec: RunRecord, ctx: LaunchContext, relative: str) -> bool:
+    """The agent's report copied out without following a link; a linked, odd or oversized
+    one is kept out of the run folder and voids the run (`ctx.untrusted`)."""
+    try:
+        untrusted.copy_out(ctx.workspace, relative, ctx.paths.report, untrusted.REPORT_CAP)
+    except FileNotFoundError:
+        return False
+    except untrusted.Refused as exc:
+        ctx.untrusted.append(f"the report was refused: {exc}")
+        return False
+    rec.artifacts.agent_output = str(ctx.paths.report)
+    return True

@@ -1,0 +1,80 @@
+"""The collect stage: the session's figures from the run's own opencode store, the serving
+figures, the mission's phases and signals, and the verdict on whether the run makes a row."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from harness.drive import measure_drive
+from harness.errors import UserError
+from harness.opencode import config as oc_config
+from harness.opencode.store import collect as collect_store
+from harness.opencode.store import session_tree
+from harness.phases import files_read_before, phases_between, phases_from_drive_text, signals_from_log_text
+from harness.record import RunRecord, Status
+from harness.serving.collect import collect_serving
+from harness.stages.context import LaunchContext
+
+
+def collect(rec: RunRecord, ctx: LaunchContext) -> None:
+    data_dir = oc_config.data_dir(ctx.env)
+    try:
+        # The title and the launch time select this run's root session; the store is
+        # this run's own anyway (isolated XDG dirs), the filters only make that explicit.
+        rec.session = collect_store(data_dir, title=ctx.title, since=rec.times.mission_start - timedelta(seconds=2))
+    except UserError as exc:
+        rec.session = None
+        ctx.say(f"collect: {exc.render()}")
+    if rec.session is not None:
+        paths = ctx.paths
+        rec.serving = collect_serving(data_dir, rec.session.root_session, paths.dir, paths.serving_timeline,
+                                      paths.opencode_events)
+        rec.serving.gpu_hourly_usd = ctx.pf.env.gpu_hourly_usd
+        rec.artifacts.serving_table = str(paths.serving_table)
+        for problem in rec.serving.store_check:
+            ctx.say(f"store check: {problem}")
+    _mission_figures(rec, ctx, data_dir)
+    _judge(rec, ctx)
+
+
+def _mission_figures(rec: RunRecord, ctx: LaunchContext, data_dir) -> None:
+    """Phases from the drive (the store's scenario requests when the mission tags them: the
+    harness's drive gate; else the drive record), signals from the query log, reads before the drive."""
+    m, workspace, telemetry = ctx.pf.mission.manifest, ctx.workspace, ctx.paths.telemetry
+    if m.drive_record:
+        rec.artifacts.drive_record = str(workspace / m.drive_record)  # agent-writable: kept, never trusted
+        rec.phases = phases_from_drive_text(ctx.agent_text(m.drive_record, "drive record"),
+                                            rec.times.mission_start, rec.times.mission_end)
+    if m.drive_user_agent:
+        rec.drive = measure_drive(telemetry, m.drive_user_agent, rec.times.mission_start, rec.times.mission_end)
+        rec.phases = phases_between(rec.drive.start, rec.drive.end, rec.times.mission_start, rec.times.mission_end)
+        if rec.drive.problem:
+            ctx.say(f"drive gate: {rec.drive.problem}")
+    if m.signal_log:
+        rec.artifacts.signal_log = str(workspace / m.signal_log)
+        rec.signals = signals_from_log_text(ctx.agent_text(m.signal_log, "signal log"))
+    if rec.session and rec.phases and rec.phases.drive_start:
+        ids = session_tree(data_dir, rec.session.root_session)
+        rec.files_read_before_drive = files_read_before(data_dir, ids, rec.phases.drive_start)
+    if telemetry.exists():
+        rec.artifacts.telemetry = str(telemetry)
+
+
+def _judge(rec: RunRecord, ctx: LaunchContext) -> None:
+    """A row only from a whole run: every reason against it is named on the record."""
+    result, reasons = ctx.result, []
+    if result.ended_by:
+        reasons.append(f"the run was ended: {result.ended_by}")
+    elif result.exit_code != 0:
+        reasons.append(f"opencode exited {result.exit_code} ({'; '.join(result.errors[-1:]) or 'see stderr'})")
+    if not rec.run.report_found:
+        reasons.append(f"the agent wrote no report at {ctx.pf.mission.manifest.report}")
+    if rec.session is None:
+        reasons.append("no session found in the run's opencode store")
+    if rec.drive is not None and rec.drive.problem:
+        reasons.append(rec.drive.problem)  # the harness's drive gate: no row without a real drive
+    reasons += ctx.untrusted  # a linked or oversized file the agent left: no row on it
+    if reasons:
+        rec.status, rec.reason, rec.stopped_at = Status.void, "; ".join(reasons), "run"
+    else:
+        rec.status, rec.reason, rec.stopped_at = Status.ok, None, None

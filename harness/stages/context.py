@@ -1,0 +1,114 @@
+"""What a launch's stages share besides the run record: options, the run folder, the unit's
+life, and the things that must never reach the record (the key, the log collector, the
+mission's services, the agent's environment)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness import untrusted
+from harness.mission import DEFAULT_MISSION
+from harness.mission_services import MissionServices
+from harness.opencode import config as oc_config
+from harness.opencode.runner import RunResult
+from harness.paths import RunPaths
+from harness.preflight import Preflight
+from harness.record import RunRecord
+from harness.sandbox import Sandbox, View, agent_view
+from harness.sandbox_net import bridge, is_loopback_url, loopback_ports
+from harness.stacks.base import Unit
+from harness.stacks.local_process import AGENT_MARKER_VAR
+from harness.unitlog import UnitLogCollector
+from harness.units import UnitLife
+
+Say = Callable[[str], None]
+
+
+@dataclass
+class LaunchOptions:
+    root: Path
+    environment: str
+    preset: str
+    effort: str = "medium"
+    mission: str = DEFAULT_MISSION
+    probe_long_tokens: int | None = None  # None: 82k where the context allows
+    sandbox: bool = True  # False: --no-sandbox (the record and the row say so)
+
+
+@dataclass
+class LaunchContext:
+    opts: LaunchOptions
+    say: Say
+    paths: RunPaths
+    life: UnitLife
+    pf: Preflight | None = None
+    sandbox: Sandbox = field(default_factory=lambda: Sandbox("none"))
+    secret_names: list[str] = field(default_factory=list)  # the preset's env names: their values are secrets
+    untrusted: list[str] = field(default_factory=list)  # agent-written files the harness refused to read
+    services: MissionServices | None = None
+    provider_file: Path | None = None
+    argv_base: list[str] = field(default_factory=list)  # opencode's argv without its title
+    workspace: Path | None = None
+    env: dict[str, str] = field(default_factory=dict)  # the mission agent's environment
+    title: str = ""
+    result: RunResult | None = None
+
+    @property
+    def root(self) -> Path:
+        return self.opts.root
+
+    @property
+    def unit(self) -> Unit:
+        return self.life.unit
+
+    @property
+    def api_key(self) -> str | None:
+        return self.life.api_key
+
+    @property
+    def collector(self) -> UnitLogCollector:
+        return self.life.collector
+
+    def agent_env(self, home: Path) -> dict[str, str]:
+        env = oc_config.isolated_env(home, self.provider_file, self.unit.api_key_env, api_key=self.api_key,
+                                     tmpdir=self.paths.agent_tmp)
+        env[AGENT_MARKER_VAR] = self.unit.extra.get("marker", "")
+        return env
+
+    def view(self, workdir: Path, home: Path, net=None) -> View:
+        # One TMPDIR path for the smoke and the mission (emptied between them): opencode names it
+        # in its bash tool's description, so a path of its own would split the prompt cache.
+        view = agent_view([workdir, home, self.paths.agent_tmp], self.pf.opencode, [self.provider_file])
+        view.net = net
+        return view
+
+    def network(self, record: RunRecord, urls: list[str]):
+        """The agent's own network namespace, with the loopback ports among `urls` forwarded
+        into it (the unit, the mission's services). A unit served elsewhere (azure) is not
+        on loopback: the agent then keeps the host's network, and the record says so."""
+        isolated = self.sandbox.enabled and is_loopback_url(urls[0])
+        if record.sandbox is not None:
+            record.sandbox.network = {"bwrap": "own namespace", "sandbox-exec": "loopback ports only"}.get(
+                self.sandbox.kind, "host") if isolated else (
+                "host (the unit is not on loopback)" if self.sandbox.enabled else "host")
+        return bridge(self.sandbox.kind if isolated else None, loopback_ports(urls))
+
+    def agent_text(self, relative: str, what: str) -> str:
+        """An agent-writable file's text, read without following links ('' when absent or refused)."""
+        try:
+            return untrusted.read_text(self.workspace, relative, untrusted.RECORD_CAP)
+        except FileNotFoundError:
+            return ""
+        except (untrusted.Refused, OSError) as exc:
+            self.untrusted.append(f"the {what} was refused: {exc}")
+            return ""
+
+    def stop_services(self) -> None:
+        services, self.services = self.services, None
+        if services is not None:
+            try:
+                services.stop()
+            except Exception as exc:  # never let it stand between us and destroy
+                self.say(f"stopping the mission's services failed: {exc}")

@@ -1,0 +1,85 @@
+"""The stages up to a measured unit: preflight, serve, wait-ready, probe."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+
+from harness.errors import StackError
+from harness.preflight import run_preflight
+from harness.probe import LONG_TARGET, run_probe
+from harness.record import RunRecord, SandboxFigures, utcnow
+from harness.sandbox import agent_view, must_stay_hidden, prove_view
+from harness.stages.context import LaunchContext
+from harness.units import claim
+
+
+def preflight(rec: RunRecord, ctx: LaunchContext) -> None:
+    opts = ctx.opts
+    pf = ctx.pf = run_preflight(ctx.root, opts.environment, opts.preset, opts.mission, no_sandbox=not opts.sandbox)
+    ctx.sandbox = pf.sandbox
+    rec.sandbox = SandboxFigures(kind=pf.sandbox.kind)
+    ctx.secret_names = list(pf.preset.env)
+    rec.stack, rec.key.gpu, rec.gpus = pf.env.stack, pf.gpu.label, pf.gpu.gpus
+    rec.model, rec.served_name, rec.max_model_len = pf.preset.model, pf.preset.served_name, pf.preset.max_model_len
+    rec.preset_sha256, rec.mission_sha256 = pf.preset.sha256, pf.mission.sha256
+    rec.versions["opencode"] = pf.opencode_version or ""
+    ctx.say(f"preflight ok: {pf.env.stack} on {pf.gpu.label}; preset {pf.preset.name} serves "
+            f"{pf.preset.model} as {pf.preset.served_name}")
+    for line in pf.kv_fit or []:
+        ctx.say(f"kv fit: {line}")
+    claim(ctx.root, pf)
+    # Looked at from outside before anything bills: the key, the checkout, other runs and
+    # the real HOME are invisible from inside, wherever the checkout lies.
+    prove_view(ctx.sandbox, agent_view([ctx.paths.dir], pf.opencode, []),
+               must_stay_hidden(ctx.root, ctx.paths.dir, Path.home()))
+
+
+def serve(rec: RunRecord, ctx: LaunchContext) -> None:
+    rec.times.serve_start = utcnow()
+    unit = ctx.life.serve(ctx.pf)
+    rec.unit, rec.scripted = unit.name, unit.scripted
+    rec.artifacts.unit_log = str(ctx.paths.unit_log)
+    ctx.say(f"serving {unit.name} at {unit.base_url} (billing until destroyed); waiting until it answers")
+
+
+def wait_ready(rec: RunRecord, ctx: LaunchContext) -> None:
+    ctx.life.wait_ready()
+    rec.times.ready = utcnow()
+    ctx.say(f"ready after {(rec.times.ready - rec.times.serve_start).total_seconds():.0f}s")
+    _describe_serving(rec, ctx)
+
+
+def _describe_serving(rec: RunRecord, ctx: LaunchContext) -> None:
+    """Optional stack member `describe`: how the unit serves (flags, chat template, build,
+    what the server said at start), on the record next to the speeds it explains."""
+    pf = ctx.pf
+    describe = getattr(pf.stack, "describe", None)
+    if describe is None:
+        return
+    ctx.collector.drain()
+    log = ctx.paths.unit_log
+    text = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
+    rec.serving_config = describe(ctx.unit, pf.env, pf.preset, text)
+    if info := rec.serving_config.get("system_info"):
+        ctx.say(f"server: {info}")
+
+
+def probe(rec: RunRecord, ctx: LaunchContext) -> None:
+    pf, unit, opts = ctx.pf, ctx.unit, ctx.opts
+    cap = getattr(pf.stack, "probe_long_cap", None)
+    long_target = opts.probe_long_tokens or cap or LONG_TARGET
+    try:
+        rec.probe = run_probe(unit.base_url, unit.served_name, max_model_len=unit.max_model_len,
+                              api_key=ctx.api_key, long_target=long_target)
+    except httpx.HTTPError as exc:
+        raise StackError(f"{unit.name} failed the speed probe: {exc}") from exc
+    if long_target < LONG_TARGET:
+        why = "--probe-long-tokens" if opts.probe_long_tokens else f"the {pf.stack.name} stack's cap"
+        rec.probe.notes.append(f"long-context target {long_target} tokens ({why})")
+    ctx.collector.raise_if_problem()
+    rec.times.probed = utcnow()
+    p = rec.probe
+    ctx.say(f"probe: decode {p.decode_short_tps} tok/s short, {p.decode_long_tps} tok/s at "
+            f"{p.long_context_tokens} tokens; prefill {p.prefill_tps} tok/s")
