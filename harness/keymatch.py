@@ -48,6 +48,7 @@ import yaml
 
 from harness import evidence as ev
 from harness.errors import UserError
+from harness.paths import RunPaths
 from harness.record import RunRecord
 from harness.report import Finding, parse_report_file
 from harness.rulings import HELD_UP, NOT_HELD_UP, Recall, Rerun, RuledFinding, Rulings, now
@@ -264,8 +265,8 @@ class Store:
 
 
 def _run_files(run_dir: Path) -> tuple[str, Path, Path]:
-    run_id, report, store = run_dir.name, run_dir / "report.md", run_dir / "telemetry.duckdb"
-    record = run_dir / "run.json"
+    paths = RunPaths(run_dir)
+    run_id, report, store, record = run_dir.name, paths.report, paths.telemetry, paths.record
     if record.exists():
         rec = RunRecord.load(record)
         run_id = rec.run_id

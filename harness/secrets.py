@@ -24,6 +24,7 @@ from pathlib import Path
 from urllib.parse import quote, quote_plus
 
 from harness.atomic import write_atomic
+from harness.paths import RUN_RECORD
 
 REDACTED = "[redacted]"
 MIN_SECRET_LEN = 8  # shorter values ("none", "1") would redact ordinary text
@@ -216,7 +217,7 @@ def scrub_files(paths: Iterable[Path], secrets: list[str]) -> tuple[int, list[st
     return changed, left
 
 
-def scrub_tree(root: Path, secrets: list[str], last: tuple[str, ...] = ("run.json",)) -> tuple[int, list[str]]:
+def scrub_tree(root: Path, secrets: list[str], last: tuple[str, ...] = (RUN_RECORD,)) -> tuple[int, list[str]]:
     """Every file under `root`, those named in `last` (at the top) scrubbed after the rest."""
     if not secrets or not Path(root).is_dir():
         return 0, []

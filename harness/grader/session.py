@@ -16,6 +16,7 @@ import httpx
 
 from harness.grader.provider import Endpoint
 from harness.grader.tools import SPECS, GraderTools
+from harness.paths import RunPaths
 from harness.report import Finding
 from harness.rulings import VERDICTS, Rerun
 
@@ -174,5 +175,5 @@ def workspace_and_store(run_dir: Path, record, root: Path | None = None) -> tupl
     the agent could write there, and the accused code must be the code that ran."""
     root = Path(root) if root is not None else Path(run_dir).resolve().parents[2]  # <root>/.llms-benchmark/runs/<id>
     ws = root / "missions" / record.mission / "workspace"
-    store = record.artifacts.path(Path(run_dir), "telemetry") or Path(run_dir) / "telemetry.duckdb"
+    store = record.artifacts.path(Path(run_dir), "telemetry") or RunPaths(Path(run_dir)).telemetry
     return (ws if ws.is_dir() else None), (store if store.is_file() else None)

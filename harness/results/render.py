@@ -17,6 +17,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from harness.atomic import file_lock, write_atomic
 from harness.errors import UserError
+from harness.paths import ProjectPaths
 from harness.results.rows import (
     DASH,
     NonConclusive,
@@ -32,7 +33,7 @@ from harness.vot.loader import is_file
 
 BEGIN = "<!-- results:begin -->"
 END = "<!-- results:end -->"
-PAGE = Path(".llms-benchmark") / "README.md"
+PAGE = ProjectPaths(Path(".")).page  # relative to the project root
 TEMPLATES = Path(__file__).parent / "templates"
 
 REMOTE_HEADERS = ["Rank", "Model", "Effort", "CLI", "Provider", "oddyssey", "Scoring", "Confirmed / reported",

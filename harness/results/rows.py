@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from harness.errors import UserError
+from harness.paths import RUN_RECORD, ProjectPaths
 from harness.record import RunRecord, Status
 from harness.results.serving_columns import serving_cells
 from harness.rulings import Rulings, load_rulings
@@ -32,10 +33,6 @@ PROTOCOL = "1"
 PROTOCOL_LABEL = "llms-benchmark"
 STALE = " ⚠"
 
-RUNS_DIR = Path(".llms-benchmark") / "runs"
-RULINGS_DIR = Path("rulings")
-REMOTE_ROWS = Path(".llms-benchmark") / "remote-rows.yaml"
-NON_CONCLUSIVE = Path(".llms-benchmark") / "non-conclusive.yaml"
 
 SIGNALS = ("metrics", "traces", "logs", "profiles")
 DASH = "—"
@@ -177,7 +174,7 @@ def load_local_rows(root: Path, include_scripted: bool = False) -> list[Row]:
     tests on a page of their own, never the published one."""
     root = Path(root)
     latest: dict[tuple[str, str, str, str], tuple[datetime, RunRecord, Rulings]] = {}
-    for path in sorted((root / RUNS_DIR).glob("*/run.json")):
+    for path in sorted(ProjectPaths(root).runs.glob(f"*/{RUN_RECORD}")):
         try:
             record = RunRecord.load(path)
         except (ValidationError, ValueError) as exc:
@@ -189,7 +186,7 @@ def load_local_rows(root: Path, include_scripted: bool = False) -> list[Row]:
             continue
         if record.drive is not None and record.drive.problem:
             continue  # the harness's drive gate: the scenario never drove the stack (record.drive.problem says why)
-        rulings_path = root / RULINGS_DIR / f"{record.run_id}.yaml"
+        rulings_path = ProjectPaths(root).rulings_file(record.run_id)
         if not is_file(rulings_path):
             continue  # not ruled yet: no row
         rulings = load_rulings(rulings_path)
@@ -206,7 +203,7 @@ def load_local_rows(root: Path, include_scripted: bool = False) -> list[Row]:
         except UserError as exc:  # a cell the record cannot give: name the record
             if exc.file:
                 raise
-            raise UserError(exc.message, file=root / RUNS_DIR / record.run_id / "run.json", field=exc.field,
+            raise UserError(exc.message, file=ProjectPaths(root).run(record.run_id).record, field=exc.field,
                             fix=exc.fix) from None
     return rows
 
@@ -305,7 +302,7 @@ def _load_yaml_list(path: Path, what: str) -> list:
 
 
 def load_remote_rows(root: Path) -> list[Row]:
-    path = Path(root) / REMOTE_ROWS
+    path = ProjectPaths(Path(root)).remote_rows
     return [remote_row(raw, path, i) for i, raw in enumerate(_load_yaml_list(path, "the remote rows file"))]
 
 
@@ -319,7 +316,7 @@ class NonConclusive:
 
 def load_non_conclusive(root: Path) -> list[NonConclusive]:
     """Presets tried that could yield no row, and why (`.llms-benchmark/non-conclusive.yaml`)."""
-    path = Path(root) / NON_CONCLUSIVE
+    path = ProjectPaths(Path(root)).non_conclusive
     entries = []
     for i, raw in enumerate(_load_yaml_list(path, "the non-conclusive presets file")):
         if not isinstance(raw, dict):

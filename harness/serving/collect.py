@@ -6,8 +6,9 @@ from __future__ import annotations
 import traceback
 from pathlib import Path
 
+from harness.paths import RunPaths
 from harness.serving.figures import ServingFigures
-from harness.serving.join import SERVING_TABLE, join, write_table
+from harness.serving.join import join, write_table
 from harness.serving.section import serving_section
 from harness.serving.storecheck import cross_check
 from harness.serving.timeline import load_timeline
@@ -29,7 +30,7 @@ def _collect(data_dir: Path, root_session: str, run_dir: Path, timeline: Path, e
     turns = load_turns(data_dir, root_session)
     readings = [r for r in load_timeline(timeline) if r.get("reachable", True) is not False]
     rows = join(turns, readings)
-    write_table(rows, run_dir / SERVING_TABLE)
+    write_table(rows, RunPaths(run_dir).serving_table)
     fig = serving_section(rows, readings, tool_call_health(turns))
     fig.store_check = cross_check(turns, events, readings)
     return fig

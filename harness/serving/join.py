@@ -23,7 +23,6 @@ from typing import Any
 
 from harness.serving.turns import Turn
 
-SERVING_TABLE = "serving.jsonl"
 
 # Counter figures differenced per turn (name in the reading, or in its `extra`).
 COUNTERS = {

@@ -21,7 +21,6 @@ from typing import Any
 
 from harness.load.metrics import MetricsSnapshot, scrape
 
-TIMELINE_NAME = "serving-timeline.jsonl"
 
 # Histogram sums and counts (and llama.cpp's second counters) the join differences per turn.
 EXTRA = (

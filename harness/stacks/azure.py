@@ -28,6 +28,7 @@ from azure.core.exceptions import (
 from azure.identity import CredentialUnavailableError
 
 from harness.errors import PreflightError, StackError
+from harness.paths import ProjectPaths
 from harness.record import utcnow
 from harness.stacks import azure_arm
 from harness.stacks.azure_arm import ARM_SCOPE, RESOURCE_GROUPS_API, AzureSettings, describe, get_json
@@ -118,7 +119,7 @@ class AzureStack:
 
     def __init__(self, root: Path, settings: AzureSettings | None = None) -> None:
         self.root = root
-        self.run_dir = root / ".vot" / "run"
+        self.run_dir = ProjectPaths(root).unit_run_dir
         self.settings = settings or AzureSettings.from_env()
         self.ready_timeout_s = self.settings.ready_timeout_s
         self._cred = None

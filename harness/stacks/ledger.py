@@ -18,6 +18,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from harness.atomic import write_atomic
 from harness.errors import UserError
+from harness.paths import ProjectPaths
 from harness.stacks.base import Unit
 
 _UNIT = TypeAdapter(Unit)
@@ -25,7 +26,7 @@ _UNIT = TypeAdapter(Unit)
 
 class Ledger:
     def __init__(self, root: Path) -> None:
-        self.dir = root / ".vot" / "run"
+        self.dir = ProjectPaths(root).unit_run_dir
         self.path = self.dir / "units.json"
 
     @contextlib.contextmanager

@@ -20,6 +20,7 @@ from pathlib import Path
 import psutil
 
 from harness.errors import PreflightError, StackError
+from harness.paths import ProjectPaths
 from harness.stacks.base import GpuCell, Unit, unit_name
 from harness.vot.environment import Environment
 from harness.vot.preset import ResolvedPreset
@@ -75,7 +76,7 @@ class LocalProcessStack:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.run_dir = root / ".vot" / "run"
+        self.run_dir = ProjectPaths(root).unit_run_dir
 
     # -- what each stack fills in -------------------------------------------------
     def command(self, env: Environment, preset: ResolvedPreset, port: int) -> list[str]:
