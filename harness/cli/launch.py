@@ -1,0 +1,45 @@
+"""`llms-benchmark launch`: run the benchmark end to end."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from harness.cli.common import JsonOpt, err, out, project_root, say, user_errors
+from harness.mission import DEFAULT_MISSION
+
+
+app = typer.Typer(no_args_is_help=True, help="Run the benchmark end to end.")
+
+
+@app.command("local")
+@user_errors
+def launch_local_cmd(
+    environment: Annotated[str, typer.Argument(help="A .vot/environments/<name>.yaml name.")],
+    preset: Annotated[str, typer.Argument(help="A .vot/presets/<name>.yaml name.")],
+    effort: Annotated[str, typer.Argument(help="Reasoning effort (low, medium, high).")] = "medium",
+    mission: Annotated[str, typer.Option(help="Mission under missions/.")] = DEFAULT_MISSION,
+    probe_long_tokens: Annotated[int, typer.Option(help="Long-context probe size (0: 82k where the context allows).")] = 0,
+    no_sandbox: Annotated[bool, typer.Option(
+        "--no-sandbox", help="Run the agent unconfined (the record and the results row say so).")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Serve PRESET on ENVIRONMENT once, probe it, run the mission with opencode, destroy, record."""
+    from harness.launch import LaunchOptions, launch_local
+    from harness.summary import run_summary_table
+
+    record = launch_local(LaunchOptions(project_root(), environment, preset, effort, mission,
+                                        probe_long_tokens or None, sandbox=not no_sandbox), say)
+    if as_json:
+        out.print_json(record.model_dump_json())
+    else:
+        out.print(run_summary_table(record))
+    if record.reason:
+        err.print(f"[bold red]{record.status.value}:[/bold red] {escape(record.reason or '')}", highlight=False)
+    raise typer.Exit(record.status.exit_code)
+
+
+def register(parent: typer.Typer) -> None:
+    parent.add_typer(app, name="launch")

@@ -1,0 +1,98 @@
+"""`llms-benchmark load`: closed-loop load at several concurrency levels."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from harness.cli.common import JsonOpt, emit, err, out, project_root, say, user_errors
+from harness.errors import Interrupted, UserError
+
+
+@user_errors
+def load(
+    target: Annotated[list[str] | None, typer.Argument(
+        help="A base URL (http://127.0.0.1:8000), or ENVIRONMENT PRESET to serve for the run and destroy after.")] = None,
+    base_url: Annotated[str, typer.Option("--base-url", help="The server's base URL (instead of TARGET).")] = "",
+    model: Annotated[str, typer.Option("--model", help="Served model name (default: the first /v1/models lists).")] = "",
+    concurrency: Annotated[str, typer.Option(help="Requests in flight per level, comma-separated.")] = "1,8,16,24,40",
+    shapes: Annotated[str, typer.Option(help="Prompt shapes: short, long, or NAME=TOKENS items.")] = "short,long",
+    short_input: Annotated[int, typer.Option(help="Input tokens (about) of the short shape.")] = 512,
+    long_input: Annotated[int, typer.Option(help="Input tokens (about) of the long shape.")] = 16_384,
+    output_tokens: Annotated[int, typer.Option(help="Output tokens of every request (ignore_eos).")] = 256,
+    requests: Annotated[int, typer.Option(help="Requests per level (0: max(level x rounds, min-requests)).")] = 0,
+    rounds: Annotated[int, typer.Option(help="Requests per level = level x rounds ...")] = 2,
+    min_requests: Annotated[int, typer.Option(help="... but at least this many.")] = 8,
+    duration: Annotated[float, typer.Option(help="Seconds per level instead of a request count (0: off).")] = 0,
+    seed: Annotated[int, typer.Option(help="Seed of the prompts' filler words.")] = 20260929,
+    warmup: Annotated[bool, typer.Option("--warmup/--no-warmup", help="One short request first.")] = True,
+    allow_busy: Annotated[bool, typer.Option("--allow-busy", help="Measure even with requests running or waiting.")
+                          ] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    idle_timeout: Annotated[float, typer.Option(help="Longest wait for an idle server before a level (s).")] = 180,
+    timeout: Annotated[float, typer.Option(help="Per-read idle timeout of a request (s).")] = 900,
+    sample_interval: Annotated[float, typer.Option(help="Seconds between /metrics samples in a level.")] = 1.0,
+    out_dir: Annotated[Path | None, typer.Option(help="Parent of <UTC>/ (default ./bench-results).")] = None,
+    api_key_env: Annotated[str, typer.Option(help="Name of the env var holding the API key.")] = "",
+    as_json: JsonOpt = False,
+) -> None:
+    """Closed-loop load at several concurrency levels and prompt shapes; results in bench-results/<UTC>/."""
+    import sys
+
+    from harness.load.load import resolve_target, run_load
+    from harness.load.progress import RichReporter
+    from harness.load.runner import LoadOptions, parse_levels, parse_shapes
+    from harness.probe import api_key_from_env
+
+    where = resolve_target(target or [], base_url or None)
+    numbers = {"--output-tokens": output_tokens, "--rounds": rounds, "--min-requests": min_requests,
+               "--sample-interval": sample_interval, "--timeout": timeout}
+    for name, value in numbers.items():
+        if value <= 0:
+            raise UserError(f"{name} must be positive (got {value})", field=name, fix=f"give {name} a number above 0")
+    if requests < 0 or duration < 0 or idle_timeout < 0:
+        raise UserError("--requests, --duration and --idle-timeout cannot be negative", field="--requests",
+                        fix="give 0 (the default) or a positive number")
+    opts = LoadOptions(base_url="", model=model or None, api_key=api_key_from_env(api_key_env or None),
+                       levels=parse_levels(concurrency), shapes=parse_shapes(shapes, short_input, long_input),
+                       output_tokens=output_tokens, requests=requests or None, rounds=rounds,
+                       min_requests=min_requests, duration_s=duration or None, seed=seed, warmup=warmup,
+                       allow_busy=allow_busy, idle_timeout_s=idle_timeout, request_timeout_s=timeout,
+                       sample_interval_s=sample_interval, out_root=out_dir or project_root() / "bench-results")
+
+    def confirm(plan: str) -> bool:
+        err.print(plan, highlight=False)
+        if yes:
+            return True
+        if not sys.stdin.isatty():
+            raise UserError("a load run needs confirmation", field="--yes",
+                            fix="run it at a terminal to answer, or pass --yes")
+        return typer.confirm("Put this load on the server?", default=False, err=True)
+
+    with RichReporter(err) as reporter:
+        try:
+            outcome = run_load(project_root(), where, opts, confirm=confirm, reporter=reporter, say=say)
+        except (KeyboardInterrupt, Interrupted):
+            err.print("[bold red]interrupted[/bold red]; finished levels are kept", highlight=False)
+            raise typer.Exit(130) from None
+    if outcome.path is None:
+        err.print("cancelled: nothing was sent", highlight=False)
+        raise typer.Exit(1)
+    data = {"results": str(outcome.path), "levels": outcome.rows}
+    table = Table("shape", "c", "ok", "in tok", "out tok/s", "TTFT p50", "TTFT p99", "E2E p50", "ITL p50 ms",
+                  "preempt", "KV peak %", title=f"load: {outcome.path}")
+    formats = {"input_tokens_mean": ",.0f", "output_throughput_tok_s": ",.1f", "ttft_p50_s": ".3f",
+               "ttft_p99_s": ".3f", "e2e_p50_s": ".3f", "itl_p50_ms": ".2f", "preemptions": "g",
+               "kv_cache_peak_percent": ".1f"}
+    for r in outcome.rows:
+        table.add_row(r["shape"], str(r["concurrency"]), f"{r['succeeded']}/{r['requests']}",
+                      *("-" if r[k] is None else format(r[k], f) for k, f in formats.items()))
+    emit(data, as_json, table)
+    raise typer.Exit(outcome.exit_code)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(load)

@@ -1,0 +1,105 @@
+"""`llms-benchmark rule`: draft and settle a run's rulings."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from harness.cli.common import JsonOpt, err, out, project_root, say, user_errors
+
+
+@user_errors
+def rule_cmd(run_id: str,
+             accept: Annotated[bool, typer.Option("--accept", help="Accept every proposal (scripts).")] = False,
+             grader: Annotated[str, typer.Option(
+                 "--grader", help="PROVIDER/MODEL of a grader model that proposes each verdict.")] = "",
+             grader_url: Annotated[str, typer.Option(
+                 help="The grader's OpenAI-compatible base URL (else the provider's, from opencode).")] = "",
+             grader_key_env: Annotated[str, typer.Option(
+                 help="Name of the env var holding the grader's key (never the key).")] = "",
+             grader_config: Annotated[Path | None, typer.Option(
+                 help="An opencode config defining the grader's provider.")] = None,
+             as_json: JsonOpt = False) -> None:
+    """Draft RUN_ID's rulings (key-matcher, then an optional grader model); accept or override each finding."""
+    import sys
+
+    from rich.prompt import Prompt
+
+    from harness.rule import VERDICT_CHOICES, GraderNotes, edited, rule
+
+    endpoint = None
+    if grader:
+        from harness.grader.provider import resolve
+
+        endpoint = resolve(grader, url=grader_url or None, key_env=grader_key_env or None, config=grader_config)
+    seen: list[str] = []  # the numbers asked so far: a restatement names one of them
+
+    def ask(finding):
+        seen.append(finding.number)
+        out.print(f"\n[bold]finding {finding.number}[/bold] ({finding.kind or 'no kind'}): {finding.text}")
+        out.print(f"  proposed: [bold]{finding.verdict}[/bold] by {finding.ruled_by} — {finding.reason}",
+                  highlight=False)
+        if finding.number in disagreed:
+            out.print(f"  the key-matcher proposed: {disagreed[finding.number]}", highlight=False)
+        out.print(f"  defects: {', '.join(finding.defects) or 'none'}; counts {finding.counts}"
+                  + (f"; restates {finding.restates}" if finding.restates else ""), highlight=False)
+        choice = Prompt.ask("  [a]ccept, [h]eld up, [d]id not hold up, [e]dit verdict and counting",
+                            choices=list(VERDICT_CHOICES), default="a")
+        if VERDICT_CHOICES[choice] is None:
+            return None
+        if VERDICT_CHOICES[choice] != "edit":
+            return VERDICT_CHOICES[choice], Prompt.ask("  reason, in one sentence")
+        while True:  # until the edit is one a rulings file accepts
+            changes = ask_edit(finding)
+            try:
+                edited(finding, changes, seen[:-1])
+                return changes
+            except ValueError as exc:
+                err.print(f"  [red]not accepted:[/red] {escape(str(exc).splitlines()[-1])}", highlight=False)
+
+    def ask_edit(finding) -> dict:
+        verdict = Prompt.ask("  verdict: [h]eld up, [d]id not hold up", choices=["h", "d"],
+                             default="h" if finding.verdict == "held up" else "d")
+        defects = Prompt.ask("  defects it names (comma-separated key ids, '-' for none)",
+                             default=",".join(finding.defects) or "-")
+        restates = Prompt.ask("  restates finding (number, '-' for none)", default=finding.restates or "-")
+        counts = Prompt.ask("  counts", default="0" if restates != "-" else str(finding.counts))
+        return {"verdict": VERDICT_CHOICES[verdict], "reason": Prompt.ask("  reason, in one sentence"),
+                "defects": [d.strip() for d in defects.split(",") if d.strip() and d.strip() != "-"],
+                "restates": None if restates.strip() in ("", "-") else restates.strip(),
+                "counts": int(counts) if counts.strip().isdigit() else counts}
+
+    interactive = not accept and sys.stdin.isatty()
+    say = (lambda text: None) if as_json else (lambda text: err.print(text, style="dim", highlight=False))
+    # The grader runs before the prompts, filling `notes`; each prompt shows its disagreement.
+    notes = GraderNotes()
+    disagreed = notes.disagreed
+    rulings, path = rule(project_root(), run_id, ask=ask if interactive else None, accept=accept,
+                         grader=endpoint, say=say, notes=notes)
+    summary = {"rulings": str(path), "final": rulings.final, "confirmed": rulings.confirmed,
+               "reported": rulings.reported, "accuracy": rulings.accuracy, "by_kind": rulings.by_kind,
+               "recall": f"{len(rulings.recall.found)}/{rulings.recall.planted}",
+               "grader": endpoint.label if endpoint else None,
+               "grader_disagreed": notes.disagreed, "grader_failed": notes.failed}
+    if as_json:
+        out.print_json(json.dumps(summary))
+    else:
+        table = Table("#", "kind", "verdict", "by", "reason", title=f"rulings for {run_id}")
+        for f in rulings.findings:
+            table.add_row(f.number, f.kind or "—", f.verdict, f.ruled_by, f.reason)
+        out.print(table)
+        for number, why in notes.failed.items():
+            err.print(f"[yellow]grader gave no proposal for finding {number}:[/yellow] {escape(why)} "
+                      "(the key-matcher's stands)", highlight=False)
+        out.print(f"{summary['confirmed']} / {summary['reported']} held up, accuracy {summary['accuracy']}%, "
+                  f"planted defects found {summary['recall']}; written to {path}"
+                  + ("" if rulings.final else " — a DRAFT: rerun at a terminal, or with --accept"))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("rule")(rule_cmd)
