@@ -33,6 +33,7 @@ from harness.record import utcnow
 from harness.stacks import azure_arm
 from harness.stacks.azure_arm import ARM_SCOPE, RESOURCE_GROUPS_API, AzureSettings, describe, get_json
 from harness.stacks.azure_logs import CRASH_LOOP, REVISION_FAILED, LogFollower
+from harness.stacks.azure_spec import DEFAULT_IMAGE, DEFAULT_RESOURCE_GROUP, VLLM_PORT
 from harness.stacks.base import GpuCell, Unit, unit_name
 from harness.vot import render
 from harness.vot.environment import Environment
@@ -42,9 +43,6 @@ GPU_PROFILE = "gpu-a100"
 GPU_PROFILE_TYPE = "Consumption-GPU-NC24-A100"
 GPU_MEMORY_GB = 80
 GPU_CELL = GpuCell("A100 80 GB", 1)
-DEFAULT_IMAGE = "vllm/vllm-openai:v0.30.0"
-DEFAULT_RESOURCE_GROUP = "rg-vot"
-VLLM_PORT = 8000
 KEY_SECRET = "vllm-api-key"
 CACHE_STORAGE = "vot-cache"
 COLLECTOR_APP = "otel-collector"

@@ -9,9 +9,13 @@ import subprocess
 from harness.errors import PreflightError
 from harness.stacks.base import GpuCell
 from harness.stacks.local_process import LocalProcessStack
+from harness.stacks.spec import VLLM_PORT_SCHEMA, StackSpec, config_schema
 from harness.vot import render
 from harness.vot.environment import Environment
 from harness.vot.preset import ResolvedPreset
+
+SPEC = StackSpec("local-vllm", "harness.stacks.local_vllm:LocalVllmStack", default_port=8000,
+                 config=config_schema(port=VLLM_PORT_SCHEMA), preset_override=True)
 
 
 def nvidia_gpu_cell(env: Environment) -> GpuCell:

@@ -15,21 +15,6 @@ from harness.vot.loader import available, check, check_name_matches_file, load_y
 
 ENVIRONMENTS_DIR = Path(".vot") / "environments"
 
-# vLLM listens on 8000 by default (also the container's target port on azure);
-# our own servers pick a free port unless told otherwise.
-DEFAULT_PORTS = {
-    "local-vllm": 8000,
-    "local-vllm-metal": 8000,
-    "local-vllm-docker": 8000,
-    "azure": 8000,
-    "local-llamacpp": 0,
-    "replay": 0,
-}
-
-# Azure config keys from vllm-on-tap < 0.2.1: accepted, then dropped (the Container
-# Apps environment and the cache storage are discovered in the resource group now).
-HISTORIC_AZURE_KEYS = ("environment", "storage", "api_key_env")
-
 
 class Environment(BaseModel):
     model_config = ConfigDict(frozen=True)
@@ -45,7 +30,10 @@ class Environment(BaseModel):
 
     @property
     def port(self) -> int:
-        return int(self.config.get("port", DEFAULT_PORTS[self.stack]))
+        """The configured port, else the stack's default (0: its server picks a free one)."""
+        from harness.stacks.registry import get_spec  # the stacks import this module
+
+        return int(self.config.get("port", get_spec(self.stack).default_port))
 
 
 def load_environment_file(path: Path) -> Environment:
@@ -53,10 +41,11 @@ def load_environment_file(path: Path) -> Environment:
     data = load_yaml(path)
     check(data, "environment", path)
     check_name_matches_file(data, path)
-    stack = "azure" if data["stack"] == "aca" else data["stack"]
-    config = dict(data.get("config") or {})
-    if stack == "azure":
-        config = {k: v for k, v in config.items() if k not in HISTORIC_AZURE_KEYS}
+    from harness.stacks.registry import get_spec  # the stacks import this module
+
+    spec = get_spec(data["stack"])  # the schema has already refused an unknown one
+    stack = spec.name
+    config = {k: v for k, v in (data.get("config") or {}).items() if k not in spec.dropped_config_keys}
     return Environment(
         name=data["name"],
         stack=stack,

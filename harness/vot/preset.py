@@ -19,12 +19,6 @@ from harness.vot.loader import available, check, check_name_matches_file, load_y
 # bool first: YAML `true` must stay a bool (a bare flag), never become 1 or "True".
 ArgValue = Union[bool, int, float, str]
 
-# Stacks a preset may override (vllm-on-tap's); `aca` is the pre-0.2.0 name of azure.
-OVERRIDE_STACKS = ("local-vllm", "local-vllm-metal", "local-vllm-docker", "azure")
-# Our extensions have no override key: they serve one fixed kind of model.
-EXTRA_STACKS = ("local-llamacpp", "replay")
-STACKS = OVERRIDE_STACKS + EXTRA_STACKS
-
 PRESETS_DIR = Path(".vot") / "presets"
 
 
@@ -93,13 +87,19 @@ class Preset(BaseModel):
     sha256: str
 
     def override_for(self, stack: str) -> StackOverride | None:
-        stack = "azure" if stack == "aca" else stack
-        if stack not in STACKS:
+        """The preset's `stacks.<stack>:` block, under the stack's name or an older one
+        (vllm-on-tap still reads `aca` as azure); None for a stack without overrides."""
+        from harness.stacks.registry import SPECS, canonical  # the stacks import this module
+
+        spec = next((s for s in SPECS if s.name == canonical(stack)), None)
+        if spec is None:
             raise ValueError(f"unknown stack {stack!r}")
-        found = self.stacks.get(stack)
-        if found is None and stack == "azure":
-            found = self.stacks.get("aca")  # vllm-on-tap still reads aca as azure
-        return found
+        if not spec.preset_override:
+            return None
+        for name in (spec.name, *spec.aliases):
+            if (found := self.stacks.get(name)) is not None:
+                return found
+        return None
 
     def resolve(self, stack: str) -> ResolvedPreset:
         """Merge the stack's override: model and gpu replaced, vllm_args key by key.
@@ -107,6 +107,8 @@ class Preset(BaseModel):
         `false` values are kept here (the override's way to remove a flag) and
         dropped by the renderer.
         """
+        from harness.stacks.registry import canonical
+
         over = self.override_for(stack) or StackOverride()
         return ResolvedPreset(
             name=self.name,
@@ -115,7 +117,7 @@ class Preset(BaseModel):
             gpu_memory_gb=over.gpu_memory_gb if over.gpu_memory_gb is not None else self.gpu_memory_gb,
             vllm_args={**self.vllm_args, **over.vllm_args},
             env=list(self.env),
-            stack="azure" if stack == "aca" else stack,
+            stack=canonical(stack),
             path=self.path,
             sha256=self.sha256,
         )

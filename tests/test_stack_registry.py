@@ -1,0 +1,65 @@
+"""A stack is declared once (its SPEC); the registry, the environment schema, ports and
+preset overrides follow from the declarations."""
+
+from __future__ import annotations
+
+import json
+import importlib
+from pathlib import Path
+
+import pytest
+
+from harness.errors import UserError
+from harness.stacks import registry
+from harness.vot.loader import SCHEMA_DIR, load_schema, schema_errors
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_schema_stack_enum_is_the_registry():
+    enum = load_schema("environment")["properties"]["stack"]["enum"]
+    assert enum == ["local-vllm", "local-vllm-metal", "local-vllm-docker", "azure", "aca", "local-llamacpp", "replay"]
+    assert [registry.canonical(n) for n in enum] == [
+        "local-vllm", "local-vllm-metal", "local-vllm-docker", "azure", "azure", "local-llamacpp", "replay"]
+    # The file itself names no stack: a second list could drift from the declarations.
+    assert "enum" not in json.loads((SCHEMA_DIR / "environment.schema.json").read_text())["properties"]["stack"]
+
+
+@pytest.mark.parametrize("spec", registry.SPECS, ids=lambda s: s.name)
+def test_each_spec_names_its_own_implementation(spec):
+    module, _, cls = spec.implementation.partition(":")
+    stack_cls = getattr(importlib.import_module(module), cls)
+    assert stack_cls.name == spec.name
+
+
+def test_preset_override_stacks_match_the_preset_schema():
+    """preset.schema.json is vllm-on-tap's own file; the stacks it lets a preset override are
+    the ones declared `preset_override` (plus azure's old name)."""
+    allowed = set(json.loads((SCHEMA_DIR / "preset.schema.json").read_text())["properties"]["stacks"]["properties"])
+    assert allowed == {*registry.override_stacks(), "aca"}
+
+
+def test_a_stack_config_is_checked_by_its_own_declaration():
+    base = {"name": "x", "stack": "local-llamacpp"}
+    assert schema_errors({**base, "config": {"threads": 2, "port": 0}}, "environment") == []
+    assert schema_errors({**base, "config": {"image": "x"}}, "environment")  # a docker key on llama.cpp
+    assert schema_errors({"name": "x", "stack": "local-vllm", "config": {"port": 0}}, "environment")  # vLLM: 1..65535
+    assert schema_errors({"name": "x", "stack": "aca", "config": {"storage": "old"}}, "environment") == []
+
+
+def test_ports_and_dropped_keys_come_from_the_spec(tmp_path):
+    from harness.vot.environment import load_environment_file
+
+    envs = tmp_path / ".vot" / "environments"
+    envs.mkdir(parents=True)
+    (envs / "a.yaml").write_text("name: a\nstack: aca\nconfig: {subscription: s, storage: old}\n")
+    (envs / "b.yaml").write_text("name: b\nstack: local-llamacpp\n")
+    a = load_environment_file(envs / "a.yaml")
+    assert (a.stack, a.was_aca, a.port, a.config) == ("azure", True, 8000, {"subscription": "s"})
+    assert load_environment_file(envs / "b.yaml").port == 0
+
+
+def test_unknown_stack_names_the_known_ones():
+    with pytest.raises(UserError) as err:
+        registry.get_stack("k8s", REPO)
+    assert "local-llamacpp" in err.value.render() and "replay" in err.value.render()
