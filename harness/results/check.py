@@ -1,7 +1,8 @@
 """Check a results page: every Scoring cell recomputed from its own row's cells.
 
-Any table on the page whose header is the remote or the local headline header is
-checked, bold markers stripped. One message per row that disagrees (or whose cells
+Any table on the page whose header is the remote or the local headline header (as the
+columns declare them, harness/results/columns.py) is checked, bold markers stripped; cells
+are read by column, not by position. One message per row that disagrees (or whose cells
 cannot be read), naming the row.
 """
 
@@ -11,7 +12,8 @@ import re
 from pathlib import Path
 
 from harness.errors import UserError
-from harness.results.render import LOCAL_HEADERS, REMOTE_HEADERS, read_page
+from harness.results.columns import Kind, columns
+from harness.results.render import read_page
 from harness.scoring import score_local, score_remote
 
 _LINK = re.compile(r"\[`?([^`\]]+)`?\]\([^)]*\)")
@@ -26,31 +28,39 @@ def _plain(cell: str) -> str:
     return _LINK.sub(r"\1", cell).strip("`").strip()
 
 
-def scored_rows(text: str) -> list[tuple[str, dict[str, str]]]:
-    """(section, cells by header) for each row of a headline table on the page."""
-    rows, section, headers = [], "", None
+# The headline header of each kind of table, and the Row attribute under each header.
+_HEADLINES: dict[Kind, list[tuple[str, str]]] = {
+    kind: [(c.header_for(kind), c.attr) for c in columns(kind, "headline")] for kind in ("remote", "local")
+}
+
+
+def scored_rows(text: str) -> list[tuple[str, Kind, dict[str, str]]]:
+    """(section, kind, cells by Row attribute) for each row of a headline table on the page."""
+    rows, section, table = [], "", None
     for line in text.splitlines():
         stripped = line.strip()
         if stripped.startswith("#"):
             section = stripped.lstrip("#").strip()
         if not stripped.startswith("|"):
-            headers = None
+            table = None
             continue
         cells = _cells(stripped)
-        if headers is None:
-            headers = cells if cells in (REMOTE_HEADERS, LOCAL_HEADERS) else []
+        if table is None:
+            table = next(((kind, [a for _, a in cols]) for kind, cols in _HEADLINES.items()
+                          if cells == [h for h, _ in cols]), ())
             continue
-        if not headers or all(set(c) <= set("-: ") for c in cells):
+        if not table or all(set(c) <= set("-: ") for c in cells):
             continue
-        rows.append((section, dict(zip(headers, cells, strict=False))))
+        kind, attrs = table
+        rows.append((section, kind, dict(zip(attrs, cells, strict=False))))
     return rows
 
 
 def _row_name(section: str, cells: dict[str, str]) -> str:
-    name = _plain(cells.get("Model") or cells.get("Preset") or "?")
-    where = _plain(cells.get("Provider") or cells.get("GPU") or "")
-    rank = _plain(cells.get("Rank", ""))
-    key = ", ".join(x for x in (_plain(cells.get("Effort", "")), _plain(cells.get("CLI", "")), where) if x)
+    name = _plain(cells.get("name") or "?")
+    where = _plain(cells.get("where") or "")
+    rank = _plain(cells.get("rank", ""))
+    key = ", ".join(x for x in (_plain(cells.get("effort", "")), _plain(cells.get("cli", "")), where) if x)
     return f"{section or 'table'}: row {rank} {name} ({key})"
 
 
@@ -58,19 +68,23 @@ def check_rows(text: str) -> tuple[int, list[str]]:
     """(rows checked, one message per row whose Scoring disagrees)."""
     problems = []
     rows = scored_rows(text)
-    for section, cells in rows:
+    for section, kind, cells in rows:
         c = {k: _plain(v) for k, v in cells.items()}
         try:
-            if "Model" in c:
-                score = score_remote(c.get("$/confirmed"), c.get("seconds/confirmed"), c["Total"], c["Accuracy"],
-                                     c["Confirmed / reported"])
+            if kind == "remote":
+                score = score_remote(c.get("usd_per_confirmed"), c.get("seconds_per_confirmed"), c["total"],
+                                     c["accuracy"], c["confirmed_reported"])
             else:
-                score = score_local(c.get("seconds/confirmed"), c["Total"], c["Accuracy"], c["Confirmed / reported"])
-        except (UserError, KeyError) as exc:
-            text_ = exc.render() if isinstance(exc, UserError) else f"missing column {exc}"
-            problems.append(f"{_row_name(section, cells)}: cannot recompute its Scoring: {text_}")
+                score = score_local(c.get("seconds_per_confirmed"), c["total"], c["accuracy"],
+                                    c["confirmed_reported"])
+        except UserError as exc:
+            problems.append(f"{_row_name(section, cells)}: cannot recompute its Scoring: {exc.render()}")
             continue
-        written = c.get("Scoring", "")
+        except KeyError as exc:  # a row shorter than its header: name the column as the page does
+            header = next(h for h, a in _HEADLINES[kind] if a == exc.args[0])
+            problems.append(f"{_row_name(section, cells)}: cannot recompute its Scoring: missing column {header!r}")
+            continue
+        written = c.get("score", "")
         try:
             agrees = float(written) == score.score
         except ValueError:

@@ -10,7 +10,6 @@ render is a no-op.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
@@ -18,17 +17,9 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from harness.atomic import file_lock, write_atomic
 from harness.errors import UserError
 from harness.paths import ProjectPaths
-from harness.results.rows import (
-    DASH,
-    NonConclusive,
-    Row,
-    format_score,
-    load_local_rows,
-    load_non_conclusive,
-    load_remote_rows,
-)
-from harness.results.serving_columns import SERVING_HEADERS
-from harness.scoring import parse_percent, parse_seconds, parse_total, parse_usd, rank_key
+from harness.results.columns import DASH, Column, bold, columns, headers, preset_link
+from harness.results.rows import NonConclusive, Row, load_local_rows, load_non_conclusive, load_remote_rows
+from harness.scoring import rank_key
 from harness.vot.loader import is_file
 
 BEGIN = "<!-- results:begin -->"
@@ -36,38 +27,21 @@ END = "<!-- results:end -->"
 PAGE = ProjectPaths(Path(".")).page  # relative to the project root
 TEMPLATES = Path(__file__).parent / "templates"
 
-REMOTE_HEADERS = ["Rank", "Model", "Effort", "CLI", "Provider", "oddyssey", "Scoring", "Confirmed / reported",
-                  "Telemetry / Perf / Behavior", "Total", "Cost", "Accuracy", "$/confirmed", "seconds/confirmed"]
-REMOTE_DETAIL_HEADERS = ["Model", "Effort", "CLI", "Provider", "oddyssey", "Preflight", "Drive", "Observation",
-                         "Turns", "Median turn", "Input", "Output", "Cache", "Signals"]
-LOCAL_HEADERS = ["Rank", "Preset", "Effort", "CLI", "GPU", "oddyssey", "Scoring", "Confirmed / reported",
-                 "Telemetry / Perf / Behavior", "Total", "Accuracy", "seconds/confirmed"]
-LOCAL_DETAIL_HEADERS = ["Preset", "Effort", "CLI", "GPU", "oddyssey", "Preflight", "Drive", "Observation",
-                        "Turns", "Median turn", "Input", "Output", "Cache", "Signals", "Planted found",
-                        *SERVING_HEADERS]
+# Derived from the column declarations (harness/results/columns.py): never listed here.
+REMOTE_HEADERS = headers("remote", "headline")
+REMOTE_DETAIL_HEADERS = headers("remote", "detail")
+LOCAL_HEADERS = headers("local", "headline")
+LOCAL_DETAIL_HEADERS = headers("local", "detail")
 NON_CONCLUSIVE_HEADERS = ["Preset", "Environment", "Date", "Reason"]
 
 
-def bold(cell: str) -> str:
-    return f"**{cell}**"
-
-
-# A local row whose agent ran with --no-sandbox: it could have read what it was not given.
-UNSANDBOXED = " (no sandbox)"
-# A local row whose findings no grader or person ever saw (`rule --accept` alone).
-KEY_MATCHER_ONLY = " (key-matcher only)"
-
-
-def preset_link(preset: str) -> str:
-    return f"[`{preset}`](../.vot/presets/{preset}.yaml)"
-
-
-def _best(rows: list[Row], cell: Callable[[Row], str], parse: Callable[[str], float], highest: bool) -> set[int]:
+def _best(rows: list[Row], col: Column) -> set[int]:
     """Indexes of the rows that hold the column's best value (ties all bold); `—` never wins."""
-    values = {i: parse(cell(r)) for i, r in enumerate(rows) if cell(r) not in (DASH, None)}
+    cells = {i: col.text(r, i + 1) for i, r in enumerate(rows)}
+    values = {i: col.parse(cell) for i, cell in cells.items() if cell not in (DASH, None)}
     if not values:
         return set()
-    best = max(values.values()) if highest else min(values.values())
+    best = max(values.values()) if col.best == "max" else min(values.values())
     return {i for i, v in values.items() if v == best}
 
 
@@ -79,44 +53,17 @@ def sort_rows(rows: list[Row]) -> list[Row]:
 def table_cells(rows: list[Row]) -> tuple[list[list[str]], list[list[str]]]:
     """(headline cells, detail cells) per row, in rank order, bold applied."""
     rows = sort_rows(rows)
-    remote = bool(rows) and rows[0].kind == "remote"
-    columns: dict[str, set[int]] = {
-        "score": _best(rows, format_score_of, float, True),
-        "total": _best(rows, lambda r: r.total, parse_total, False),
-        "accuracy": _best(rows, lambda r: r.accuracy, parse_percent, True),
-        "spc": _best(rows, lambda r: r.seconds_per_confirmed, parse_seconds, False),
-    }
-    if remote:
-        columns["cost"] = _best(rows, lambda r: r.cost, parse_usd, False)
-        columns["upc"] = _best(rows, lambda r: r.usd_per_confirmed, parse_usd, False)
+    kind = "remote" if rows and rows[0].kind == "remote" else "local"
+    head_cols, detail_cols = columns(kind, "headline"), columns(kind, "detail")
+    bolded = {c.attr: _best(rows, c) for c in head_cols if c.best}
 
-    def b(col: str, i: int, cell: str) -> str:
-        return bold(cell) if i in columns[col] else cell
+    def cell(col: Column, i: int, row: Row) -> str:
+        text = col.text(row, i + 1)
+        return bold(text) if i in bolded.get(col.attr, ()) else text
 
-    headline, detail = [], []
-    for i, r in enumerate(rows):
-        name = f"`{r.name}`" if remote else (preset_link(r.name) + (UNSANDBOXED if r.unsandboxed else "")
-                                             + (KEY_MATCHER_ONLY if r.key_matcher_only else ""))
-        ratio = bold(r.confirmed_reported) if r.reported and r.confirmed == r.reported else r.confirmed_reported
-        head = [bold(f"#{i + 1}"), name, r.effort, r.cli, r.where, r.oddyssey, b("score", i, format_score(r.score)),
-                ratio, r.by_kind, b("total", i, r.total)]
-        if remote:
-            head.append(b("cost", i, r.cost))
-        head.append(b("accuracy", i, r.accuracy))
-        if remote:
-            head.append(b("upc", i, r.usd_per_confirmed))
-        head.append(b("spc", i, r.seconds_per_confirmed))
-        headline.append(head)
-        more = [name, r.effort, r.cli, r.where, r.oddyssey, r.preflight, r.drive, r.observation, r.turns,
-                r.median_turn, r.input, r.output, r.cache, r.signals]
-        if not remote:
-            more += [r.planted_found or DASH, *r.serving]
-        detail.append(more)
+    headline = [[cell(c, i, r) for c in head_cols] for i, r in enumerate(rows)]
+    detail = [[c.text(r, i + 1) for c in detail_cols] for i, r in enumerate(rows)]
     return headline, detail
-
-
-def format_score_of(row: Row) -> str:
-    return format_score(row.score)
 
 
 def _non_conclusive_cells(entries: list[NonConclusive]) -> list[list[str]]:

@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from harness.errors import UserError
 from harness.paths import RUN_RECORD, ProjectPaths
 from harness.record import RunRecord, Status
+from harness.results.columns import DASH, REMOTE_CELLS, REMOTE_REQUIRED
 from harness.results.serving_columns import serving_cells
 from harness.rulings import Rulings, load_rulings
 from harness.scoring import Score, format_total, parse_total, score_local, score_remote
@@ -35,7 +36,6 @@ STALE = " ⚠"
 
 
 SIGNALS = ("metrics", "traces", "logs", "profiles")
-DASH = "—"
 
 
 # --- cell formats ----------------------------------------------------------------------
@@ -62,10 +62,6 @@ def format_duration(seconds: float | None) -> str:
 
 def format_median_turn(seconds: float | None) -> str:
     return DASH if seconds is None else f"{_half_up(seconds, '0.1')}s"
-
-
-def format_score(score: Score) -> str:
-    return f"{score.score:.1f}"
 
 
 # --- rows ------------------------------------------------------------------------------
@@ -208,36 +204,7 @@ def load_local_rows(root: Path, include_scripted: bool = False) -> list[Row]:
     return rows
 
 
-# --- remote rows: kept by hand, cells as written, shapes checked -----------------------
-
-_DURATION = r"\d+m\d{2}s"
-_REMOTE_CELLS: dict[str, tuple[str, str, str]] = {
-    # field: (column, regex, what the shape is)
-    "model": ("Model", r"[A-Za-z0-9][A-Za-z0-9._:/@+-]*", "a canonical model id, e.g. openai/gpt-5.6-luna"),
-    "effort": ("Effort", r"[a-z][a-z0-9-]*", "the effort applied (medium) or default"),
-    "cli": ("CLI", r"opencode|claude|copilot", "opencode, claude or copilot"),
-    "provider": ("Provider", r"OpenRouter|Anthropic|Copilot", "OpenRouter, Anthropic or Copilot"),
-    "oddyssey": ("oddyssey", r"\d+\.\d+\.\d+(?: ⚠)?", "a version, e.g. 1.13.0 (a trailing ' ⚠' if provisional)"),
-    "confirmed_reported": ("Confirmed / reported", r"\d+ / \d+", "X / Y, e.g. 7 / 8"),
-    "by_kind": ("Telemetry / Perf / Behavior", r"\d+ / \d+ / \d+", "X / X / X, e.g. 3 / 2 / 2"),
-    "total": ("Total", _DURATION, "NmSSs, e.g. 6m29s or 150m02s"),
-    "cost": ("Cost", r"\$\d+\.\d{2}", "$N.NN, e.g. $0.11"),
-    "accuracy": ("Accuracy", r"\d{1,3}%", "a whole percent, e.g. 88%"),
-    "usd_per_confirmed": ("$/confirmed", r"\$\d+\.\d{3}|—", "$N.NNN, e.g. $0.016 (— with no confirmed finding)"),
-    "seconds_per_confirmed": ("seconds/confirmed", r"\d+s|—", "whole seconds, e.g. 56s (— with none confirmed)"),
-    "preflight": ("Preflight", _DURATION + "|—", "NmSSs, e.g. 3m10s, or —"),
-    "drive": ("Drive", _DURATION + "|—", "NmSSs, e.g. 2m01s, or —"),
-    "observation": ("Observation", _DURATION + "|—", "NmSSs, e.g. 11m58s, or —"),
-    "turns": ("Turns", r"\d+|—", "a whole number, or —"),
-    "median_turn": ("Median turn", r"\d+(?:\.\d)?s|—", "seconds with one decimal, e.g. 13.3s, or —"),
-    "input": ("Input", r"\d+(?:\.\d)?M|\d+k|\d{1,3}|—", "rounded tokens, e.g. 2.3M or 68k, or —"),
-    "output": ("Output", r"\d+(?:\.\d)?M|\d+k|\d{1,3}|—", "rounded tokens, e.g. 2.3M or 68k, or —"),
-    "cache": ("Cache", r"\d+(?:\.\d)?M|\d+k|\d{1,3}|—", "rounded tokens, e.g. 2.3M or 68k, or —"),
-    "signals": ("Signals", r"[0-4]/4|—", "k/4, e.g. 4/4, or —"),
-}
-_REMOTE_REQUIRED = ("model", "effort", "cli", "provider", "oddyssey", "confirmed_reported", "by_kind",
-                    "total", "cost", "accuracy", "usd_per_confirmed", "seconds_per_confirmed")
-
+# --- remote rows: kept by hand, cells as written, shapes checked (results/columns.py) --
 
 def _cell_text(value: Any) -> str:
     text = str(value).strip().replace("**", "").strip()
@@ -247,25 +214,25 @@ def _cell_text(value: Any) -> str:
 def remote_row(raw: Any, path: Path, index: int) -> Row:
     if not isinstance(raw, dict):
         raise UserError(f"row {index + 1} is not a mapping of cells", file=path,
-                        fix=f"give each row its cells: {', '.join(_REMOTE_REQUIRED)}")
+                        fix=f"give each row its cells: {', '.join(REMOTE_REQUIRED)}")
     model = _cell_text(raw.get("model", f"#{index + 1}"))
     where = f"row {model}"
-    unknown = [k for k in raw if k not in _REMOTE_CELLS]
+    unknown = [k for k in raw if k not in REMOTE_CELLS]
     if unknown:
         raise UserError(f"{where}: unknown column {unknown[0]!r} (Rank and Scoring are computed)", file=path,
-                        field=str(unknown[0]), fix=f"columns are: {', '.join(_REMOTE_CELLS)}")
+                        field=str(unknown[0]), fix=f"columns are: {', '.join(REMOTE_CELLS)}")
     cells: dict[str, str] = {}
-    for name, (column, pattern, shape) in _REMOTE_CELLS.items():
+    for name, col in REMOTE_CELLS.items():
         if name not in raw or raw[name] is None:
-            if name in _REMOTE_REQUIRED:
-                raise UserError(f"{where}: column {column} is missing", file=path, field=name,
-                                fix=f"write it as {shape}")
+            if col.shape.required:
+                raise UserError(f"{where}: column {col.header} is missing", file=path, field=name,
+                                fix=f"write it as {col.shape.words}")
             cells[name] = DASH
             continue
         text = _cell_text(raw[name])
-        if not re.fullmatch(pattern, text):
-            raise UserError(f"{where}: column {column}: cannot read {text!r}", file=path, field=name,
-                            fix=f"write it as {shape}")
+        if not re.fullmatch(col.shape.pattern, text):
+            raise UserError(f"{where}: column {col.header}: cannot read {text!r}", file=path, field=name,
+                            fix=f"write it as {col.shape.words}")
         cells[name] = text
     confirmed, reported = (int(x) for x in cells["confirmed_reported"].split(" / "))
     if confirmed > reported:
@@ -278,14 +245,14 @@ def remote_row(raw: Any, path: Path, index: int) -> Row:
                         fix="split the confirmed findings by kind")
     for name in ("usd_per_confirmed", "seconds_per_confirmed"):
         if (cells[name] == DASH) != (confirmed == 0):
-            column = _REMOTE_CELLS[name][0]
+            column = REMOTE_CELLS[name].header
             raise UserError(f"{where}: column {column}: {cells[name]!r} with {confirmed} confirmed", file=path,
                             field=name, fix="write — only when no finding is confirmed, else the figure")
     if int(cells["accuracy"].rstrip("%")) > 100:
         raise UserError(f"{where}: column Accuracy: {cells['accuracy']!r} is over 100%", file=path,
                         field="accuracy", fix="a whole percent between 0% and 100%")
     try:
-        return Row(kind="remote", name=cells.pop("model"), where=cells.pop("provider"), **cells)
+        return Row(kind="remote", **{REMOTE_CELLS[name].attr: text for name, text in cells.items()})
     except UserError as exc:
         raise UserError(f"{where}: {exc.message}", file=path, field=exc.field, fix=exc.fix) from None
 

@@ -1,0 +1,150 @@
+"""The results tables' columns, each declared once: its header, the tables it stands in,
+how its cell is written from a row, how the remote rows file must write it, and which
+value is best (bold).
+
+Render builds the four tables from this list, `score check` finds the headline tables
+on the page by the headers it derives, and the remote rows file is read and checked
+through the shapes declared here. A new column is one `Column(...)` below (plus, for a
+local row, where `local_row` reads its figure from the record).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from harness.results.serving_columns import SERVING_COLUMNS
+from harness.scoring import parse_percent, parse_seconds, parse_total, parse_usd
+
+if TYPE_CHECKING:
+    from harness.results.rows import Row
+
+Kind = Literal["remote", "local"]
+DASH = "—"
+
+# A local row whose agent ran with --no-sandbox: it could have read what it was not given.
+UNSANDBOXED = " (no sandbox)"
+# A local row whose findings no grader or person ever saw (`rule --accept` alone).
+KEY_MATCHER_ONLY = " (key-matcher only)"
+
+
+def bold(cell: str) -> str:
+    return f"**{cell}**"
+
+
+def preset_link(preset: str) -> str:
+    return f"[`{preset}`](../.vot/presets/{preset}.yaml)"
+
+
+@dataclass(frozen=True)
+class Shape:
+    """How a hand-kept remote row writes the cell: a full-match regex and its words."""
+
+    pattern: str
+    words: str
+    required: bool = False
+
+
+@dataclass(frozen=True)
+class Column:
+    attr: str  # the Row attribute it shows
+    header: str
+    local_header: str | None = None  # where the local tables name it otherwise (Model → Preset)
+    headline: bool = False  # in the ranked table
+    detail: bool = False  # in the run-detail table
+    kinds: tuple[Kind, ...] = ("remote", "local")
+    remote_key: str | None = None  # its key in the remote rows file, when not `attr`
+    shape: Shape | None = None  # None: computed, never written in the remote rows file
+    best: Literal["min", "max"] | None = None  # the headline's best value is bold (ties all; — never)
+    parse: Callable[[str], float] | None = None  # the cell as a number, to find the best
+    cell: Callable[[Row, int], str] | None = None  # (row, rank) → cell; default: the attribute as written
+
+    def header_for(self, kind: Kind) -> str:
+        return self.local_header if kind == "local" and self.local_header else self.header
+
+    @property
+    def key(self) -> str:
+        return self.remote_key or self.attr
+
+    def text(self, row: Row, rank: int) -> str:
+        return self.cell(row, rank) if self.cell else getattr(row, self.attr)
+
+
+def _name(row: Row, _: int) -> str:
+    if row.kind == "remote":
+        return f"`{row.name}`"
+    return (preset_link(row.name) + (UNSANDBOXED if row.unsandboxed else "")
+            + (KEY_MATCHER_ONLY if row.key_matcher_only else ""))
+
+
+def _ratio(row: Row, _: int) -> str:
+    """All reported findings confirmed: the ratio is bold."""
+    return bold(row.confirmed_reported) if row.reported and row.confirmed == row.reported else row.confirmed_reported
+
+
+def _serving(index: int) -> Callable[[Row, int], str]:
+    return lambda row, _: row.serving[index]
+
+
+_DURATION = r"\d+m\d{2}s"
+_TOKENS = Shape(r"\d+(?:\.\d)?M|\d+k|\d{1,3}|—", "rounded tokens, e.g. 2.3M or 68k, or —")
+
+# In table order; the remote rows file's keys follow the same order.
+COLUMNS: tuple[Column, ...] = (
+    Column("rank", "Rank", headline=True, cell=lambda _, rank: bold(f"#{rank}")),
+    Column("name", "Model", local_header="Preset", headline=True, detail=True, remote_key="model", cell=_name,
+           shape=Shape(r"[A-Za-z0-9][A-Za-z0-9._:/@+-]*", "a canonical model id, e.g. openai/gpt-5.6-luna", True)),
+    Column("effort", "Effort", headline=True, detail=True,
+           shape=Shape(r"[a-z][a-z0-9-]*", "the effort applied (medium) or default", True)),
+    Column("cli", "CLI", headline=True, detail=True,
+           shape=Shape(r"opencode|claude|copilot", "opencode, claude or copilot", True)),
+    Column("where", "Provider", local_header="GPU", headline=True, detail=True, remote_key="provider",
+           shape=Shape(r"OpenRouter|Anthropic|Copilot", "OpenRouter, Anthropic or Copilot", True)),
+    Column("oddyssey", "oddyssey", headline=True, detail=True,
+           shape=Shape(r"\d+\.\d+\.\d+(?: ⚠)?", "a version, e.g. 1.13.0 (a trailing ' ⚠' if provisional)", True)),
+    Column("score", "Scoring", headline=True, best="max", parse=float,
+           cell=lambda row, _: f"{row.score.score:.1f}"),
+    Column("confirmed_reported", "Confirmed / reported", headline=True, cell=_ratio,
+           shape=Shape(r"\d+ / \d+", "X / Y, e.g. 7 / 8", True)),
+    Column("by_kind", "Telemetry / Perf / Behavior", headline=True,
+           shape=Shape(r"\d+ / \d+ / \d+", "X / X / X, e.g. 3 / 2 / 2", True)),
+    Column("total", "Total", headline=True, best="min", parse=parse_total,
+           shape=Shape(_DURATION, "NmSSs, e.g. 6m29s or 150m02s", True)),
+    Column("cost", "Cost", headline=True, kinds=("remote",), best="min", parse=parse_usd,
+           shape=Shape(r"\$\d+\.\d{2}", "$N.NN, e.g. $0.11", True)),
+    Column("accuracy", "Accuracy", headline=True, best="max", parse=parse_percent,
+           shape=Shape(r"\d{1,3}%", "a whole percent, e.g. 88%", True)),
+    Column("usd_per_confirmed", "$/confirmed", headline=True, kinds=("remote",), best="min", parse=parse_usd,
+           shape=Shape(r"\$\d+\.\d{3}|—", "$N.NNN, e.g. $0.016 (— with no confirmed finding)", True)),
+    Column("seconds_per_confirmed", "seconds/confirmed", headline=True, best="min", parse=parse_seconds,
+           shape=Shape(r"\d+s|—", "whole seconds, e.g. 56s (— with none confirmed)", True)),
+    Column("preflight", "Preflight", detail=True, shape=Shape(_DURATION + "|—", "NmSSs, e.g. 3m10s, or —")),
+    Column("drive", "Drive", detail=True, shape=Shape(_DURATION + "|—", "NmSSs, e.g. 2m01s, or —")),
+    Column("observation", "Observation", detail=True, shape=Shape(_DURATION + "|—", "NmSSs, e.g. 11m58s, or —")),
+    Column("turns", "Turns", detail=True, shape=Shape(r"\d+|—", "a whole number, or —")),
+    Column("median_turn", "Median turn", detail=True,
+           shape=Shape(r"\d+(?:\.\d)?s|—", "seconds with one decimal, e.g. 13.3s, or —")),
+    Column("input", "Input", detail=True, shape=_TOKENS),
+    Column("output", "Output", detail=True, shape=_TOKENS),
+    Column("cache", "Cache", detail=True, shape=_TOKENS),
+    Column("signals", "Signals", detail=True, shape=Shape(r"[0-4]/4|—", "k/4, e.g. 4/4, or —")),
+    Column("planted_found", "Planted found", detail=True, kinds=("local",),
+           cell=lambda row, _: row.planted_found or DASH),
+    # What the serving did (harness/results/serving_columns.py reads them from the record).
+    *(Column(f"serving[{i}]", c.header, detail=True, kinds=("local",), cell=_serving(i))
+      for i, c in enumerate(SERVING_COLUMNS)),
+)
+
+
+def columns(kind: Kind, table: Literal["headline", "detail"]) -> list[Column]:
+    return [c for c in COLUMNS if kind in c.kinds and getattr(c, table)]
+
+
+def headers(kind: Kind, table: Literal["headline", "detail"]) -> list[str]:
+    return [c.header_for(kind) for c in columns(kind, table)]
+
+
+# The remote rows file: its keys in order, and those a row must give.
+REMOTE_CELLS: dict[str, Column] = {c.key: c for c in COLUMNS if c.shape is not None}
+REMOTE_REQUIRED: tuple[str, ...] = tuple(k for k, c in REMOTE_CELLS.items() if c.shape.required)
