@@ -33,13 +33,12 @@ import asyncio
 import json
 import socket
 import ssl
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from harness.kernel_stamps import SO_TIMESTAMPNS, receive_age_ns
+from harness.kernel_stamps import StampedSocket, receive_age_ns
 
 HEAD_END = b"\r\n\r\n"
 FAST_CONTENT = b'"content":"'
@@ -337,73 +336,29 @@ class _Connection(asyncio.Protocol):
             result.token_ns.append(now)
 
 
-class _StampedSocket:
-    """A connected non-blocking socket read with recvmsg, so every read carries the kernel's
-    receive time (SO_TIMESTAMPNS) rather than the moment the loop got round to it: with many
-    streams, a burst of chunks is read one socket after another, and each would otherwise be
-    stamped later than the one before. Quacks enough like a transport for `_Connection`."""
+class _StampedSocket(StampedSocket):
+    """The kernel's receive time on every read (harness/kernel_stamps.py) rather than the
+    moment the loop got round to it: with many streams, a burst of chunks is read one socket
+    after another, and each would otherwise be stamped later than the one before. Quacks
+    enough like a transport for `_Connection`."""
+
+    read_size = 1 << 18
 
     def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, protocol: _Connection) -> None:
-        self.loop, self.sock, self.protocol = loop, sock, protocol
-        self.fd = sock.fileno()
-        self.out = bytearray()
-        self.closed = False
-        if sock.family in (socket.AF_INET, socket.AF_INET6):
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.stamps = sys.platform.startswith("linux")  # the option number is Linux's
-        if self.stamps:
-            try:
-                sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-            except OSError:
-                self.stamps = False
+        super().__init__(loop, sock)
+        self.protocol = protocol
         protocol.connection_made(self)  # type: ignore[arg-type]
-        loop.add_reader(self.fd, self._readable)
+        self.start_reading()
 
-    def _readable(self) -> None:
-        try:
-            if self.stamps:
-                data, ancillary, _, _ = self.sock.recvmsg(1 << 18, 256)
-            else:
-                data, ancillary = self.sock.recv(1 << 18), []
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError as exc:
-            self._lost(exc)
-            return
-        if not data:
-            self.protocol.eof_received()
-            self._lost(None)
-            return
+    def received(self, data: bytes, ancillary: list) -> None:
         self.protocol.data_arrived(data, _arrival_ns(ancillary))
 
-    def write(self, data: bytes) -> None:
-        if self.closed:
-            return
-        if self.out:
-            self.out += data
-            return
-        try:
-            n = self.sock.send(data)
-        except (BlockingIOError, InterruptedError):
-            n = 0
-        except OSError as exc:
-            self._lost(exc)
-            return
-        if n < len(data):
-            self.out += data[n:]
-            self.loop.add_writer(self.fd, self._writable)
+    def at_eof(self) -> None:
+        self.protocol.eof_received()
+        self._lost(None)
 
-    def _writable(self) -> None:
-        try:
-            n = self.sock.send(self.out)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError as exc:
-            self._lost(exc)
-            return
-        del self.out[:n]
-        if not self.out:
-            self.loop.remove_writer(self.fd)
+    def broken(self, exc: OSError) -> None:
+        self._lost(exc)
 
     def abort(self) -> None:
         self._lost(None, notify=False)
@@ -411,10 +366,7 @@ class _StampedSocket:
     def _lost(self, exc: Exception | None, notify: bool = True) -> None:
         if self.closed:
             return
-        self.closed = True
-        self.loop.remove_reader(self.fd)
-        self.loop.remove_writer(self.fd)
-        self.sock.close()
+        self.close()
         if notify:
             self.protocol.connection_lost(exc)
 

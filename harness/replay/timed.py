@@ -58,7 +58,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.kernel_stamps import SO_TIMESTAMPNS, receive_age_ns
+from harness.kernel_stamps import StampedSocket, receive_age_ns
 
 BANNER = "replay server (timed schedule, not a model) listening on http://{host}:{port}"
 OWNED_BY = "llms-benchmark-replay"
@@ -373,7 +373,7 @@ def arrival_time(ancillary: list, loop_now: float) -> float:
     return loop_now if age is None else loop_now - age / 1e9
 
 
-class Connection:
+class Connection(StampedSocket):
     """One client connection on the server's own non-blocking socket.
 
     Not an asyncio transport, so that requests are read with recvmsg and stamped with the
@@ -383,47 +383,27 @@ class Connection:
     """
 
     def __init__(self, server: TimedServer, sock: socket.socket) -> None:
-        self.server, self.sock = server, sock
-        self.loop = asyncio.get_running_loop()
-        self.fd = sock.fileno()
         sock.setblocking(False)
-        if sock.family in (socket.AF_INET, socket.AF_INET6):
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.stamps = sys.platform.startswith("linux")  # the option number is Linux's
-        if self.stamps:
-            try:
-                sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-            except OSError:
-                self.stamps = False
+        super().__init__(asyncio.get_running_loop(), sock)
+        self.server = server
         self.inbuf = bytearray()
         self.arrived_at = 0.0
-        self.out = bytearray()
-        self.closed = self.eof = self.busy = self.closing = False
+        self.eof = self.busy = self.closing = False
         self.task: asyncio.Task | None = None
-        self.loop.add_reader(self.fd, self.readable)
+        self.start_reading()
 
     @property
     def gone(self) -> bool:
         """The client hung up (or the connection broke)."""
         return self.closed or self.eof
 
-    def readable(self) -> None:
-        try:
-            if self.stamps:
-                data, ancillary, _, _ = self.sock.recvmsg(1 << 16, 256)
-            else:
-                data, ancillary = self.sock.recv(1 << 16), []
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:
+    def at_eof(self) -> None:
+        self.eof = True
+        self.loop.remove_reader(self.fd)
+        if not self.busy:
             self.close()
-            return
-        if not data:
-            self.eof = True
-            self.loop.remove_reader(self.fd)
-            if not self.busy:
-                self.close()
-            return
+
+    def received(self, data: bytes, ancillary: list) -> None:
         if not self.inbuf:
             self.arrived_at = arrival_time(ancillary, self.loop.time())
         self.inbuf += data
@@ -463,36 +443,9 @@ class Connection:
         else:
             self.pump()
 
-    def write(self, data: bytes) -> None:
-        if self.closed:
-            return
-        if self.out:
-            self.out += data
-            return
-        try:
-            n = self.sock.send(data)
-        except (BlockingIOError, InterruptedError):
-            n = 0
-        except OSError:
+    def drained(self) -> None:
+        if self.closing:
             self.close()
-            return
-        if n < len(data):
-            self.out += data[n:]
-            self.loop.add_writer(self.fd, self.writable)
-
-    def writable(self) -> None:
-        try:
-            n = self.sock.send(self.out)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:
-            self.close()
-            return
-        del self.out[:n]
-        if not self.out:
-            self.loop.remove_writer(self.fd)
-            if self.closing:
-                self.close()
 
     def close_when_sent(self) -> None:
         if self.out and not self.closed:
@@ -500,13 +453,7 @@ class Connection:
         else:
             self.close()
 
-    def close(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        self.loop.remove_reader(self.fd)
-        self.loop.remove_writer(self.fd)
-        self.sock.close()
+    def on_close(self) -> None:
         self.server.connections.discard(self)
 
 
