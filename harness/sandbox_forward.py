@@ -42,6 +42,12 @@ def _serve(conn: socket.socket, path: str) -> None:
         conn.close()
         upstream.close()
         return
+    relay(conn, upstream)
+
+
+def relay(conn: socket.socket, upstream: socket.socket) -> None:
+    """Copy both ways until each side has finished sending, then close both. Shared with
+    the host side (harness/sandbox_net.py), which imports it: this file stays stdlib only."""
     back = threading.Thread(target=_pump, args=(upstream, conn), daemon=True)
     back.start()
     _pump(conn, upstream)

@@ -11,7 +11,7 @@ import pytest
 
 from harness.errors import PreflightError
 from harness.probe import run_probe
-from harness.server_metrics import GENERATED, counter
+from harness.load.metrics import generated_tokens
 from harness.stacks.ledger import Ledger
 from harness.stacks.llamacpp import LlamaCppStack, llama_server_binary
 from harness.stacks.local_process import processes_with_marker
@@ -88,7 +88,7 @@ def test_real_llama_server_serves_probes_and_is_destroyed(tmp_path):
         assert probe.prefill_tps and probe.prefill_tps > 0
         assert 1500 <= probe.long_context_tokens <= 2100
         # llama.cpp's /metrics (enabled by the stack) counts what it generated: short + long + calibration
-        assert counter(unit.base_url, GENERATED) >= 32 + 16
+        assert generated_tokens(unit.base_url) >= 32 + 16
     finally:
         collector.stop()
         assert stack.destroy(unit) is True

@@ -135,6 +135,13 @@ def scrape(base_url: str, *, api_key: str | None = None, timeout: float = 2.0,
         return None
 
 
+def generated_tokens(base_url: str, *, api_key: str | None = None) -> float | None:
+    """The server's generated-token counter now (vLLM or llama.cpp); None if unreadable.
+    Read twice around a step, it says whether the model produced anything meanwhile."""
+    snap = scrape(base_url, api_key=api_key, timeout=10.0)
+    return None if snap is None else snap.generation_tokens_total
+
+
 def delta(before: MetricsSnapshot | None, after: MetricsSnapshot | None, figure: str) -> float | None:
     """How much a counter grew between two snapshots (None if either lacks it; a reset reads as None)."""
     if before is None or after is None:

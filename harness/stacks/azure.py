@@ -34,7 +34,7 @@ from harness.stacks import azure_arm
 from harness.stacks.azure_arm import ARM_SCOPE, RESOURCE_GROUPS_API, AzureSettings, describe, get_json
 from harness.stacks.azure_logs import CRASH_LOOP, REVISION_FAILED, LogFollower
 from harness.stacks.azure_spec import DEFAULT_IMAGE, DEFAULT_RESOURCE_GROUP, VLLM_PORT
-from harness.stacks.base import GpuCell, Unit, unit_name
+from harness.stacks.base import GpuCell, Unit, file_logs, unit_name
 from harness.vot import render
 from harness.vot.environment import Environment
 from harness.vot.preset import ResolvedPreset
@@ -342,13 +342,7 @@ class AzureStack:
 
     # -- watching --------------------------------------------------------------------------
     def logs(self, unit: Unit, offset: int) -> tuple[str, int]:
-        try:
-            with open(unit.log_path or "", "rb") as fh:
-                fh.seek(offset)
-                data = fh.read()
-        except FileNotFoundError:
-            return "", offset
-        return data.decode("utf-8", "replace"), offset + len(data)
+        return file_logs(unit, offset)  # the log follower writes the app's console log there
 
     def alive(self, unit: Unit) -> bool:
         follower = self._followers.get(unit.name)

@@ -46,6 +46,21 @@ def unit_name(preset: str) -> str:
     return f"vot-{preset}"
 
 
+def file_logs(unit: Unit, offset: int) -> tuple[str, int]:
+    """`Stack.logs` for a unit whose log is a local file (`unit.log_path`: a local process's
+    output, or what azure's log follower writes): the text since `offset` and the new offset;
+    nothing yet while the file does not exist."""
+    if not unit.log_path:
+        return "", offset
+    try:
+        with open(unit.log_path, "rb") as fh:
+            fh.seek(offset)
+            data = fh.read()
+    except FileNotFoundError:
+        return "", offset
+    return data.decode("utf-8", "replace"), offset + len(data)
+
+
 class Stack(Protocol):
     """preflight → GPU cell, serve → unit, logs, ready, destroy.
 

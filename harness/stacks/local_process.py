@@ -21,7 +21,7 @@ import psutil
 
 from harness.errors import PreflightError, StackError
 from harness.paths import ProjectPaths
-from harness.stacks.base import GpuCell, Unit, unit_name
+from harness.stacks.base import GpuCell, Unit, file_logs, unit_name
 from harness.vot.environment import Environment
 from harness.vot.preset import ResolvedPreset
 
@@ -143,15 +143,7 @@ class LocalProcessStack:
         return {}
 
     def logs(self, unit: Unit, offset: int) -> tuple[str, int]:
-        if not unit.log_path:
-            return "", offset
-        try:
-            with open(unit.log_path, "rb") as fh:
-                fh.seek(offset)
-                data = fh.read()
-        except FileNotFoundError:
-            return "", offset
-        return data.decode("utf-8", "replace"), offset + len(data)
+        return file_logs(unit, offset)
 
     def alive(self, unit: Unit) -> bool:
         proc = _children.get(unit.extra.get("marker", ""))

@@ -6,13 +6,13 @@ import shutil
 
 from harness import untrusted
 from harness.errors import UserError
+from harness.load.metrics import generated_tokens
 from harness.mission import prepare_workspace
 from harness.mission_services import merge_env, start_services
 from harness.opencode import config as oc_config
 from harness.opencode.runner import Limits, run_opencode
 from harness.record import RunOutcome, RunRecord, utcnow
 from harness.sandbox import count_denials, wrap
-from harness.server_metrics import GENERATED, counter
 from harness.serving.timeline import Sampler
 from harness.stages.context import LaunchContext
 
@@ -48,7 +48,7 @@ def smoke(rec: RunRecord, ctx: LaunchContext) -> None:
     smoke_dir.mkdir(parents=True, exist_ok=True)
     env = ctx.agent_env(smoke_dir / "opencode")
     ctx.say("smoke: asking for one bash tool call through opencode")
-    before = counter(unit.base_url, GENERATED, api_key=ctx.api_key)
+    before = generated_tokens(unit.base_url, api_key=ctx.api_key)
     with ctx.network(rec, [unit.base_url]) as net:
         view = ctx.view(scratch, smoke_dir / "opencode", net)
         argv = wrap(ctx.sandbox, [*ctx.argv_base, "--title", "llms-benchmark smoke"], view, scratch, smoke_dir)
@@ -66,7 +66,7 @@ def smoke(rec: RunRecord, ctx: LaunchContext) -> None:
     missing = " and ".join(name for name, ok in (("bash tool_use event", has_bash), ("text event", has_text))
                            if not ok)
     how = result.ended_by or f"opencode exited {result.exit_code}"
-    after = counter(unit.base_url, GENERATED, api_key=ctx.api_key)
+    after = generated_tokens(unit.base_url, api_key=ctx.api_key)
     if before is not None and after is not None:
         # Evidence from the server itself: a model streaming prose without end finishes no part.
         how += f"; the server generated {after - before:,.0f} tokens meanwhile"
