@@ -129,7 +129,7 @@ class _ReadOnlyClient:
         self.issued: list[str] = []
 
     def sql(self, sql: str, limit: int = 1000) -> obs.Result:
-        from harness.telemetry.receiver import BadRequest, _run_select, check_read_only
+        from harness.telemetry.readonly import BadRequest, check_read_only, run_select
 
         try:
             check_read_only(sql)
@@ -138,7 +138,7 @@ class _ReadOnlyClient:
         self.issued.append(sql)
         cur = self.con.cursor()
         try:
-            columns, result = _run_select(cur, sql)
+            columns, result = run_select(cur, sql)
             rows = result.fetchmany(limit + 1)
         except Exception as exc:  # noqa: BLE001 - DuckDB's errors are the query's, recorded not raised
             raise obs.QueryFailed(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__) \

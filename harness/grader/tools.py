@@ -79,7 +79,7 @@ class GraderTools:
         return self._con
 
     def sql(self, query: str) -> str:
-        from harness.telemetry.receiver import BadRequest, _jsonable, _run_select, check_read_only
+        from harness.telemetry.readonly import BadRequest, check_read_only, jsonable, run_select
 
         if self.store is None:
             return "error: this run kept no telemetry store"
@@ -91,14 +91,14 @@ class GraderTools:
         timer = threading.Timer(QUERY_TIMEOUT_S, cur.interrupt)
         timer.start()
         try:
-            columns, result = _run_select(cur, query)
+            columns, result = run_select(cur, query)
             rows = result.fetchmany(MAX_ROWS + 1)
         except Exception as exc:  # noqa: BLE001 - a failing query is the model's to read, not a crash
             return "error: " + (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         finally:
             timer.cancel()
             cur.close()
-        body = {"columns": columns, "rows": [[_jsonable(v) if not isinstance(v, (int, float, str, bool, type(None)))
+        body = {"columns": columns, "rows": [[jsonable(v) if not isinstance(v, (int, float, str, bool, type(None)))
                                                else v for v in r] for r in rows[:MAX_ROWS]],
                 "truncated": len(rows) > MAX_ROWS}
         return _cap(json.dumps(body, default=str))

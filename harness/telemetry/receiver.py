@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import datetime as dt
-import decimal
 import hmac
 import json
 import math
@@ -36,7 +34,6 @@ import socket
 import sys
 import threading
 import time
-import uuid
 import zlib
 from collections import Counter
 from dataclasses import dataclass
@@ -52,6 +49,7 @@ from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
+from harness.telemetry.readonly import BadRequest, check_read_only, first_line, jsonable, run_select
 from harness.telemetry.schema import TABLES, create_all, insert_sql
 
 MAX_BODY = 64 * 1024 * 1024  # bytes, after decompression
@@ -64,10 +62,6 @@ MAX_LIMIT = 200_000
 UNKNOWN_SERVICE = "unknown_service"
 _ID_KEYS = {"traceId", "spanId", "parentSpanId", "trace_id", "span_id", "parent_span_id"}
 _SEVERITIES = ((21, "FATAL"), (17, "ERROR"), (13, "WARN"), (9, "INFO"), (5, "DEBUG"), (1, "TRACE"))
-
-
-class BadRequest(Exception):
-    """A request the store refuses with HTTP 400 and this message."""
 
 
 class BodyRefused(BadRequest):
@@ -445,12 +439,12 @@ class Store:
         timer = threading.Timer(QUERY_TIMEOUT_S, cur.interrupt)
         timer.start()
         try:
-            columns, result = _run_select(cur, sql)
+            columns, result = run_select(cur, sql)
             rows = result.fetchmany(limit + 1)
         except duckdb.Error as exc:
             if isinstance(exc, duckdb.InterruptException):
                 raise BadRequest(f"query ran over {QUERY_TIMEOUT_S:.0f} s and was stopped") from exc
-            raise BadRequest(_first_line(exc)) from exc
+            raise BadRequest(first_line(exc)) from exc
         finally:
             timer.cancel()
             cur.close()
@@ -488,53 +482,6 @@ class Store:
         self.con.close()
 
 
-def _first_line(exc: Exception) -> str:
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-
-
-def check_read_only(sql: str) -> None:
-    """Refuse anything but one SELECT (WITH, DESCRIBE, SHOW, SUMMARIZE, FROM-first parse
-    as SELECT in DuckDB)."""
-    if not isinstance(sql, str) or not sql.strip():
-        raise BadRequest("'sql' must be a non-empty string")
-    try:
-        statements = duckdb.extract_statements(sql)
-    except duckdb.Error as exc:
-        raise BadRequest(_first_line(exc)) from exc
-    if len(statements) != 1:
-        raise BadRequest(f"read-only store: send exactly one statement, got {len(statements)}")
-    kind = statements[0].type
-    if kind != duckdb.StatementType.SELECT:
-        raise BadRequest(
-            f"read-only store: only SELECT / WITH / DESCRIBE / SHOW queries are allowed, not {kind.name}"
-        )
-
-
-def _run_select(cur, sql: str):
-    """Execute; TIMESTAMPTZ columns come back as text, since converting them to Python
-    needs pytz, which the store does not carry."""
-    rel = cur.sql(sql)
-    columns, types = rel.columns, [str(t) for t in rel.types]
-    if not any("WITH TIME ZONE" in t for t in types):
-        return columns, cur.execute(sql)
-    proj = ", ".join(f"#{i + 1}::VARCHAR" if "WITH TIME ZONE" in t else f"#{i + 1}" for i, t in enumerate(types))
-    return columns, cur.execute(f"SELECT {proj} FROM ({sql})")
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, decimal.Decimal):
-        return float(value)
-    if isinstance(value, (dt.datetime, dt.date, dt.time)):
-        return value.isoformat()
-    if isinstance(value, dt.timedelta):
-        return value.total_seconds()
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return bytes(value).hex()
-    if isinstance(value, uuid.UUID):
-        return str(value)
-    return str(value)
-
-
 def _finite(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
@@ -547,9 +494,9 @@ def _finite(value: Any) -> Any:
 
 def to_json(doc: Any) -> bytes:
     try:
-        text = json.dumps(doc, default=_jsonable, allow_nan=False)
+        text = json.dumps(doc, default=jsonable, allow_nan=False)
     except ValueError:  # NaN / inf are not JSON: send null
-        text = json.dumps(_finite(doc), default=_jsonable, allow_nan=False)
+        text = json.dumps(_finite(doc), default=jsonable, allow_nan=False)
     return text.encode()
 
 
