@@ -41,7 +41,8 @@ def classroom(
     as_json: JsonOpt = False,
 ) -> None:
     """Simulate a class of students, each with a coding agent on a small lab project, against a real endpoint."""
-    from harness.load.classroom import ClassroomConfig, run_classroom
+    from harness.load.classroom import run_classroom
+    from harness.load.classroom_config import ClassroomConfig
     from harness.load.classroom_report import summary_table
 
     cfg = ClassroomConfig(

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from harness.cli.common import JsonOpt, emit, err, out, project_root, say, user_errors
+from harness.cli.common import JsonOpt, emit, err, project_root, say, user_errors
 from harness.errors import Interrupted, UserError
 
 

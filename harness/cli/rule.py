@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from harness.cli.common import JsonOpt, err, out, project_root, say, user_errors
+from harness.cli.common import JsonOpt, err, out, project_root, user_errors
 
 
 @user_errors

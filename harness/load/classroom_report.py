@@ -13,6 +13,7 @@ import io
 import json
 import os
 from collections import Counter
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,10 +22,24 @@ import numpy as np
 from rich.table import Table
 
 if TYPE_CHECKING:
-    from harness.load.classroom import ClassroomConfig, Outcome
+    from harness.load.classroom_config import ClassroomConfig
 
 MODEL_KINDS = ("agent", "compaction", "title")  # what a successful request can be
 DECODE_MIN_TOKENS = 8  # a request's decode speed needs a few tokens to mean anything
+
+
+@dataclass
+class Outcome:
+    """What a classroom run leaves for the report: every request and turn, the server's figures."""
+
+    requests: list[dict]
+    turns: list[dict]
+    server: dict[str, Any]
+    wall_s: float
+    started_users: int
+    started: str
+    finished: str
+    interrupted: bool = False
 
 
 def pct(values: list[float], p: float, digits: int = 3) -> float | int | None:
