@@ -60,8 +60,10 @@ demo: setup
 	-$(BIN)/llms-benchmark launch local cpu cpu-qwen2-5-coder-1-5b --mission hello
 	$(BIN)/llms-benchmark launch local replay replay-hello --mission hello
 
+# One worker per CPU the machine gives this process (xdist's `auto`): on a 2-core box four
+# workers made the timing-sensitive tests race each other for the CPU they measure.
 test: setup
-	$(BIN)/pytest -q -n 4
+	$(BIN)/pytest -q -n auto
 
 clean:
 	rm -rf $(VENV) node_modules
