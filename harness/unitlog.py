@@ -15,6 +15,7 @@ import httpx
 from harness.errors import FatalUnitLog, StackError
 from harness.stacks.base import Stack, Unit
 from harness.unit_death import UnitDeath, explain
+from harness.wire.openai import bearer, model_ids, models_url
 
 TAIL_BYTES = 64 * 1024
 
@@ -83,15 +84,15 @@ def wait_ready(unit: Unit, timeout_s: float, collector: UnitLogCollector, *, api
     """Ready when GET /v1/models lists the served name; stop early on a fatal line or death."""
     import time
 
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    headers = bearer(api_key)
     deadline = time.monotonic() + timeout_s
     with httpx.Client(timeout=httpx.Timeout(10, connect=5), headers=headers) as client:
         while True:
             collector.raise_if_problem()
             try:
-                resp = client.get(f"{unit.base_url}/v1/models")
+                resp = client.get(models_url(unit.base_url))
                 if resp.status_code == 200:
-                    ids = {m.get("id") for m in resp.json().get("data", [])}
+                    ids = set(model_ids(resp.json()))
                     if unit.served_name in ids:
                         return
             except (httpx.HTTPError, ValueError):

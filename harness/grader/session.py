@@ -19,6 +19,7 @@ from harness.grader.tools import SPECS, GraderTools
 from harness.paths import RunPaths
 from harness.report import Finding
 from harness.rulings import VERDICTS, Rerun
+from harness.wire.openai import bearer
 
 MAX_ROUNDS = 12
 DEADLINE_S = 600.0
@@ -98,7 +99,7 @@ class Grader:
         self.endpoint = endpoint
         self.tools = tools
         key = endpoint.api_key()
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        headers = bearer(key)
         self.client = client or httpx.Client(base_url=endpoint.base_url, headers=headers,
                                              timeout=httpx.Timeout(REQUEST_TIMEOUT_S, connect=10.0))
         self.system = SYSTEM.format(schema=schema_text())

@@ -43,6 +43,7 @@ from harness.load.classroom_config import (
 )
 from harness.load.classroom_report import Outcome, summarize, write_results
 from harness.load.classroom_student import Run, Student
+from harness.wire.openai import bearer, model_ids, models_url
 
 
 PROGRESS_EVERY_S = 30.0
@@ -54,8 +55,8 @@ METRICS_EVERY_S = 1.0
 
 def check_server(cfg: ClassroomConfig, key: ApiKey | None) -> list[str]:
     """GET /v1/models once: the URL answers and lists the model. Returns the served names."""
-    url = f"{cfg.root_url}/v1/models"
-    headers = {"Authorization": f"Bearer {key.secret}"} if key and key.secret else {}
+    url = models_url(cfg.root_url)
+    headers = bearer(key.secret if key else None)
     try:
         resp = httpx.get(url, headers=headers, timeout=10.0)
     except httpx.HTTPError as exc:
@@ -68,8 +69,8 @@ def check_server(cfg: ClassroomConfig, key: ApiKey | None) -> list[str]:
         raise UserError(f"{url} answered HTTP {resp.status_code}", field="BASE_URL",
                         fix="give the base URL of an OpenAI-compatible server")
     try:
-        names = [m["id"] for m in resp.json()["data"]]
-    except (ValueError, KeyError, TypeError):
+        names = model_ids(resp.json())
+    except ValueError:
         raise UserError(f"{url} did not answer with a model list", field="BASE_URL",
                         fix="give the base URL of an OpenAI-compatible server") from None
     if cfg.model not in names:

@@ -12,6 +12,7 @@ from typing import Any
 from harness.errors import UserError
 from harness.load.classroom_project import tool_schemas
 from harness.load.classroom_scenarios import FOLLOW_UPS, ROOT, SCENARIO_CHOICES, Scenario
+from harness.wire.openai import is_http_url, root_url
 
 
 SYSTEM_PROMPT = """You are opencode, an interactive CLI coding agent that helps students with software \
@@ -116,10 +117,10 @@ class ClassroomConfig:
 
 def normalize_base_url(url: str) -> str:
     """`http://host:port[/v1][/]` -> `http://host:port` (the tools add `/v1/...` and `/metrics`)."""
-    text = url.strip().rstrip("/")
-    if not text.startswith(("http://", "https://")):
+    text = url.strip()
+    if not is_http_url(text):
         raise UserError(f"{url!r} is not an http(s) URL", field="BASE_URL", fix="give e.g. http://127.0.0.1:8000")
-    return text.removesuffix("/v1")
+    return root_url(text)
 
 
 # ---------------------------------------------------------------- inputs: keys and prompt file

@@ -19,6 +19,7 @@ import httpx
 from harness.load.classroom_config import AgentPrompt, ApiKey, ClassroomConfig, message_text
 from harness.load.classroom_project import Project, Toolbox
 from harness.load.classroom_scenarios import FOLLOW_UPS, fix_steps, plan, scenario_for
+from harness.wire.openai import bearer
 
 
 RETRY_STATUSES = (429, 503)
@@ -282,9 +283,7 @@ class Student:
         if tools:
             body["tools"] = list(tools)
             body["tool_choice"] = "auto"
-        headers = {"x-session-affinity": self.session}
-        if self.key and self.key.secret:
-            headers["Authorization"] = f"Bearer {self.key.secret}"
+        headers = {"x-session-affinity": self.session, **bearer(self.key.secret if self.key else None)}
         for attempt in range(cfg.max_retries + 1):
             record = {
                 "user": self.index, "user_id": self.key.label if self.key else None, "scenario": self.scenario.name,

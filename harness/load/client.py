@@ -39,6 +39,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from harness.kernel_stamps import StampedSocket, receive_age_ns
+from harness.wire.openai import root_url
 
 HEAD_END = b"\r\n\r\n"
 FAST_CONTENT = b'"content":"'
@@ -383,7 +384,7 @@ class StreamClient:
 
     def __init__(self, base_url: str, *, api_key: str | None = None, connect_timeout: float = 10.0,
                  idle_timeout: float = 900.0, kernel_stamps: bool = True) -> None:
-        root = base_url.rstrip("/").removesuffix("/v1")
+        root = root_url(base_url)
         parts = urlsplit(root)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http(s) URL: {base_url}")

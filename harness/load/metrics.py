@@ -21,6 +21,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from harness.errors import UserError
+from harness.wire.openai import bearer, root_url
 
 # Each figure: (candidate sample names, first found wins; how to fold its label sets).
 # Sample names as exposed: a counter `vllm:foo` is exposed as `vllm:foo_total`.
@@ -120,13 +121,13 @@ def metrics_url(base_url: str) -> str:
     url = base_url.rstrip("/")
     if url.endswith("/metrics"):
         return url
-    return url.removesuffix("/v1") + "/metrics"
+    return root_url(url) + "/metrics"
 
 
 def scrape(base_url: str, *, api_key: str | None = None, timeout: float = 2.0,
            figures_only: bool = False) -> MetricsSnapshot | None:
     """Read and parse `/metrics`; None when the server is unreachable, refuses, or sends no exposition."""
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    headers = bearer(api_key)
     try:
         resp = httpx.get(metrics_url(base_url), headers=headers, timeout=timeout)
         resp.raise_for_status()

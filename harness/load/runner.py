@@ -32,6 +32,7 @@ from harness.load import metrics
 from harness.load.client import CHAT_PATH, Result, StreamClient, chat_payload
 from harness.load.prompts import Prompts
 from harness.load.results import PERCENTILE_METHOD, Level, ResultsDir
+from harness.wire.openai import bearer, is_http_url, models_url, root_url
 
 DEFAULT_LEVELS = (1, 8, 16, 24, 40)
 DEFAULT_SHAPES = {"short": 512, "long": 16_384}
@@ -137,13 +138,13 @@ def parse_shapes(text: str, short: int, long: int) -> dict[str, int]:
 
 def check(opts: LoadOptions) -> Target:
     """The server answers, serves the model, and is idle (unless --allow-busy); else a UserError."""
-    root = opts.base_url.rstrip("/").removesuffix("/v1")
-    if not root.startswith(("http://", "https://")):
+    root = root_url(opts.base_url)
+    if not is_http_url(root):
         raise UserError(f"'{opts.base_url}' is not an http(s) URL", field="base URL",
                         fix="give the server's base URL, e.g. http://127.0.0.1:8000")
-    headers = {"Authorization": f"Bearer {opts.api_key}"} if opts.api_key else {}
+    headers = bearer(opts.api_key)
     try:
-        resp = httpx.get(f"{root}/v1/models", headers=headers, timeout=10)
+        resp = httpx.get(models_url(root), headers=headers, timeout=10)
     except httpx.HTTPError as exc:
         raise UserError(f"cannot reach {root}: {exc or type(exc).__name__}", field="base URL",
                         fix="start the server, or correct the URL (GET <url>/v1/models must answer)") from None

@@ -1,0 +1,1 @@
+"""The OpenAI wire as every client of a served model speaks it (see openai.py)."""
