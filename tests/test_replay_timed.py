@@ -16,7 +16,8 @@ from timed_replay import MODEL, make_timed  # noqa: F401 - the fixture
 
 from harness.load.client import CHAT_PATH, StreamClient, chat_payload
 from harness.load.metrics import parse, scrape
-from harness.replay.timed import count_words, schedule, Config
+from harness.replay.timed_state import Config
+from harness.replay.timed_wire import count_words, schedule
 
 SLACK = 0.25  # how late a loaded machine may make a token, in seconds
 
