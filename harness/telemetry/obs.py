@@ -27,20 +27,31 @@ import json
 import os
 import re
 import sys
-import time
-import urllib.error
-import urllib.request
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.telemetry.series import Series, add_segment, aggregate, series_kind
+from harness.telemetry.obs_metrics import metrics_list, metrics_query
+from harness.telemetry.obs_store import (
+    BIG_LIMIT,
+    Client,
+    Output,
+    QueryFailed,
+    StoreDown,
+    attr_clause,
+    clip,
+    contains,
+    fmt_ms,
+    fmt_time,
+    lit,
+    since_ns,
+    since_seconds,
+    table,
+    where,
+)
 
 DEFAULT_URL = "http://127.0.0.1:4318"
 SPILL_LINES = 60  # longer output goes to a file
 HEAD_LINES = 40  # lines printed when spilling
-HTTP_TIMEOUT_S = 120.0
-BIG_LIMIT = 200_000  # internal queries that aggregate client-side
 SEVERITY_FLOOR = {"TRACE": 1, "DEBUG": 5, "INFO": 9, "WARN": 13, "WARNING": 13, "ERROR": 17,
                   "FATAL": 21, "CRITICAL": 21}
 # Attributes that say little about behaviour; `traces get` hides them unless --full.
@@ -48,138 +59,6 @@ NOISY_ATTRS = re.compile(
     r"^(net\.|network\.|client\.|user_agent\.|thread\.|code\.|http\.(scheme|flavor|host|server_name|user_agent)$"
     r"|server\.port$|url\.scheme$|telemetry\.|otel\.)"
 )
-
-
-class StoreDown(Exception):
-    """The store did not answer (exit 2)."""
-
-
-class QueryFailed(Exception):
-    """The store answered with an error (exit 1)."""
-
-
-@dataclass
-class Result:
-    columns: list[str]
-    rows: list[list[Any]]
-    truncated: bool = False
-
-    def dicts(self) -> list[dict[str, Any]]:
-        return [dict(zip(self.columns, r)) for r in self.rows]
-
-
-@dataclass
-class Output:
-    lines: list[str] = field(default_factory=list)
-    rows: int = 0
-
-
-# -- the store --------------------------------------------------------------------------
-class Client:
-    def __init__(self, url: str):
-        self.url = url.rstrip("/")
-
-    def sql(self, sql: str, limit: int = 1000) -> Result:
-        body = json.dumps({"sql": sql, "limit": limit}).encode()
-        req = urllib.request.Request(f"{self.url}/query", data=body,
-                                     headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=HTTP_TIMEOUT_S) as resp:
-                doc = json.loads(resp.read())
-        except urllib.error.HTTPError as exc:
-            raise QueryFailed(_error_text(exc)) from None
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise StoreDown(f"telemetry store not reachable at {self.url} ({reason}); "
-                            "is it running, and is OBS_URL right?") from None
-        except ValueError as exc:
-            raise QueryFailed(f"store answered something that is not JSON: {exc}") from None
-        return Result(doc["columns"], doc["rows"], bool(doc.get("truncated")))
-
-
-def _error_text(exc: urllib.error.HTTPError) -> str:
-    try:
-        return f"store refused the query (HTTP {exc.code}): {json.loads(exc.read())['error']}"
-    except Exception:
-        return f"store answered HTTP {exc.code}"
-
-
-# -- SQL helpers ------------------------------------------------------------------------
-def lit(value: str) -> str:
-    return "'" + str(value).replace("'", "''") + "'"
-
-
-def json_path(key: str) -> str:
-    # Quoted key: attribute names contain dots (http.route).
-    return lit('$."' + key.replace('"', '\\"') + '"')
-
-
-def attr_clause(pair: str, columns: tuple[str, ...] = ("attributes", "resource")) -> str:
-    key, _, value = pair.partition("=")
-    path = json_path(key.strip())
-    ors = " OR ".join(f"{c}->>{path} = {lit(value.strip())}" for c in columns)
-    return f"({ors})"
-
-
-def since_seconds(text: str) -> float:
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*", text)
-    if not m:
-        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (use 30s, 5m, 2h, 1d)")
-    scale = {"ms": 1e-3, "s": 1, None: 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
-    return float(m.group(1)) * scale
-
-
-def since_ns(seconds: float | None) -> int | None:
-    return None if seconds is None else time.time_ns() - int(seconds * 1e9)
-
-
-def where(clauses: list[str]) -> str:
-    return ("WHERE " + " AND ".join(clauses)) if clauses else ""
-
-
-def contains(column: str, text: str) -> str:
-    return f"contains(lower({column}), lower({lit(text)}))"
-
-
-# -- formatting -------------------------------------------------------------------------
-def fmt_time(ns: int | None) -> str:
-    if not ns:
-        return "-"
-    return dt.datetime.fromtimestamp(ns / 1e9, tz=dt.timezone.utc).strftime("%H:%M:%S.%f")[:-3]
-
-
-def fmt_ms(ms: float | None) -> str:
-    if ms is None:
-        return "-"
-    if ms >= 1000:
-        return f"{ms / 1000:.2f}s"
-    return f"{ms:.1f}ms" if ms >= 1 else f"{ms:.2f}ms"
-
-
-def fmt_num(v: Any) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        if v.is_integer() and abs(v) < 1e15:
-            return str(int(v))
-        return f"{v:.1f}" if abs(v) >= 100 else f"{v:.4g}"
-    return str(v)
-
-
-def clip(text: Any, width: int) -> str:
-    s = "" if text is None else str(text).replace("\n", " ⏎ ")
-    return s if len(s) <= width else s[: width - 1] + "…"
-
-
-def table(header: list[str], rows: list[list[str]], max_width: int = 60) -> list[str]:
-    """Left-aligned columns, each as wide as its widest cell (capped for alignment
-    only: longer cells are printed whole)."""
-    widths = [min(max_width, max([len(h)] + [len(r[i]) for r in rows])) for i, h in enumerate(header)]
-
-    def line(cells: list[str]) -> str:
-        return "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
-
-    return [line(header)] + [line(r) for r in rows]
 
 
 # -- traces -----------------------------------------------------------------------------
@@ -293,121 +172,6 @@ def traces_get(client: Client, a: argparse.Namespace) -> Output:
     for s, depth in _tree_order(spans):
         lines += _span_lines(s, depth, t0, a.full)
     return Output(lines, len(spans))
-
-
-# -- metrics ----------------------------------------------------------------------------
-def metrics_list(client: Client, a: argparse.Namespace) -> Output:
-    flt = where([f"service = {lit(a.service)}"] if a.service else [])
-    res = client.sql(
-        "SELECT name, any_value(type) AS type, bool_or(is_monotonic) AS mono, any_value(unit) AS unit, "
-        "string_agg(DISTINCT service, ',' ORDER BY service) AS services, count(*) AS points, "
-        "list_sort(list_distinct(flatten(list(json_keys(attributes))))) AS labels "
-        f"FROM metrics {flt} GROUP BY name ORDER BY name",
-        limit=BIG_LIMIT,
-    )
-    ms = res.dicts()
-    if not ms:
-        return Output(["no metrics in the store" + (f" for service {a.service}" if a.service else "")], 0)
-    rows = [[m["name"], m["type"] + ("/monotonic" if m["mono"] else ""), m["unit"] or "-", m["services"],
-             str(m["points"]), ",".join(m["labels"] or []) or "-"] for m in ms]
-    return Output(table(["name", "type", "unit", "services", "points", "labels"], rows), len(ms))
-
-
-_SEGMENTS_SQL = """
-SELECT service, attributes, any_value(resource) AS resource,
-  resource->>'$."service.instance.id"' AS inst, start_ns,
-  any_value(type) AS type, any_value(temporality) AS temporality,
-  any_value(is_monotonic) AS mono, any_value(unit) AS unit,
-  count(*) FILTER (WHERE time_ns >= {w}) AS n,
-  min(time_ns) FILTER (WHERE time_ns >= {w}) AS first_t,
-  max(time_ns) FILTER (WHERE time_ns >= {w}) AS last_t,
-  arg_max(value, time_ns) FILTER (WHERE time_ns >= {w}) AS last_v,
-  arg_max(value, time_ns) FILTER (WHERE time_ns < {w}) AS base_v,
-  sum(value) FILTER (WHERE time_ns >= {w}) AS sum_v,
-  max(value) FILTER (WHERE time_ns >= {w}) AS max_v,
-  min(value) FILTER (WHERE time_ns >= {w}) AS min_v,
-  arg_max(count, time_ns) FILTER (WHERE time_ns >= {w}) AS last_count,
-  arg_max(count, time_ns) FILTER (WHERE time_ns < {w}) AS base_count,
-  sum(count) FILTER (WHERE time_ns >= {w}) AS sum_count,
-  arg_max(sum, time_ns) FILTER (WHERE time_ns >= {w}) AS last_sum,
-  arg_max(sum, time_ns) FILTER (WHERE time_ns < {w}) AS base_sum,
-  sum(sum) FILTER (WHERE time_ns >= {w}) AS sum_sum,
-  arg_max(bucket_counts, time_ns) FILTER (WHERE time_ns >= {w}) AS last_buckets,
-  arg_max(bucket_counts, time_ns) FILTER (WHERE time_ns < {w}) AS base_buckets,
-  arg_max(bounds, time_ns) FILTER (WHERE time_ns >= {w}) AS bounds
-FROM metrics {flt}
-GROUP BY service, attributes, inst, start_ns
-HAVING count(*) FILTER (WHERE time_ns >= {w}) > 0
-"""
-
-
-def _label(series: Series, key: str, resource: dict) -> str:
-    if key == "service":
-        return series.labels["service"]
-    if key in series.labels["attributes"]:
-        return str(series.labels["attributes"][key])
-    return str(resource.get(key, "-"))
-
-
-def metrics_query(client: Client, a: argparse.Namespace) -> Output:
-    clauses = [f"name = {lit(a.name)}"] + ([f"service = {lit(a.service)}"] if a.service else [])
-    w = since_ns(a.since) or 0
-    res = client.sql(_SEGMENTS_SQL.format(w=w, flt=where(clauses)), limit=BIG_LIMIT)
-    segs = res.dicts()
-    if not segs:
-        known = client.sql(f"SELECT count(*) FROM metrics WHERE name = {lit(a.name)}", limit=1).rows[0][0]
-        why = "no points in the window" if known else "no such metric (see `obs metrics list`)"
-        return Output([f"{a.name}: {why}"], 0)
-    kind = series_kind(segs[0])
-    default = {"counter": ["sum"], "gauge": ["last"], "histogram": ["count", "avg", "p50", "p95", "p99"]}[kind]
-    aggs = [a.agg] if a.agg else default
-    if kind == "gauge" and "rate" in aggs:
-        raise QueryFailed(f"{a.name} is not a monotonic sum or a histogram: rate does not apply")
-    if kind != "histogram" and any(x.startswith("p") for x in aggs):
-        raise QueryFailed(f"{a.name} is a {kind}: percentiles need a histogram")
-    by = [k.strip() for k in (a.by or "").split(",") if k.strip()]
-    groups = _group_series(segs, kind, by)
-    rows = []
-    for key, members in sorted(groups.items()):
-        rows.append([*key, *(fmt_num(aggregate(members, x, a.since)) for x in aggs)])
-    if len(aggs) == 1:
-        rows.sort(key=lambda r: _sort_key(r[-1]), reverse=True)
-    s0 = segs[0]
-    window = f"last {fmt_window(a.since)}" if a.since is not None else "all data"
-    header = (f"{a.name}  {s0['type']}{'/monotonic' if s0['mono'] else ''}"
-              f"{' ' + s0['temporality'] if s0['temporality'] else ''}  unit {s0['unit'] or '-'}  "
-              f"window {window}  agg {','.join(aggs)}")
-    return Output([header] + table([*(by or ["(all)"]), *aggs], rows), len(rows))
-
-
-def _group_series(segs: list[dict], kind: str, by: list[str]) -> dict[tuple, list[Series]]:
-    series: dict[tuple, Series] = {}
-    resources: dict[tuple, dict] = {}
-    for seg in segs:
-        skey = (seg["service"], seg["attributes"], seg["inst"])
-        if skey not in series:
-            series[skey] = Series({"service": seg["service"], "attributes": json.loads(seg["attributes"] or "{}")}, kind)
-            resources[skey] = json.loads(seg["resource"] or "{}")
-        add_segment(series[skey], seg)
-    groups: dict[tuple, list[Series]] = {}
-    for skey, s in series.items():
-        gkey = tuple(f"{k}={_label(s, k, resources[skey])}" for k in by) or ("(all)",)
-        groups.setdefault(gkey, []).append(s)
-    return groups
-
-
-def _sort_key(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        return float("-inf")
-
-
-def fmt_window(seconds: float) -> str:
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size and seconds % size == 0:
-            return f"{int(seconds // size)}{unit}"
-    return f"{seconds:g}s"
 
 
 # -- logs -------------------------------------------------------------------------------
