@@ -11,7 +11,8 @@ from typing import Any
 
 from harness.errors import UserError
 from harness.load.classroom_project import tool_schemas
-from harness.load.classroom_scenarios import FOLLOW_UPS, ROOT, SCENARIO_CHOICES, Scenario
+from harness.load.classroom_lab import FOLLOW_UPS, ROOT
+from harness.load.classroom_scenarios import SCENARIO_CHOICES, Scenario
 from harness.wire.openai import is_http_url, root_url
 
 
