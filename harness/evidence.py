@@ -31,7 +31,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from harness.telemetry import obs
+from harness.telemetry import obs, obs_store
 
 SIGNAL_TABLES = ("spans", "metrics", "logs", "profiles")
 TOLERANCE_REL, TOLERANCE_ABS = 0.5, 2.0  # a quoted number holds within ±50 % or ±2, whichever is wider
@@ -128,24 +128,24 @@ class _ReadOnlyClient:
         self.con = con
         self.issued: list[str] = []
 
-    def sql(self, sql: str, limit: int = 1000) -> obs.Result:
+    def sql(self, sql: str, limit: int = 1000) -> obs_store.Result:
         from harness.telemetry.readonly import BadRequest, check_read_only, run_select
 
         try:
             check_read_only(sql)
         except BadRequest as exc:
-            raise obs.QueryFailed(str(exc)) from None
+            raise obs_store.QueryFailed(str(exc)) from None
         self.issued.append(sql)
         cur = self.con.cursor()
         try:
             columns, result = run_select(cur, sql)
             rows = result.fetchmany(limit + 1)
         except Exception as exc:  # noqa: BLE001 - DuckDB's errors are the query's, recorded not raised
-            raise obs.QueryFailed(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__) \
+            raise obs_store.QueryFailed(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__) \
                 from None
         finally:
             cur.close()
-        return obs.Result(list(columns), [[_plain(v) for v in r] for r in rows[:limit]], len(rows) > limit)
+        return obs_store.Result(list(columns), [[_plain(v) for v in r] for r in rows[:limit]], len(rows) > limit)
 
 
 def _plain(value: Any) -> Any:
@@ -223,7 +223,7 @@ def rerun(con, cited: Cited) -> QueryCheck:
     client = _ReadOnlyClient(con)
     try:
         if _SQL_START.match(cited.text):
-            res = client.sql(cited.text, limit=obs.BIG_LIMIT)
+            res = client.sql(cited.text, limit=obs_store.BIG_LIMIT)
             _judge(run, res.rows, [n for r in res.rows for v in r if (n := _number(v)) is not None and v is not None])
         else:
             argv = _argv(cited.text)[1:]
@@ -231,19 +231,19 @@ def rerun(con, cited: Cited) -> QueryCheck:
                 try:
                     args = obs.build_parser().parse_args(argv)
                 except SystemExit:
-                    raise obs.QueryFailed("not a command obs accepts: " + (err.getvalue().strip().splitlines()
+                    raise obs_store.QueryFailed("not a command obs accepts: " + (err.getvalue().strip().splitlines()
                                                                          or ["bad arguments"])[-1]) from None
             if getattr(args, "since", None) is not None:
                 args.since = None  # relative to now: no window once the run is over
             if args.func is obs.sql_cmd:
-                res = client.sql(args.query, limit=obs.BIG_LIMIT)
+                res = client.sql(args.query, limit=obs_store.BIG_LIMIT)
                 _judge(run, res.rows, [n for r in res.rows for v in r
                                        if v is not None and (n := _number(v)) is not None])
             else:
                 out = args.func(client, args)
                 rows = [[line] for line in out.lines[:out.rows]] if out.rows else []
                 _judge(run, rows, _numbers_in(out.lines))
-    except (obs.QueryFailed, ValueError) as exc:
+    except (obs_store.QueryFailed, ValueError) as exc:
         run.ok, run.result = False, f"error: {exc}"
         run.why = f"the cited query could not be re-run ({exc})"
     for sql in client.issued:

@@ -53,8 +53,10 @@ def test_stack_scenario_signals_and_key(tmp_path):
     try:
         stack = start_stack(url, tmp_path / "stack")
         drive = tmp_path / "drive.json"
+        # 20 s, not 10: the scenario starts no iteration after its duration, so on a loaded
+        # 2-core box a 10 s drive ran too few orders to reach a rejected one (T02 not found).
         run = subprocess.run(
-            [sys.executable, "-m", "scenario", "run", "--duration", "10", "--vus", "2", "--out", str(drive)],
+            [sys.executable, "-m", "scenario", "run", "--duration", "20", "--vus", "2", "--out", str(drive)],
             cwd=MISSION / "workspace", env={**os.environ, **stack.env()}, capture_output=True, text=True, timeout=120,
         )
         assert run.returncode == 0, run.stderr[-2000:]
