@@ -17,7 +17,8 @@ from harness.errors import UserError
 from harness.load.classroom import run_classroom
 from harness.load.classroom_config import ClassroomConfig, load_keys, load_prompt_file
 from harness.load.classroom_student import COMPACTION_PROMPT, CONTINUE_PROMPT, retry_after
-from harness.load.classroom_project import Project, Toolbox, glob_matches
+from harness.load.classroom_project import Project, glob_matches
+from harness.load.classroom_toolbox import Toolbox
 from harness.load.classroom_report import pct
 from harness.load.classroom_scenarios import JAVA, PYTHON, ROOT
 

@@ -17,7 +17,8 @@ from typing import Any
 import httpx
 
 from harness.load.classroom_config import AgentPrompt, ApiKey, ClassroomConfig, message_text
-from harness.load.classroom_project import Project, Toolbox
+from harness.load.classroom_project import Project
+from harness.load.classroom_toolbox import Toolbox
 from harness.load.classroom_lab import FOLLOW_UPS
 from harness.load.classroom_scenarios import fix_steps, plan, scenario_for
 from harness.wire.openai import bearer
