@@ -98,7 +98,8 @@ def _root_session(conn: sqlite3.Connection, session_id: str | None, title: str |
     return rows[0]
 
 
-def _tree(conn: sqlite3.Connection, root_id: str) -> list[str]:
+def tree_ids(conn: sqlite3.Connection, root_id: str) -> list[str]:
+    """The ids of a session and of every session under it (its sub-agents)."""
     rows = conn.execute(
         """WITH RECURSIVE tree(id) AS (
                SELECT id FROM session WHERE id = ?
@@ -111,7 +112,7 @@ def _tree(conn: sqlite3.Connection, root_id: str) -> list[str]:
 
 def session_tree(data_dir: Path, root_id: str) -> list[str]:
     with store_copy(data_dir) as conn:
-        return _tree(conn, root_id)
+        return tree_ids(conn, root_id)
 
 
 def _ms_to_dt(ms: float | None) -> datetime | None:
@@ -124,7 +125,7 @@ def collect(data_dir: Path, *, session_id: str | None = None, title: str | None 
     with store_copy(data_dir) as conn:
         check_schema(conn, data_dir / DB_NAME)
         root = _root_session(conn, session_id, title, since_ms, data_dir)
-        ids = _tree(conn, root["id"])
+        ids = tree_ids(conn, root["id"])
         marks = ",".join("?" * len(ids))
         sums = conn.execute(
             f"""SELECT SUM(tokens_input) AS input, SUM(tokens_output) AS output,

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.opencode.store import _tree, store_copy
+from harness.opencode.store import store_copy, tree_ids
 
 
 @dataclass
@@ -77,4 +77,4 @@ def read_turns(conn: sqlite3.Connection, session_ids: list[str]) -> list[Turn]:
 
 def load_turns(data_dir: Path, root_session: str) -> list[Turn]:
     with store_copy(data_dir) as conn:
-        return read_turns(conn, _tree(conn, root_session))
+        return read_turns(conn, tree_ids(conn, root_session))
