@@ -42,6 +42,7 @@ def load(
     """Closed-loop load at several concurrency levels and prompt shapes; results in bench-results/<UTC>/."""
     import sys
 
+    from harness.load.level_row import table_columns
     from harness.load.load import resolve_target, run_load
     from harness.load.progress import RichReporter
     from harness.load.runner import LoadOptions, parse_levels, parse_shapes
@@ -82,14 +83,10 @@ def load(
         err.print("cancelled: nothing was sent", highlight=False)
         raise typer.Exit(1)
     data = {"results": str(outcome.path), "levels": outcome.rows}
-    table = Table("shape", "c", "ok", "in tok", "out tok/s", "TTFT p50", "TTFT p99", "E2E p50", "ITL p50 ms",
-                  "preempt", "KV peak %", title=f"load: {outcome.path}")
-    formats = {"input_tokens_mean": ",.0f", "output_throughput_tok_s": ",.1f", "ttft_p50_s": ".3f",
-               "ttft_p99_s": ".3f", "e2e_p50_s": ".3f", "itl_p50_ms": ".2f", "preemptions": "g",
-               "kv_cache_peak_percent": ".1f"}
+    columns = table_columns()  # declared with the figures (harness/load/level_row.py)
+    table = Table(*(header for header, _ in columns), title=f"load: {outcome.path}")
     for r in outcome.rows:
-        table.add_row(r["shape"], str(r["concurrency"]), f"{r['succeeded']}/{r['requests']}",
-                      *("-" if r[k] is None else format(r[k], f) for k, f in formats.items()))
+        table.add_row(*(cell(r) for _, cell in columns))
     emit(data, as_json, table)
     raise typer.Exit(outcome.exit_code)
 

@@ -23,15 +23,8 @@ import numpy as np
 
 from harness.atomic import write_atomic
 from harness.load.client import Result
+from harness.load.level_row import CSV_COLUMNS, LevelRow
 
-CSV_COLUMNS = (
-    "shape", "concurrency", "requests", "succeeded", "failed",
-    "input_tokens_mean", "output_tokens_mean",
-    "wall_time_s", "request_throughput_rps", "output_throughput_tok_s", "total_throughput_tok_s",
-    "ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "e2e_p50_s", "e2e_p95_s",
-    "tpot_mean_ms", "itl_p50_ms", "itl_p95_ms", "itl_p99_ms",
-    "preemptions", "kv_cache_peak_percent", "running_peak", "waiting_peak",
-)  # fmt: skip
 PERCENTILE_METHOD = "linear interpolation between closest ranks (numpy default, Hyndman-Fan type 7)"
 
 
@@ -115,7 +108,7 @@ def summarise(level: Level) -> dict[str, Any]:
         idle_before=level.idle,
         idle_wait_s=_round(level.idle_wait_s, 3),
     )
-    return row
+    return LevelRow(**row).model_dump()  # checked against the one declaration of a level's figures
 
 
 def request_line(level: Level, index: int, tag: str, r: Result, t0_ns: int) -> dict[str, Any]:
