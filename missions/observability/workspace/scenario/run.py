@@ -6,7 +6,7 @@ Targets come from SHOP_API_URL, SHOP_MCP_URL and SHOP_AGENT_URL (or --api/--mcp/
 Each virtual user walks the same shopper path on a fixed pace: list a category,
 open a product, order it, read the order back, search, read the category stats; then the same
 through the MCP tools. One assistant question is asked every 15 s from the start. As in k6, no iteration starts
-after the duration (a slow machine runs fewer, never longer), and the ones under way get
+after the duration (a busy machine runs fewer, never longer), and the ones under way get
 30 s to finish.
 Writes scenario/drive.json: UTC start/end, requests and errors by operation.
 """
