@@ -53,8 +53,10 @@ def test_stack_scenario_signals_and_key(tmp_path):
     try:
         stack = start_stack(url, tmp_path / "stack")
         drive = tmp_path / "drive.json"
+        # 20 s: as k6, no iteration starts after the duration, so on a loaded box a 10 s drive
+        # could end before any shopper met a low-stock product (T02's rejected orders).
         run = subprocess.run(
-            [sys.executable, "-m", "scenario", "run", "--duration", "10", "--vus", "2", "--out", str(drive)],
+            [sys.executable, "-m", "scenario", "run", "--duration", "20", "--vus", "2", "--out", str(drive)],
             cwd=MISSION / "workspace", env={**os.environ, **stack.env()}, capture_output=True, text=True, timeout=120,
         )
         assert run.returncode == 0, run.stderr[-2000:]
