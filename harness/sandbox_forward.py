@@ -42,6 +42,11 @@ def _serve(conn: socket.socket, path: str) -> None:
         conn.close()
         upstream.close()
         return
+    splice(conn, upstream)
+
+
+def splice(conn: socket.socket, upstream: socket.socket) -> None:
+    """Copy both ways until each side has closed, then close both (also used by sandbox_net)."""
     back = threading.Thread(target=_pump, args=(upstream, conn), daemon=True)
     back.start()
     _pump(conn, upstream)

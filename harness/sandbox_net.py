@@ -25,6 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+# The forwarder runs inside the namespace on the stdlib alone; its splice serves both sides.
+from harness.sandbox_forward import splice
+
 # Where the bridge's sockets appear inside the sandbox.
 INSIDE_DIR = "/run/llms-benchmark-net"
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost")
@@ -87,12 +90,7 @@ class Bridge:
             conn.close()
             return
         upstream.settimeout(None)
-        back = threading.Thread(target=_pump, args=(upstream, conn), daemon=True)
-        back.start()
-        _pump(conn, upstream)
-        back.join()
-        conn.close()
-        upstream.close()
+        splice(conn, upstream)
 
     def close(self) -> None:
         for sock in self._listeners:
@@ -100,18 +98,6 @@ class Bridge:
                 sock.shutdown(socket.SHUT_RDWR)
             sock.close()
         shutil.rmtree(self.folder, ignore_errors=True)
-
-
-def _pump(src: socket.socket, dst: socket.socket) -> None:
-    try:
-        while data := src.recv(65536):
-            dst.sendall(data)
-    except OSError:
-        pass
-    finally:
-        for sock, how in ((dst, socket.SHUT_WR), (src, socket.SHUT_RD)):
-            with contextlib.suppress(OSError):
-                sock.shutdown(how)
 
 
 @dataclass
