@@ -66,7 +66,7 @@ def markdown(doc: dict[str, Any]) -> str:
     if doc["verdicts"]:
         lines += ["| metric | value | bars | verdict | why |", "|---|---:|---|---|---|"]
         for v in doc["verdicts"]:
-            tag = v["verdict"] + ("" if v["gates"] else " (advisory)")
+            tag = v["verdict"] + ("" if v["gates"] or v["verdict"] == "OFF" else " (advisory)")
             lines.append(f"| {v['metric']} | {_fmt(v['value'])} | {v['bars']} | {tag} | {v['why']} |")
     else:
         lines.append("No bar is set: every metric is reported, none judged (see thresholds.yaml).")

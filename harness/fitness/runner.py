@@ -142,7 +142,7 @@ def run_fitness(root: Path, target: Target, cfg: FitnessConfig, *, say: Say, rep
 
     errors += [f"phase {r.name} failed: {r.reason}" for r in results if r.status == "error"]
     metrics, passes, disagreements = merge(results)
-    rows = verdicts(thresholds, metrics)
+    rows = verdicts(thresholds, metrics, cfg.enabled())
     code = exit_code(rows, pipeline_error=bool(errors))
     doc = {
         "run_id": run_id, "tag": cfg.tag, "started_utc": started, "finished_utc": now(),

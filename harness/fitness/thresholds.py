@@ -4,8 +4,9 @@
     capacity.worst_ttft_p95_s: {warn_above: 5, fail_above: 30}
 
 FAIL when a fail bar is crossed, else WARN when a warn bar is, else PASS. A metric with
-a bar that was not measured (its phase off, skipped, or null above the served context)
-is WARN: a bar you set could not be checked. Judge metrics are advisory: their verdicts
+a bar that was not measured (its phase skipped or failed, or null above the served
+context) is WARN: a bar you set could not be checked. A bar on a phase turned off by
+name is OFF and does not gate. Judge metrics are advisory: their verdicts
 are shown, never counted in the exit code.
 """
 
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from harness.errors import UserError
-from harness.fitness.metrics import lookup
+from harness.fitness.metrics import lookup, phase_of
 from harness.vot.loader import load_yaml
 
 BARS = ("warn_below", "fail_below", "warn_above", "fail_above")
@@ -94,14 +95,20 @@ def load_thresholds(path: Path) -> Thresholds:
     return Thresholds(path.resolve(), hashlib.sha256(path.read_bytes()).hexdigest(), bars)
 
 
-def verdicts(thresholds: Thresholds, metrics: dict[str, float | None]) -> list[dict[str, Any]]:
-    """One row per bar: metric, value, verdict, why, and whether it gates."""
+def verdicts(thresholds: Thresholds, metrics: dict[str, float | None],
+             enabled: list[str] | None = None) -> list[dict[str, Any]]:
+    """One row per bar: metric, value, verdict, why, and whether it gates. A bar on a phase
+    turned off by name is OFF and does not gate (turning a phase off is not a warning)."""
     rows = []
     for key, bar in thresholds.bars.items():
         value = metrics.get(key)
-        verdict, why = bar.judge(value)
+        gates = lookup(key).gates
+        if enabled is not None and phase_of(key) not in enabled:
+            verdict, why, gates = "OFF", f"phase {phase_of(key)} is off", False
+        else:
+            verdict, why = bar.judge(value)
         rows.append({"metric": key, "value": value, "verdict": verdict, "why": why, "bars": bar.text(),
-                     "gates": lookup(key).gates})
+                     "gates": gates})
     return rows
 
 
