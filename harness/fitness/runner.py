@@ -151,9 +151,8 @@ def run_fitness(root: Path, target: Target, cfg: FitnessConfig, *, say: Say, rep
         "reproducibility": {**repro, "harness": _version(), "python": sys.version.split()[0],
                             "platform": platform.platform(), "seed": cfg.seed, "repeats": cfg.repeats,
                             "thresholds": {"path": str(thresholds.path), "sha256": thresholds.sha256},
-                            "data_manifest": data.manifest(cfg.capability.data_dir or data.default_dir(),
-                                                           cfg.capability.suites)
-                            if "capability" in cfg.enabled() else {},
+                            "data_manifest": _manifest(cfg, results),
+                            "checkers": _checkers(cfg),
                             "config": cfg.public(), "offline_checks": offline},
         "phases": [_phase_doc(r) for r in results],
         "metrics": metrics, "verdicts": rows,
@@ -198,6 +197,29 @@ def merge(results: list[PhaseResult]) -> tuple[dict[str, float | None], dict[str
             if scale and abs(a - b) / scale > DISAGREE:
                 flagged.append({"metric": key, "passes": values, "difference": round(abs(a - b) / scale, 4)})
     return metrics, passes, flagged
+
+
+def _manifest(cfg: FitnessConfig, results: list[PhaseResult]) -> dict[str, Any]:
+    """Source and sha256 of every frozen file the run read (capability suites, BFCL, judge tasks)."""
+    doc: dict[str, Any] = {}
+    if "capability" in cfg.enabled():
+        doc.update(data.manifest(cfg.capability.data_dir or data.default_dir(), cfg.capability.suites))
+    for r in results:
+        if r.name == "tooluse" and r.repeat == 1 and (r.details.get("bfcl") or {}).get("manifest"):
+            doc["bfcl"] = r.details["bfcl"]["manifest"]
+        if r.name == "judge" and r.repeat == 1 and r.details.get("manifest"):
+            doc["judge"] = r.details["manifest"]
+    return doc
+
+
+def _checkers(cfg: FitnessConfig) -> dict[str, Any] | None:
+    """The checkers' venv (BFCL, IFBench) when the run uses it: where, and the versions in it."""
+    if not ((cfg.tooluse.bfcl and "tooluse" in cfg.enabled())
+            or ("ifbench" in cfg.capability.suites and "capability" in cfg.enabled())):
+        return None
+    from harness.fitness import checkers
+
+    return {"venv": str(cfg.checkers()), **checkers.versions(cfg.checkers())}
 
 
 def _phase_doc(r: PhaseResult) -> dict[str, Any]:

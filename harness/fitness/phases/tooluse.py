@@ -7,9 +7,11 @@ A tool call written into the text (`<tool_call>{...}`, or a JSON object naming a
 the classic template/parser trap (llama.cpp without --jinja, vLLM without a tool parser):
 counted apart as `text_answers`.
 
-BFCL (`bfcl-eval`, scored by its own AST checker) needs a lean venv of its own: its pins
-clash with ours and a plain install pulls CUDA torch. Not wired in this build: with
-`tooluse.bfcl: true` the BFCL part is reported as skipped with that reason.
+BFCL (`tooluse.bfcl: true`): the BFCL v4 subset (`bfcl-eval` 2026.3.23's own data; simple,
+multiple, parallel, parallel-multiple, irrelevance; evenly spaced items per category), each
+question asked once, non-streamed, with its functions as tools (BFCL's OpenAI-FC conversion),
+and the answer scored by BFCL's own AST checker in the checkers' lean venv
+(harness/fitness/checkers.py). Data files are checked against their pinned sha256.
 """
 
 from __future__ import annotations
@@ -18,7 +20,10 @@ import json
 import re
 from typing import Any
 
-from harness.fitness.endpoint import Answer
+from harness.errors import UserError
+from harness.fitness import checkers
+from harness.fitness.config import FitnessConfig
+from harness.fitness.endpoint import Answer, PhaseError
 from harness.fitness.phases import Ctx
 
 SYSTEM = ("You are a coding agent working in a software repository. Act only through the provided tools: "
@@ -91,6 +96,92 @@ def text_call(answer: Answer) -> bool:
     return not answer.calls and bool(_TEXT_CALL.search(answer.content or ""))
 
 
+# sha256 of each BFCL file the subset reads (bfcl-eval 2026.3.23): a changed file is refused.
+BFCL_SHA256 = {
+    "bfcl_eval/data/BFCL_v4_simple_python.json": "82dd63ba502eb2520c6b5d1d9a5c4b590e03ff261565175561f6228a367d1991",
+    "bfcl_eval/data/possible_answer/BFCL_v4_simple_python.json":
+        "90cd5bc653690ee8e459b5b3f3fc9458606f7f3fcbf795bb51b7dc581f8c86dc",
+    "bfcl_eval/data/BFCL_v4_multiple.json": "aef168155ebd74b7ac2401198b201343bc7d16d7a3d7e0d4e6d8ee82c6969b2a",
+    "bfcl_eval/data/possible_answer/BFCL_v4_multiple.json":
+        "244e00ce9395df948bcafc7bee64e8f9c87ef70887587d83cae45b13699f3047",
+    "bfcl_eval/data/BFCL_v4_parallel.json": "19f51a82eff42e5d62541aa500115a056eb78f437c2ba1f10415fd7c8e5dda84",
+    "bfcl_eval/data/possible_answer/BFCL_v4_parallel.json":
+        "8a6aa19c1adddc6a5a2f7e40f9dbf30cc7e95815e7b830c90589ab318229e0f0",
+    "bfcl_eval/data/BFCL_v4_parallel_multiple.json": "8863ea8433239f55c5f016154cf0830853c89f693c6ea270396a2fa121960579",
+    "bfcl_eval/data/possible_answer/BFCL_v4_parallel_multiple.json":
+        "5ebf24f458c1f16300c05505d83d6f0a1b68b79be273a033febd0d4f840507e3",
+    "bfcl_eval/data/BFCL_v4_irrelevance.json": "2b6ed4c2e992cdcf5f1678a701851f944bef7550ee026ed1ddb89efed5be01a6",
+}
+
+
+def check_offline(cfg: FitnessConfig) -> str:
+    if not cfg.tooluse.bfcl:
+        return f"{len(ASKS)} opencode-like asks; BFCL off (tooluse.bfcl: false)"
+    checkers.require(cfg.checkers(), "tooluse.bfcl")
+    subset = bfcl_subset(cfg)
+    return f"{len(ASKS)} opencode-like asks; BFCL subset of {len(subset['items'])} ({cfg.checkers()})"
+
+
+def bfcl_subset(cfg: FitnessConfig) -> dict[str, Any]:
+    """The subset's items (question, tools, ground truth), its data files verified."""
+    python = checkers.require(cfg.checkers(), "tooluse.bfcl")
+    try:
+        got = checkers.call(python, "bfcl_items", {"categories": cfg.tooluse.bfcl_categories,
+                                                   "per_category": cfg.tooluse.bfcl_per_category}, timeout_s=120)
+    except RuntimeError as exc:
+        raise UserError(str(exc), field="tooluse.bfcl", fix="remake the venv: delete it and run "
+                                                            "`llms-benchmark fitness data`") from None
+    for member, entry in got["files"].items():
+        if BFCL_SHA256.get(member) != entry["sha256"]:
+            raise UserError(f"the BFCL data file {member} changed: sha256 {entry['sha256'][:16]}…",
+                            file=cfg.checkers(), field="tooluse.bfcl",
+                            fix="delete the checkers' venv and run `llms-benchmark fitness data`")
+    got["manifest"] = {m: {**e, "source": f"pypi:bfcl-eval==2026.3.23#{m}"} for m, e in got["files"].items()}
+    return got
+
+
+def run_bfcl(ctx: Ctx) -> dict[str, Any]:
+    """Ask each subset question with its tools; score every answer with BFCL's AST checker."""
+    subset = bfcl_subset(ctx.cfg)
+    items = subset["items"]
+    if ctx.reverse:
+        items = items[::-1]
+    asked = []
+    for item in items:
+        if ctx.cancelled():
+            break
+        answer = ctx.endpoint.chat(item["messages"], tools=item["tools"], tool_choice="auto", temperature=0,
+                                   max_tokens=ctx.cfg.tooluse.max_tokens, seed=ctx.cfg.seed)
+        asked.append({**item, "calls": answer.calls, "content": answer.content})
+    try:
+        scored = checkers.call(checkers.require(ctx.cfg.checkers(), "tooluse.bfcl"), "bfcl_score",
+                               {"items": asked}, timeout_s=300)["results"]
+    except RuntimeError as exc:
+        raise PhaseError(f"BFCL's checker failed: {exc}") from None
+    rows, by_cat = [], {}
+    for item, verdict in zip(asked, scored):
+        rows.append({"id": item["id"], "category": item["category"], "valid": verdict["valid"],
+                     "error_type": verdict["error_type"], "error": json.dumps(verdict["error"])[:300]
+                     if verdict["error"] else None, "calls": item["calls"], "content": item["content"][:300]})
+        cat = by_cat.setdefault(item["category"], {"n": 0, "correct": 0})
+        cat["n"] += 1
+        cat["correct"] += bool(verdict["valid"])
+    for cat in by_cat.values():
+        cat["accuracy"] = round(cat["correct"] / cat["n"], 4)
+    correct = sum(r["valid"] for r in rows)
+    from harness.fitness.stats import binomial_se
+
+    se = binomial_se(correct, len(rows))
+    with open(ctx.out_dir / "bfcl.jsonl", "w", encoding="utf-8") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+    return {"status": "ran", "n": len(rows), "correct": correct,
+            "accuracy": round(correct / len(rows), 4) if rows else None, "se": round(se, 4) if se is not None else None,
+            "by_category": by_cat, "per_category": ctx.cfg.tooluse.bfcl_per_category,
+            "manifest": subset["manifest"], "checkers": checkers.versions(ctx.cfg.checkers()),
+            "transcripts": str(ctx.out_dir / "bfcl.jsonl")}
+
+
 def run(ctx: Ctx) -> tuple[dict[str, float | None], dict[str, Any]]:
     ep, cfg = ctx.endpoint, ctx.cfg.tooluse
     rows = []
@@ -120,8 +211,11 @@ def run(ctx: Ctx) -> tuple[dict[str, float | None], dict[str, Any]]:
         "tooluse.text_answers": float(sum(r["text_answer"] for r in rows)),
         "tooluse.bfcl_accuracy": None,
     }
-    details = {"asks": rows, "tools": sorted(TOOL_SPECS),
-               "bfcl": ("skipped: the BFCL subset needs bfcl-eval in a lean venv of its own (its pins clash "
-                        "with ours; a plain install pulls CUDA torch); not wired in this build")
-               if cfg.bfcl else "off (tooluse.bfcl: false)"}
+    details: dict[str, Any] = {"asks": rows, "tools": sorted(TOOL_SPECS)}
+    if cfg.bfcl and not ctx.cancelled():
+        bfcl = run_bfcl(ctx)
+        metrics["tooluse.bfcl_accuracy"] = bfcl["accuracy"]
+        details["bfcl"] = bfcl
+    else:
+        details["bfcl"] = {"status": "off", "reason": "tooluse.bfcl: false" if not cfg.bfcl else "cancelled"}
     return metrics, details
