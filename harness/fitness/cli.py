@@ -120,6 +120,8 @@ def run_cmd(
         for p in outcome.results["phases"]:
             out.print(f"{p['name']} (pass {p['repeat']}): {p['status']} {p['wall_s']:.1f}s"
                       + (f" — {p['reason']}" if p["reason"] else ""), highlight=False)
+        for w in outcome.results.get("warnings", []):
+            err.print(f"[bold yellow]WARNING:[/bold yellow] {escape(w)}", highlight=False)
         for e in outcome.results["errors"]:
             err.print(f"[bold red]error:[/bold red] {escape(e)}", highlight=False)
         out.print(f"report: {outcome.report_dir / 'report.md'}", highlight=False)

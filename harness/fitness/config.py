@@ -90,10 +90,29 @@ class CapabilityCfg(_Strict):
         return v
 
 
-class JudgeCfg(_Strict):
-    url: str | None = None
+class JudgeEndpointCfg(_Strict):
+    url: str | None = None  # an OpenAI-compatible server's base URL (…/v1/chat/completions is asked)
     model: str | None = None
     key_env: str | None = None  # the NAME of the variable holding the judge's key, never the key
+
+    def configured(self) -> bool:
+        return bool(self.url and self.model and self.key_env)
+
+
+class JudgeCfg(JudgeEndpointCfg):
+    # cross-judge: a second judge, of another model family, re-grades the same checklists
+    cross: JudgeEndpointCfg = Field(default_factory=JudgeEndpointCfg)
+    agreement_min: float = Field(default=0.75, gt=0, le=1, description="below it: a loud warning")
+    tasks: Path | None = None  # default: the shipped harness/fitness/judge_tasks.jsonl
+    limit: int = Field(default=0, ge=0, description="tasks, the first N (0: all)")
+    answer_max_tokens: int = Field(default=768, ge=16, le=16384)
+    judge_max_tokens: int = Field(default=512, ge=16, le=16384)
+    timeout_s: float = Field(default=120.0, gt=0, le=1800)
+    request_delay_s: float = Field(default=0.0, ge=0, le=60, description="pause between judge calls (rate limits)")
+    attempts: int = Field(default=8, ge=1, le=20)
+    retry_after_min_s: float = Field(default=1.0, ge=0, le=600)
+    retry_after_max_s: float = Field(default=120.0, gt=0, le=3600)
+    retry_after_default_s: float = Field(default=15.0, ge=0, le=3600)
 
 
 class WebhookCfg(_Strict):
@@ -168,9 +187,10 @@ def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> F
         for key in ("thresholds", "checkers_venv"):
             if isinstance(data.get(key), str) and not Path(data[key]).is_absolute():
                 data[key] = str(base / data[key])
-        cap = data.get("capability")
-        if isinstance(cap, dict) and isinstance(cap.get("data_dir"), str) and not Path(cap["data_dir"]).is_absolute():
-            cap["data_dir"] = str(base / cap["data_dir"])
+        for section, key in (("capability", "data_dir"), ("judge", "tasks")):
+            node = data.get(section)
+            if isinstance(node, dict) and isinstance(node.get(key), str) and not Path(node[key]).is_absolute():
+                node[key] = str(base / node[key])
     for dotted, value in (overrides or {}).items():
         if value is None:
             continue

@@ -31,12 +31,15 @@ def summary(doc: dict[str, Any], report_dir: Path | None = None) -> dict[str, An
         "capability": {s: {"accuracy": v.get("accuracy"), "se": v.get("se"), "n": v.get("n")}
                        for s, v in caps.items() if v.get("status") == "ran"},
         "warmup_s": metrics.get("warmup.first_answer_s"),
+        "judge_checklist_rate": metrics.get("judge.checklist_rate"),  # advisory
+        "judge_cross_agreement": metrics.get("judge.cross_agreement"),
     }
     fails = [v["metric"] for v in doc.get("verdicts", []) if v["verdict"] == "FAIL" and v["gates"]]
     warns = [v["metric"] for v in doc.get("verdicts", []) if v["verdict"] == "WARN" and v["gates"]]
     text = (f"fitness {doc['verdict']} (exit {doc['exit_code']}) for {model}: "
             f"{len(fails)} fail, {len(warns)} warn" + (f"; failing: {', '.join(fails)}" if fails else "")
-            + (f"; errors: {'; '.join(doc['errors'])[:300]}" if doc.get("errors") else ""))
+            + (f"; errors: {'; '.join(doc['errors'])[:300]}" if doc.get("errors") else "")
+            + (f"; warnings: {'; '.join(doc['warnings'])[:300]}" if doc.get("warnings") else ""))
     return {"run_id": doc["run_id"], "tag": doc.get("tag"), "finished_utc": doc.get("finished_utc"),
             "verdict_per_model": {model: doc["verdict"]}, "exit_code": doc["exit_code"], "summary": [row],
             "report_path": str((report_dir / "report.md").resolve()) if report_dir else None,
@@ -58,6 +61,10 @@ def markdown(doc: dict[str, Any]) -> str:
              f"target {doc['target']}; engine {r.get('engine')} {r.get('engine_version') or ''}".rstrip() + ".", ""]
     if r.get("scripted"):
         lines += ["> Scripted replay trajectory, not a model: these numbers describe the script.", ""]
+    for w in doc.get("warnings", []):
+        lines.append(f"> **WARNING:** {w}")
+    if doc.get("warnings"):
+        lines.append("")
     for e in doc.get("errors", []):
         lines.append(f"> **error:** {e}")
     if doc.get("errors"):
@@ -119,6 +126,26 @@ def markdown(doc: dict[str, Any]) -> str:
             lines.append(f"\n{s}: {d['delta']:+.3f} vs baseline {d['baseline']} (2·SE {2 * d['se']:.3f})"
                          + (" — **noise**" if d["noise"] else ""))
         lines.append("\nRead some transcripts (capability/*.jsonl) before believing a delta.")
+    ju = by.get(("judge", 1))
+    if ju and ju["status"] == "ran":
+        d = ju["details"]
+        cross = d.get("cross") or {}
+        lines += ["", f"## Judge (advisory: never gates) — {d['judge']}", "",
+                  f"Checklist items met: {_fmt(doc['metrics'].get('judge.checklist_rate'))} over {d['tasks']} tasks"
+                  + (f"; unparsed replies: {', '.join(d['unparsed'])}" if d.get("unparsed") else "") + ".",
+                  f"Reused from checkpoints: {d['reused']}."]
+        if cross.get("status") == "ran":
+            lines.append(f"Cross-judge {cross['judge']}: agreement {_fmt(cross['agreement'])} on "
+                         f"{cross['checks_compared']} checks (≥ {cross['min']:.0%} needed) — "
+                         + ("trusted." if cross["trusted"] else "**NOT TRUSTED**."))
+            if cross["divergent"]:
+                lines += ["", "| task | check | judge | cross | notes |", "|---|---|---|---|---|"]
+                for dv in cross["divergent"]:
+                    a, b = [v for k, v in dv.items() if k not in ("task", "check", "notes")]
+                    lines.append(f"| {dv['task']} | {dv['check']} | {a} | {b} | {dv['notes']['judge']} / "
+                                 f"{dv['notes']['cross']} |")
+        else:
+            lines.append(f"Cross-judge: {cross.get('status')} ({cross.get('reason')}).")
     if doc["repeats"]["disagreements"]:
         lines += ["", "## Repeats that disagree (> 10 %)", ""]
         for d in doc["repeats"]["disagreements"]:

@@ -148,6 +148,7 @@ def run_fitness(root: Path, target: Target, cfg: FitnessConfig, *, say: Say, rep
         "run_id": run_id, "tag": cfg.tag, "started_utc": started, "finished_utc": now(),
         "wall_s": round(time.monotonic() - t0, 3), "target": target.label(), "model": repro.get("model"),
         "exit_code": code, "verdict": overall(code), "errors": errors,
+        "warnings": [w for r in results for w in (r.details.get("warnings") or [])],
         "reproducibility": {**repro, "harness": _version(), "python": sys.version.split()[0],
                             "platform": platform.platform(), "seed": cfg.seed, "repeats": cfg.repeats,
                             "thresholds": {"path": str(thresholds.path), "sha256": thresholds.sha256},
@@ -163,7 +164,7 @@ def run_fitness(root: Path, target: Target, cfg: FitnessConfig, *, say: Say, rep
     from harness.fitness.report import write_report
 
     write_report(folder, doc)
-    outcome = Outcome(code, doc, folder)
+    outcome = Outcome(code, doc, folder, warnings=list(doc["warnings"]))
     if cfg.webhook.url_env:
         from harness.fitness.webhook import send
 
