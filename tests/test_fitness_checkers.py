@@ -229,3 +229,20 @@ def test_the_capability_phase_scores_ifbench_end_to_end(venv: Path, ifbench_dir:
     assert suite["n"] == 4 and suite["left_out"] == 29 and suite["checker_errors"] == 0
     assert results(out)["metrics"]["capability.ifbench_accuracy"] == suite["accuracy"] == sum(
         e["strict"] for e in expected) / 4
+
+
+def test_a_folder_that_is_not_a_venv_is_never_replaced(tmp_path: Path) -> None:
+    from harness.errors import UserError
+
+    (tmp_path / "precious.txt").write_text("keep me")
+    with pytest.raises(UserError, match="is not a venv"):
+        checkers.prepare(tmp_path, say=lambda _m: None)
+    assert (tmp_path / "precious.txt").read_text() == "keep me"
+
+
+def test_the_example_config_loads() -> None:
+    from harness.fitness.config import load_config
+
+    cfg = load_config(REPO / "harness" / "fitness" / "fitness.example.yaml")
+    assert cfg.judge.agreement_min == 0.75 and cfg.tooluse.bfcl_per_category == 10
+    assert cfg.thresholds.name == "thresholds.yaml" and cfg.thresholds.is_file()

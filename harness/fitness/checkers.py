@@ -74,7 +74,10 @@ def prepare(venv: Path, say=print) -> dict[str, Any]:
         say(f"checkers: {venv} (ready)")
         return versions(venv)
     if venv.exists():
-        shutil.rmtree(venv)
+        if not (venv / "pyvenv.cfg").is_file() and any(venv.iterdir()):
+            raise UserError("exists and is not a venv: refusing to replace it", file=venv, field="checkers_venv",
+                            fix="point checkers_venv at a new folder (or delete this one yourself)")
+        shutil.rmtree(venv)  # an older or broken venv of ours
     venv.parent.mkdir(parents=True, exist_ok=True)
     steps = [[sys.executable, "-m", "venv", str(venv)],
              [str(_python(venv)), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps",

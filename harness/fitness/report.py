@@ -131,9 +131,11 @@ def markdown(doc: dict[str, Any]) -> str:
         d = ju["details"]
         cross = d.get("cross") or {}
         lines += ["", f"## Judge (advisory: never gates) — {d['judge']}", "",
-                  f"Checklist items met: {_fmt(doc['metrics'].get('judge.checklist_rate'))} over {d['tasks']} tasks"
+                  f"Share of checklist items met: {_fmt(doc['metrics'].get('judge.checklist_rate'))} "
+                  f"({d['tasks']} tasks)"
                   + (f"; unparsed replies: {', '.join(d['unparsed'])}" if d.get("unparsed") else "") + ".",
-                  f"Reused from checkpoints: {d['reused']}."]
+                  "Reused from the checkpoints in `judge/`: "
+                  + ", ".join(f"{k} {v}" for k, v in d["reused"].items()) + "."]
         if cross.get("status") == "ran":
             lines.append(f"Cross-judge {cross['judge']}: agreement {_fmt(cross['agreement'])} on "
                          f"{cross['checks_compared']} checks (≥ {cross['min']:.0%} needed) — "
@@ -142,8 +144,8 @@ def markdown(doc: dict[str, Any]) -> str:
                 lines += ["", "| task | check | judge | cross | notes |", "|---|---|---|---|---|"]
                 for dv in cross["divergent"]:
                     a, b = [v for k, v in dv.items() if k not in ("task", "check", "notes")]
-                    lines.append(f"| {dv['task']} | {dv['check']} | {a} | {b} | {dv['notes']['judge']} / "
-                                 f"{dv['notes']['cross']} |")
+                    cells = [dv["task"], dv["check"], a, b, f"{dv['notes']['judge']} / {dv['notes']['cross']}"]
+                    lines.append("| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in cells) + " |")
         else:
             lines.append(f"Cross-judge: {cross.get('status')} ({cross.get('reason')}).")
     if doc["repeats"]["disagreements"]:

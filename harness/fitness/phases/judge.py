@@ -286,7 +286,7 @@ def run(ctx: Ctx) -> tuple[dict[str, float | None], dict[str, Any]]:
                 details["warnings"].append(
                     f"JUDGE NOT TRUSTED: cross-judge agreement {_pct(details['cross']['agreement'])} is below "
                     f"{j.agreement_min:.0%} ({j.model} vs {j.cross.model}); do not trust judge-layer numbers until "
-                    f"the judges are reconciled ({len(details['cross']['divergent'])} divergent items listed)")
+                    f"the judges are reconciled ({len(details['cross']['divergent'])} divergent checks listed in the report)")
     else:
         details["cross"] = {"status": "off", "reason": "no cross-judge configured (judge.cross)"}
     for w in details["warnings"]:
