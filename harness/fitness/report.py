@@ -119,7 +119,9 @@ def markdown(doc: dict[str, Any]) -> str:
                   "|---|---:|---:|---|---|"]
         for s, v in ca["details"]["suites"].items():
             if v["status"] == "ran":
-                lines.append(f"| {s} | {v['n']} | {v['correct']} | {_fmt(v['accuracy'])} ± {_fmt(v['se'])} | |")
+                note = (f"prompt-level strict; loose {_fmt(v.get('loose_accuracy'))}; {v.get('left_out')} prompts left "
+                        f"out (their checkers need NLTK data)" if s == "ifbench" else "")
+                lines.append(f"| {s} | {v['n']} | {v['correct']} | {_fmt(v['accuracy'])} ± {_fmt(v['se'])} | {note} |")
             else:
                 lines.append(f"| {s} | — | — | — | skipped: {v['reason']} |")
         for s, d in (doc.get("baseline") or {}).get("deltas", {}).items():
