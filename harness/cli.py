@@ -29,6 +29,9 @@ mission_app = typer.Typer(no_args_is_help=True, help="Missions: check that one w
 app.add_typer(mission_app, name="mission")
 score_app = typer.Typer(no_args_is_help=True, help="Recompute a results row's Scoring from its cells.")
 app.add_typer(score_app, name="score")
+from harness.fitness.cli import fitness_app  # noqa: E402 - the `fitness` verbs (harness/fitness/cli.py)
+
+app.add_typer(fitness_app, name="fitness")
 
 out = Console()
 err = Console(stderr=True)
