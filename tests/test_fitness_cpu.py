@@ -1,7 +1,7 @@
 """`llms-benchmark fitness` on the real llama.cpp CPU stack with the tiny SmolLM2-135M preset:
 served once, every phase runs (the judge is skipped with its reason: none configured), the
 unit is destroyed after. Capability and BFCL are cut to a few items (their frozen data and the
-checkers' venv made here from PyPI, as `fitness data` makes them). Speeds and accuracy are
+checkers' venv that `make setup` made with `fitness data`). Speeds and accuracy are
 measured, not judged: a 135M model on 2 shared cores is what it is."""
 
 from __future__ import annotations
@@ -13,10 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO
+from conftest import REPO, fitness_checkers_venv, fitness_data_dir
 
 from harness.embedded import models as embedded
-from harness.fitness import checkers, data
 from harness.stacks.llamacpp import llama_server_binary
 
 CLI = REPO / ".venv" / "bin" / "llms-benchmark"
@@ -28,9 +27,7 @@ def test_fitness_on_the_real_cpu_stack(project, tmp_path: Path) -> None:
         pytest.fail("llama.cpp or the embedded models are not installed: run `make setup`")
     project.add_environment("cpu")
     shutil.copy2(REPO / ".vot" / "presets" / "cpu-smollm2-135m.yaml", project.root / ".vot" / "presets")
-    data_dir, venv = tmp_path / "data", tmp_path / "checkers"
-    data.prepare(data_dir, say=lambda _m: None)
-    checkers.prepare(venv, say=lambda _m: None)
+    data_dir, venv = fitness_data_dir(), fitness_checkers_venv()
     cfg = tmp_path / "fitness.yaml"
     cfg.write_text(yaml.safe_dump({
         "throughput": {"contexts": [512, 2048], "output_tokens": 24},
