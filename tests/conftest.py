@@ -276,3 +276,28 @@ def project(tmp_path: Path) -> Iterator[Project]:
 def run_cli(project: Project):
     """run_cli(args, timeout) -> (exit code, stdout, stderr) against the test's project."""
     return project.run_cli
+
+
+def fitness_data_dir(suites: list[str] | None = None) -> Path:
+    """The frozen capability files `make setup` extracted (`fitness data`): tests read them,
+    they never download (tests talk to loopback only)."""
+    from harness.errors import UserError
+    from harness.fitness import data
+
+    folder = data.default_dir()
+    try:
+        for suite in suites or list(data.SUITES):
+            data.verify(folder, suite)
+    except UserError as exc:
+        pytest.fail(f"{exc} - run `make setup` (it runs `llms-benchmark fitness data`)")
+    return folder
+
+
+def fitness_checkers_venv() -> Path:
+    """The checkers' lean venv (bfcl-eval, if-verifiable) that `make setup` made."""
+    from harness.fitness import checkers
+
+    venv = checkers.default_dir()
+    if not checkers.ready(venv):
+        pytest.fail(f"the checkers' venv {venv} is missing - run `make setup` (it runs `llms-benchmark fitness data`)")
+    return venv

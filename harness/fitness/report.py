@@ -1,0 +1,167 @@
+"""The report folder: `results.json` (everything, the source of truth), `summary.json`
+(the compact webhook/API shape) and `report.md` (for people), all from one document."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from harness.atomic import write_atomic
+
+
+def summary(doc: dict[str, Any], report_dir: Path | None = None) -> dict[str, Any]:
+    """The compact JSON a webhook receives and `GET /api/runs/<id>/report` returns."""
+    phases = {p["name"]: p for p in doc.get("phases", []) if p.get("repeat", 1) == 1}
+    tp = phases.get("throughput", {}).get("details", {}).get("by_context", {})
+    cap = phases.get("capacity", {})
+    capd = cap.get("details", {})
+    caps = phases.get("capability", {}).get("details", {}).get("suites", {})
+    metrics = doc.get("metrics", {})
+    model = doc.get("model") or doc.get("target")
+    row = {
+        "model": model,
+        "throughput_by_ctx": {k: {"gen_tps": v.get("decode_tps"), "prefill_tps": v.get("prefill_tps"),
+                                  "ttft_any_s": v.get("ttft_s")} for k, v in tp.items()},
+        "capacity": {"peak_aggregate_tps": metrics.get("capacity.peak_output_tps"), "best_n": capd.get("best_n"),
+                     "carried_n": metrics.get("capacity.carried_concurrency"),
+                     "levels": [{k: lv[k] for k in ("n", "aggregate_tps", "ttft_ms_p95", "itl_ms_p95")}
+                                for lv in capd.get("levels", [])]} if cap.get("status") == "ran" else None,
+        "tooluse": {k.split(".", 1)[1]: v for k, v in metrics.items() if k.startswith("tooluse.")},
+        "capability": {s: {"accuracy": v.get("accuracy"), "se": v.get("se"), "n": v.get("n")}
+                       for s, v in caps.items() if v.get("status") == "ran"},
+        "warmup_s": metrics.get("warmup.first_answer_s"),
+        "judge_checklist_rate": metrics.get("judge.checklist_rate"),  # advisory
+        "judge_cross_agreement": metrics.get("judge.cross_agreement"),
+    }
+    fails = [v["metric"] for v in doc.get("verdicts", []) if v["verdict"] == "FAIL" and v["gates"]]
+    warns = [v["metric"] for v in doc.get("verdicts", []) if v["verdict"] == "WARN" and v["gates"]]
+    text = (f"fitness {doc['verdict']} (exit {doc['exit_code']}) for {model}: "
+            f"{len(fails)} fail, {len(warns)} warn" + (f"; failing: {', '.join(fails)}" if fails else "")
+            + (f"; errors: {'; '.join(doc['errors'])[:300]}" if doc.get("errors") else "")
+            + (f"; warnings: {'; '.join(doc['warnings'])[:300]}" if doc.get("warnings") else ""))
+    return {"run_id": doc["run_id"], "tag": doc.get("tag"), "finished_utc": doc.get("finished_utc"),
+            "verdict_per_model": {model: doc["verdict"]}, "exit_code": doc["exit_code"], "summary": [row],
+            "report_path": str((report_dir / "report.md").resolve()) if report_dir else None,
+            "text": text}
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:,.4g}" if abs(value) < 1000 else f"{value:,.0f}"
+    return str(value)
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    r = doc["reproducibility"]
+    lines = [f"# Fitness: {doc.get('model') or doc['target']} — **{doc['verdict']}** (exit {doc['exit_code']})", "",
+             f"Run `{doc['run_id']}`, {doc['started_utc']} → {doc['finished_utc']} ({doc['wall_s']:.1f}s); "
+             f"target {doc['target']}; engine {r.get('engine')} {r.get('engine_version') or ''}".rstrip() + ".", ""]
+    if r.get("scripted"):
+        lines += ["> Scripted replay trajectory, not a model: these numbers describe the script.", ""]
+    for w in doc.get("warnings", []):
+        lines.append(f"> **WARNING:** {w}")
+    if doc.get("warnings"):
+        lines.append("")
+    for e in doc.get("errors", []):
+        lines.append(f"> **error:** {e}")
+    if doc.get("errors"):
+        lines.append("")
+    lines += ["## Verdicts", ""]
+    if doc["verdicts"]:
+        lines += ["| metric | value | bars | verdict | why |", "|---|---:|---|---|---|"]
+        for v in doc["verdicts"]:
+            tag = v["verdict"] + ("" if v["gates"] or v["verdict"] == "OFF" else " (advisory)")
+            lines.append(f"| {v['metric']} | {_fmt(v['value'])} | {v['bars']} | {tag} | {v['why']} |")
+    else:
+        lines.append("No bar is set: every metric is reported, none judged (see thresholds.yaml).")
+    lines += ["", "## Phases", "", "| phase | pass | status | wall | note |", "|---|---:|---|---:|---|"]
+    for p in doc["phases"]:
+        lines.append(f"| {p['name']} | {p['repeat']} | {p['status']} | {p['wall_s']:.1f}s | {p['reason'] or ''} |")
+    by = {(p["name"], p["repeat"]): p for p in doc["phases"]}
+    tp = by.get(("throughput", 1))
+    if tp and tp["status"] == "ran":
+        lines += ["", "## Throughput (single request, cache-cold)", "",
+                  "| context | prompt tokens | TTFT s | prefill tok/s | decode tok/s | note |", "|---:|---:|---:|---:|---:|---|"]
+        for size, row in tp["details"]["by_context"].items():
+            lines.append(f"| {size} | {_fmt(row['prompt_tokens'])} | {_fmt(row['ttft_s'])} | "
+                         f"{_fmt(row['prefill_tps'])} | {_fmt(row['decode_tps'])} | {row['reason'] or ''} |")
+    cap = by.get(("capacity", 1))
+    if cap and cap["status"] == "ran":
+        d = cap["details"]
+        lines += ["", f"## Capacity (closed loop, ~{d['input_tokens']} tokens in, {d['output_tokens']} out)", "",
+                  "| in flight | requests | failed | aggregate tok/s | TTFT p95 ms | ITL p95 ms |",
+                  "|---:|---:|---:|---:|---:|---:|"]
+        for lv in d["levels"]:
+            lines.append(f"| {lv['n']} | {lv['requests']} | {lv['failed']} | {_fmt(lv['aggregate_tps'])} | "
+                         f"{_fmt(lv['ttft_ms_p95'])} | {_fmt(lv['itl_ms_p95'])} |")
+        lines.append(f"\nCarried: {_fmt(doc['metrics'].get('capacity.carried_concurrency'))} in flight within "
+                     f"p95 TTFT ≤ {d['ttft_slo_s']:g}s. Files: `{d['files']}`.")
+    tu = by.get(("tooluse", 1))
+    if tu and tu["status"] == "ran":
+        lines += ["", "## Tool use (streamed tool calls)", "", "| ask | expected | well-formed | streamed = whole | note |",
+                  "|---|---|---|---|---|"]
+        for a in tu["details"]["asks"]:
+            lines.append(f"| {a['ask']} | {a['expected']} | {'yes' if a['wellformed'] else 'NO'} | "
+                         f"{'yes' if a['agree'] else 'NO'} | {a['why']} |")
+        b = tu["details"]["bfcl"]
+        if b.get("status") == "ran":
+            cats = ", ".join(f"{c} {v['correct']}/{v['n']}" for c, v in b["by_category"].items())
+            lines.append(f"\nBFCL v4 subset (BFCL's own AST checker): {b['correct']}/{b['n']} = "
+                         f"{_fmt(b['accuracy'])} ± {_fmt(b['se'])} ({cats}). Transcripts: `bfcl.jsonl`.")
+        else:
+            lines.append(f"\nBFCL: {b.get('status')} ({b.get('reason')}).")
+    ca = by.get(("capability", 1))
+    if ca and ca["status"] == "ran":
+        lines += ["", "## Capability (frozen subsets, greedy)", "", "| suite | n | correct | accuracy ± SE | note |",
+                  "|---|---:|---:|---|---|"]
+        for s, v in ca["details"]["suites"].items():
+            if v["status"] == "ran":
+                note = (f"prompt-level strict; loose {_fmt(v.get('loose_accuracy'))}; {v.get('left_out')} prompts left "
+                        f"out (their checkers need NLTK data)" if s == "ifbench" else "")
+                lines.append(f"| {s} | {v['n']} | {v['correct']} | {_fmt(v['accuracy'])} ± {_fmt(v['se'])} | {note} |")
+            else:
+                lines.append(f"| {s} | — | — | — | skipped: {v['reason']} |")
+        for s, d in (doc.get("baseline") or {}).get("deltas", {}).items():
+            lines.append(f"\n{s}: {d['delta']:+.3f} vs baseline {d['baseline']} (2·SE {2 * d['se']:.3f})"
+                         + (" — **noise**" if d["noise"] else ""))
+        lines.append("\nRead some transcripts (capability/*.jsonl) before believing a delta.")
+    ju = by.get(("judge", 1))
+    if ju and ju["status"] == "ran":
+        d = ju["details"]
+        cross = d.get("cross") or {}
+        lines += ["", f"## Judge (advisory: never gates) — {d['judge']}", "",
+                  f"Share of checklist items met: {_fmt(doc['metrics'].get('judge.checklist_rate'))} "
+                  f"({d['tasks']} tasks)"
+                  + (f"; unparsed replies: {', '.join(d['unparsed'])}" if d.get("unparsed") else "") + ".",
+                  "Reused from the checkpoints in `judge/`: "
+                  + ", ".join(f"{k} {v}" for k, v in d["reused"].items()) + "."]
+        if cross.get("status") == "ran":
+            lines.append(f"Cross-judge {cross['judge']}: agreement {_fmt(cross['agreement'])} on "
+                         f"{cross['checks_compared']} checks (≥ {cross['min']:.0%} needed) — "
+                         + ("trusted." if cross["trusted"] else "**NOT TRUSTED**."))
+            if cross["divergent"]:
+                lines += ["", "| task | check | judge | cross | notes |", "|---|---|---|---|---|"]
+                for dv in cross["divergent"]:
+                    a, b = [v for k, v in dv.items() if k not in ("task", "check", "notes")]
+                    cells = [dv["task"], dv["check"], a, b, f"{dv['notes']['judge']} / {dv['notes']['cross']}"]
+                    lines.append("| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in cells) + " |")
+        else:
+            lines.append(f"Cross-judge: {cross.get('status')} ({cross.get('reason')}).")
+    if doc["repeats"]["disagreements"]:
+        lines += ["", "## Repeats that disagree (> 10 %)", ""]
+        for d in doc["repeats"]["disagreements"]:
+            lines.append(f"- {d['metric']}: passes {d['passes']} ({d['difference']:.0%} apart; the worse one counts)")
+    lines += ["", "## Reproducibility", "", "```json", json.dumps({k: v for k, v in r.items() if k != "config"},
+                                                                  indent=2, default=str), "```",
+              "", f"Percentiles: {doc['percentiles']}.", ""]
+    return "\n".join(lines)
+
+
+def write_report(folder: Path, doc: dict[str, Any]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    write_atomic(folder / "results.json", json.dumps(doc, indent=2, default=str) + "\n")
+    write_atomic(folder / "summary.json", json.dumps(summary(doc, folder), indent=2, default=str) + "\n")
+    write_atomic(folder / "report.md", markdown(doc))
