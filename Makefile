@@ -57,11 +57,11 @@ node_modules/.installed: package.json package-lock.json
 	npm install --no-audit --no-fund --loglevel=error
 	touch $@
 
-# The embedded default is a real model (Qwen2.5-Coder-1.5B on llama.cpp, ~6 min on 2 cores
-# once set up): it passes the smoke and works the hello mission with the real opencode, as
-# a 1.5B model does, so its run may well be void (exit 1, the reason recorded, the unit
-# destroyed): that is a measurement, and the demo goes on. The replay launch then shows a
-# full row of a scripted trajectory in seconds.
+# The embedded default is a real model (Qwen2.5-Coder-1.5B on llama.cpp, greedy; ~7 min on
+# 2 cores once set up): it passes the smoke and works the hello mission with the real
+# opencode, as a 1.5B model does (a made-up report, then the step limit): status ok. Should
+# a run be void (exit 1, the reason recorded, the unit destroyed), that is a measurement and
+# the demo goes on. The replay launch then shows a full row of a scripted trajectory.
 demo: setup
 	-$(BIN)/llms-benchmark launch local cpu cpu-qwen2-5-coder-1-5b --mission hello
 	$(BIN)/llms-benchmark launch local replay replay-hello --mission hello
