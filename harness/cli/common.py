@@ -7,7 +7,6 @@ Exit codes: 0 ok, 1 a void run, 2 a preflight or input error (nothing served),
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 from pathlib import Path
@@ -18,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from harness.errors import Interrupted, StackError, UserError
+from harness.clean_exit import clean_exit
 
 out = Console()
 err = Console(stderr=True)
@@ -42,24 +41,8 @@ def say(message: str) -> None:
     err.print(f"[dim]llms-benchmark[/dim] {escape(message)}", highlight=False)
 
 
-def user_errors(fn):
-    """A user mistake is one clear message and exit 2 — never a traceback."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except UserError as exc:
-            err.print(f"[bold red]error:[/bold red] {escape(exc.render())}", highlight=False)
-            raise typer.Exit(exc.exit_code) from None
-        except StackError as exc:  # the unit failed to start or answer (already destroyed)
-            err.print(f"[bold red]unit failure:[/bold red] {escape(str(exc))}", highlight=False)
-            raise typer.Exit(3) from None
-        except Interrupted as exc:  # SIGINT/SIGTERM: whatever was served is destroyed by now
-            err.print(f"[bold red]{escape(str(exc))}[/bold red]", highlight=False)
-            raise typer.Exit(128 + exc.signum) from None
-
-    return wrapper
+# A user mistake is one clear message and exit 2 — never a traceback (harness/clean_exit.py).
+user_errors = clean_exit(err)
 
 
 def emit(data: dict, as_json: bool, table: Table | None = None) -> None:

@@ -6,7 +6,6 @@ config is one clear error and exit 3 (CI: fail the job when the code is >= 2).
 
 from __future__ import annotations
 
-import functools
 import json
 from pathlib import Path
 from typing import Annotated
@@ -16,7 +15,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from harness.errors import StackError, UserError
+from harness.clean_exit import clean_exit
+from harness.errors import UserError
 
 fitness_app = typer.Typer(no_args_is_help=True, help="Is a served preset fit to drive agents? Verdicts as exit codes.")
 out = Console()
@@ -28,21 +28,8 @@ def say(message: str) -> None:
     err.print(f"[dim]fitness[/dim] {escape(message)}", highlight=False)
 
 
-def pipeline_errors(fn):
-    """Bad config, a missing file, a unit that did not serve: one clear message, exit 3."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except UserError as exc:
-            err.print(f"[bold red]error:[/bold red] {escape(exc.render())}", highlight=False)
-            raise typer.Exit(PIPELINE_ERROR) from None
-        except StackError as exc:
-            err.print(f"[bold red]unit failure:[/bold red] {escape(str(exc))}", highlight=False)
-            raise typer.Exit(PIPELINE_ERROR) from None
-
-    return wrapper
+# Bad config, a missing file, a unit that did not serve: one clear message, exit 3.
+pipeline_errors = clean_exit(err, user_exit=PIPELINE_ERROR, unit_exit=PIPELINE_ERROR)
 
 
 def _ints(text: str | None, option: str) -> list[int] | None:
