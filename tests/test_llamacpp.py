@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -81,6 +82,8 @@ def test_real_llama_server_serves_probes_and_is_destroyed(tmp_path):
         assert "supports_tool_calls=yes" in facts["chat_template_caps"]  # llama.cpp's own analysis
         assert "-DGGML_NATIVE=OFF" in facts["build"]
         assert "CPU :" in facts["system_info"]  # what the server said it runs with
+        if "-DGGML_CPU_ALL_VARIANTS=ON" in facts["build"]:  # the dispatch build names the variant it loaded
+            assert facts["cpu_backend"].startswith("libggml-cpu-") and os.sep not in facts["cpu_backend"], facts
         probe = run_probe(unit.base_url, unit.served_name, max_model_len=unit.max_model_len,
                           long_target=2048, short_tokens=32, long_output=16)
         # Speeds are measured, not judged here (bench/ does that): a loaded box decodes slowly.

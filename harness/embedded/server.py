@@ -9,10 +9,15 @@ architecture instead, and the installed package carries a marker naming its flag
 preflight reads.
 
 Flavours (`LLMS_BENCHMARK_LLAMA_BUILD`):
-- `portable` (default): one CPU backend at the x86-64-v3 level (AVX2/FMA/F16C/BMI2) on
-  x86-64, the plain ARMv8 baseline on arm64.
-- `dispatch`: llama.cpp's release-style build: every CPU variant as a loadable backend,
-  the best one for the running CPU chosen at start (AVX-512/AMX where present).
+- `dispatch` (default): llama.cpp's release-style build: every CPU variant as a loadable
+  backend (x64 baseline … haswell, skylakex, icelake, zen4, sapphirerapids on x86-64; the
+  ARMv8.0 … v9 levels on arm64 Linux, M1 … M4 on Apple), the best one for the running CPU
+  loaded at start. Runs on any CPU of the architecture, and uses AVX-512 where there is
+  some: measured on an AMD EPYC (Zen 4, 2 cores), Qwen2.5-Coder-1.5B Q4_K_M at 4k depth,
+  prefill 89.9 tok/s vs 59.2 for `portable` (+52 %), decode 26.0 vs 24.0; it built in
+  7.4 min vs 9.4 (shared libraries: no static link of every tool).
+- `portable`: one CPU backend at the x86-64-v3 level (AVX2/FMA/F16C/BMI2) on x86-64, the
+  plain ARMv8 baseline on arm64. A fallback where the dispatch build cannot be made.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ FLAVOURS: dict[str, list[str]] = {
     "portable": _COMMON,
     "dispatch": [*_COMMON, "-DBUILD_SHARED_LIBS=ON", "-DGGML_BACKEND_DL=ON", "-DGGML_CPU_ALL_VARIANTS=ON"],
 }
-DEFAULT_FLAVOUR = "portable"
+DEFAULT_FLAVOUR = "dispatch"  # measured: see the docstring
 
 
 def flavour() -> str:
@@ -91,7 +96,7 @@ def build_wheel(name: str, say=print) -> Path:
         return found[0]
     jobs = build_jobs()
     say(f"building llama.cpp's server ({name}: {' '.join(FLAVOURS[name])}) with {jobs} jobs; "
-        "~10-15 min on 2 cores, once per machine")
+        "~7-10 min on 2 cores, once per machine")
     env = {**os.environ, "CMAKE_ARGS": " ".join(FLAVOURS[name]), "LLAMA_CPP_BUILD_JOBS": str(jobs)}
     folder.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -109,7 +114,7 @@ def build_wheel(name: str, say=print) -> Path:
 
 
 def install(say=print) -> dict:
-    """Make the installed server the portable build of this version, building once per machine."""
+    """Make the installed server our build (the chosen flavour) of this version, building once per machine."""
     name = flavour()
     key = build_key(name)
     current = installed_build()

