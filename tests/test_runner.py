@@ -81,6 +81,45 @@ def test_different_errors_do_not_trip_the_watchdog(tmp_path):
     assert result.ended_by is None and result.exit_code == 0 and len(result.errors) == 4
 
 
+# The shape opencode 1.18 writes for a tool call its schema rejected (captured from a real run).
+_REJECTED_TASK = """
+def call(i, status, task_id="analyze_telemetry", tool="task"):
+    state = {"status": status, "input": {"description": "Analyze the telemetry", "prompt": "Analyze",
+                                         "subagent_type": "general", "task_id": task_id},
+             "time": {"start": 1000 + i, "end": 1003 + i}}
+    if status == "error":
+        state["error"] = f'Expected a string starting with "ses", got "{task_id}"'
+    else:
+        state["output"] = "ok"
+    return json.dumps({"type": "tool_use", "timestamp": 1796151838566 + i, "sessionID": "ses_1",
+                       "part": {"type": "tool", "tool": tool, "callID": f"call{i}x", "state": state}})
+"""
+
+
+def test_the_same_failing_tool_call_three_times_ends_the_run(tmp_path):
+    argv = _script(tmp_path, "import json, time\n" + _REJECTED_TASK + """
+for i in range(50):
+    print(call(i, "error"), flush=True)
+    time.sleep(0.2)
+time.sleep(60)
+""")
+    started = time.monotonic()
+    result = _run(tmp_path, argv)
+    assert result.ended_by.startswith("watchdog: the same tool call failed 3 times in a row (task "), result.ended_by
+    assert 'got "analyze_telemetry"' in result.ended_by and "analyze_telemetry" in result.ended_by
+    assert 3 <= len(result.tool_uses) < 10 and time.monotonic() - started < 20
+
+
+def test_failing_calls_that_differ_or_are_broken_by_a_success_go_on(tmp_path):
+    argv = _script(tmp_path, "import json\n" + _REJECTED_TASK + """
+print(call(0, "error")); print(call(1, "error")); print(call(2, "completed", tool="bash"))
+print(call(3, "error")); print(call(4, "error", task_id="other")); print(call(5, "error"))
+print(call(6, "completed")); print(call(7, "error")); print(call(8, "error"))
+""")
+    result = _run(tmp_path, argv)
+    assert result.ended_by is None and result.exit_code == 0 and len(result.tool_uses) == 9
+
+
 def test_time_cap(tmp_path):
     argv = _script(tmp_path, """
         import json, time

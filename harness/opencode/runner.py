@@ -3,8 +3,12 @@
 The prompt goes on stdin from a file, byte-exact (positional arguments get wrapped
 in quotes, and an inherited open stdin hangs opencode forever). opencode runs in
 its own process group and is ended by that group only, never by name. The
-watchdog ends a run that emits no event for `stall_s`, or that meets the same
-provider error three times in a row (opencode retries a failing stream on its own).
+watchdog ends a run that emits no event for `stall_s`, that meets the same provider
+error three times in a row (opencode retries a failing stream on its own), or whose agent
+makes the same failing tool call three times in a row (oddyssey's rule: "three identical
+failures of one turn → stop"). The last is a model at a fixed point: measured on the
+embedded 1.5B model, served greedy, the identical rejected `task` call 43 times in 5.4 min
+and nothing else; on a GPU such a run would bill its whole time cap for nothing.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ class Limits:
     time_cap_s: float
     stall_s: float
     same_error_limit: int = 3
+    same_failed_call_limit: int = 3
 
 
 @dataclass
@@ -55,11 +60,14 @@ def error_signature(text: str) -> str:
 class _Watch:
     """State shared by the reader threads and the watchdog loop."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, call_limit: int) -> None:
         self.lock = threading.Lock()
         self.last_activity = time.monotonic()
         self.recent_errors: deque[str] = deque(maxlen=limit)
         self.limit = limit
+        # The latest tool calls in order: a failed one by its signature, a successful one as None.
+        self.recent_calls: deque[str | None] = deque(maxlen=call_limit)
+        self.call_limit = call_limit
 
     def activity(self) -> None:
         with self.lock:
@@ -75,6 +83,26 @@ class _Watch:
         if len(errs) == self.limit and len(set(errs)) == 1:
             return errs[0]
         return None
+
+    def tool_call(self, signature: str | None) -> None:
+        with self.lock:
+            self.recent_calls.append(signature)
+
+    def repeated_failed_call(self) -> str | None:
+        with self.lock:
+            calls = list(self.recent_calls)
+        if len(calls) == self.call_limit and calls[0] is not None and len(set(calls)) == 1:
+            return calls[0]
+        return None
+
+
+def failed_call_signature(part: dict) -> str | None:
+    """A failed tool call as its tool, its exact input and its error; None for one that did not fail."""
+    state = part.get("state") or {}
+    if not isinstance(state, dict) or state.get("status") != "error":
+        return None
+    arguments = json.dumps(state.get("input"), sort_keys=True, default=str)
+    return f"{part.get('tool')} {arguments[:200]}: {error_signature(str(state.get('error', '')))}"
 
 
 def _read_events(stream, events_path: Path, result: RunResult, watch: _Watch,
@@ -98,6 +126,7 @@ def _read_events(stream, events_path: Path, result: RunResult, watch: _Watch,
             kind = event.get("type")
             if kind == "tool_use":
                 result.tool_uses.append(str(part.get("tool")))
+                watch.tool_call(failed_call_signature(part))
             elif kind == "text":
                 result.texts.append(str(part.get("text", "")))
             elif kind == "error":
@@ -157,7 +186,7 @@ def run_opencode(
     prompt_file = events_path.parent / f".{events_path.stem}.prompt"
     prompt_file.write_bytes(prompt.encode("utf-8"))
     result = RunResult(started=time.time())
-    watch = _Watch(limits.same_error_limit)
+    watch = _Watch(limits.same_error_limit, limits.same_failed_call_limit)
     with open(prompt_file, "rb") as stdin:
         proc = subprocess.Popen(argv, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 env=env, cwd=cwd, start_new_session=True)
@@ -172,9 +201,12 @@ def run_opencode(
     try:
         while proc.poll() is None:
             now = time.monotonic()
-            repeated = watch.repeated_error()
+            repeated, stuck = watch.repeated_error(), watch.repeated_failed_call()
             if repeated:
                 result.ended_by = f"watchdog: the same provider error {limits.same_error_limit} times in a row ({repeated[:120]})"
+            elif stuck:
+                result.ended_by = (f"watchdog: the same tool call failed {limits.same_failed_call_limit} times in a row "
+                                   f"({stuck[:240]})")
             elif now - watch.last_activity > limits.stall_s:
                 result.ended_by = f"watchdog: no new opencode event for {limits.stall_s:.0f}s"
             elif now - started > limits.time_cap_s:
