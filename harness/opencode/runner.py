@@ -102,7 +102,7 @@ def failed_call_signature(part: dict) -> str | None:
     if not isinstance(state, dict) or state.get("status") != "error":
         return None
     arguments = json.dumps(state.get("input"), sort_keys=True, default=str)
-    return f"{part.get('tool')} {arguments[:200]}: {error_signature(str(state.get('error', '')))}"
+    return f"{part.get('tool')}: {error_signature(str(state.get('error', '')))}; input {arguments[:160]}"
 
 
 def _read_events(stream, events_path: Path, result: RunResult, watch: _Watch,
@@ -206,7 +206,7 @@ def run_opencode(
                 result.ended_by = f"watchdog: the same provider error {limits.same_error_limit} times in a row ({repeated[:120]})"
             elif stuck:
                 result.ended_by = (f"watchdog: the same tool call failed {limits.same_failed_call_limit} times in a row "
-                                   f"({stuck[:240]})")
+                                   f"({stuck[:320]})")
             elif now - watch.last_activity > limits.stall_s:
                 result.ended_by = f"watchdog: no new opencode event for {limits.stall_s:.0f}s"
             elif now - started > limits.time_cap_s:
