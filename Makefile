@@ -58,7 +58,7 @@ node_modules/.installed: package.json package-lock.json
 	npm install --no-audit --no-fund --loglevel=error
 	touch $@
 
-# The embedded default is a real model (Qwen2.5-Coder-1.5B on llama.cpp, greedy; ~7 min on
+# The embedded default is a real model (Qwen2.5-Coder-1.5B on llama.cpp, greedy; 3-7 min on
 # 2 cores once set up): it passes the smoke and works the hello mission with the real
 # opencode, as a 1.5B model does (a made-up report, then the step limit): status ok. Should
 # a run be void (exit 1, the reason recorded, the unit destroyed), that is a measurement and
