@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -23,14 +22,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.embedded import models  # noqa: E402
-from harness.stacks.llamacpp import llama_server_binary  # noqa: E402
+from harness.stacks.llamacpp import CPU_BACKEND, llama_server_binary  # noqa: E402
 
 CONFIGS = [  # (flash attention, K type, V type)
     ("0", "f16", "f16"), ("1", "f16", "f16"), ("1", "q8_0", "q8_0"), ("0", "q8_0", "f16"),
 ]
 SHIPPED = ("0", "f16", "f16")  # SPEED_FLAGS: --flash-attn off, f16 KV cache
-# A dispatch build logs the variant it loaded: "load_backend: loaded CPU backend from .../libggml-cpu-zen4.so".
-_LOADED = re.compile(r"loaded CPU backend from \S*?(libggml-cpu[-\w]*)\.so")
 
 
 def main() -> None:
@@ -55,8 +52,8 @@ def main() -> None:
                               "-o", "csv"], capture_output=True, text=True, timeout=1800)
         speeds = [line.split(",")[-2].strip('"') for line in out.stdout.splitlines()[1:] if line.strip()]
         cells = (speeds + ["failed", "failed"])[:2] if out.returncode == 0 else ["failed", "failed"]
-        loaded = _LOADED.search(out.stderr)
-        print(f"| {fa} | {k} | {v} | {cells[0]} | {cells[1]} | {loaded[1] if loaded else 'built in'} |", flush=True)
+        loaded = CPU_BACKEND.search(out.stderr)  # a dispatch build names the variant it loaded
+        print(f"| {fa} | {k} | {v} | {cells[0]} | {cells[1]} | {loaded['lib'] if loaded else 'built in'} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -57,17 +57,31 @@ def error_signature(text: str) -> str:
     return _VOLATILE.sub("#", text.strip())[:300]
 
 
+class _Streak:
+    """The same signature `limit` times in a row; None (a success) breaks the streak."""
+
+    def __init__(self, limit: int) -> None:
+        self.recent: deque[str | None] = deque(maxlen=limit)
+        self.limit = limit
+
+    def add(self, signature: str | None) -> None:
+        self.recent.append(signature)
+
+    def repeated(self) -> str | None:
+        first = self.recent[0] if self.recent else None
+        if len(self.recent) == self.limit and first is not None and self.recent.count(first) == self.limit:
+            return first
+        return None
+
+
 class _Watch:
     """State shared by the reader threads and the watchdog loop."""
 
     def __init__(self, limit: int, call_limit: int) -> None:
         self.lock = threading.Lock()
         self.last_activity = time.monotonic()
-        self.recent_errors: deque[str] = deque(maxlen=limit)
-        self.limit = limit
-        # The latest tool calls in order: a failed one by its signature, a successful one as None.
-        self.recent_calls: deque[str | None] = deque(maxlen=call_limit)
-        self.call_limit = call_limit
+        self.errors = _Streak(limit)  # provider errors, by signature
+        self.failed_calls = _Streak(call_limit)  # tool calls: a failed one by its signature, a success as None
 
     def activity(self) -> None:
         with self.lock:
@@ -75,25 +89,19 @@ class _Watch:
 
     def error(self, text: str) -> None:
         with self.lock:
-            self.recent_errors.append(error_signature(text))
-
-    def repeated_error(self) -> str | None:
-        with self.lock:
-            errs = list(self.recent_errors)
-        if len(errs) == self.limit and len(set(errs)) == 1:
-            return errs[0]
-        return None
+            self.errors.add(error_signature(text))
 
     def tool_call(self, signature: str | None) -> None:
         with self.lock:
-            self.recent_calls.append(signature)
+            self.failed_calls.add(signature)
+
+    def repeated_error(self) -> str | None:
+        with self.lock:
+            return self.errors.repeated()
 
     def repeated_failed_call(self) -> str | None:
         with self.lock:
-            calls = list(self.recent_calls)
-        if len(calls) == self.call_limit and calls[0] is not None and len(set(calls)) == 1:
-            return calls[0]
-        return None
+            return self.failed_calls.repeated()
 
 
 def failed_call_signature(part: dict) -> str | None:

@@ -57,7 +57,7 @@ SAMPLING_FLAGS = {"temperature": "--temp", "top_p": "--top-p", "top_k": "--top-k
 SPEED_FLAGS = ["--flash-attn", "off"]
 _SYSTEM_INFO = re.compile(r"system_info: (?P<info>.+)")
 # A dispatch build names the CPU variant it loaded: ".../libggml-cpu-zen4.so" (the name only goes on the record).
-_CPU_BACKEND = re.compile(r"loaded CPU backend from \S*?(?P<lib>libggml-cpu[-\w.]*\.(?:so|dylib|dll))")
+CPU_BACKEND = re.compile(r"loaded CPU backend from \S*?(?P<lib>libggml-cpu[-\w.]*\.(?:so|dylib|dll))")
 # At trace verbosity (-lv 4) llama-server logs the template's example rendering and its system_info.
 _CHAT_EXAMPLE = re.compile(r"chat template, example_format: '(?P<fmt>.*?)'\n", re.S)
 
@@ -278,7 +278,7 @@ class LlamaCppStack(LocalProcessStack):
         facts.update(_props(unit))
         if m := _SYSTEM_INFO.search(log_text):
             facts["system_info"] = m["info"].strip()
-        if m := _CPU_BACKEND.search(log_text):
+        if m := CPU_BACKEND.search(log_text):
             facts["cpu_backend"] = m["lib"]
         if m := _CHAT_EXAMPLE.search(log_text):
             # Strip the log prefixes of continuation lines: the example as the server rendered it.
