@@ -24,7 +24,7 @@ from harness import failpoint
 from harness.errors import FatalUnitLog, StackError, UserError
 from harness.paths import ProjectPaths
 from harness.record import RowKey, RunRecord, Status, Timestamps, utcnow
-from harness.secrets import scrub_files, scrub_tree, secrets_from
+from harness.sandbox.secrets import scrub_files, scrub_tree, secrets_from
 from harness.serving.collect import gpu_cost
 from harness.stages import agent, collect, serving
 from harness.stages.agent import SmokeFailed

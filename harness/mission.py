@@ -14,7 +14,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from harness.errors import UserError
-from harness.untrusted import relative_inside
+from harness.sandbox.untrusted import relative_inside
 from harness.vot.loader import is_file, load_yaml
 
 MANIFEST = "mission.yaml"

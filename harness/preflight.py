@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 from harness.errors import PreflightError
-from harness.sandbox import Sandbox, detect
+from harness.sandbox.confine import Sandbox, detect
 from harness.mission import Mission, load_mission
 from harness.opencode.binary import find_opencode, opencode_version
 from harness.serving.preflight_fit import kv_fit, refuse_unless_fits

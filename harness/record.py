@@ -113,6 +113,9 @@ class SandboxFigures(BaseModel):
     denials: int = 0  # tool calls that failed on a hidden path, a read-only one, or the network
     denied: list[str] = Field(default_factory=list)
     network: str | None = None  # "own namespace" (only the unit and the mission's ports) or "host"
+    agent_user: str | None = None  # the host uid/gid the agent ran as, in its own user namespace
+    limits: dict[str, str] | None = None  # each cap and what enforced it
+    privilege: dict[str, str] | None = None  # privcheck's probes at preflight: each must read "refused"
 
 
 class Artifacts(BaseModel):

@@ -301,3 +301,4 @@ def fitness_checkers_venv() -> Path:
     if not checkers.ready(venv):
         pytest.fail(f"the checkers' venv {venv} is missing - run `make setup` (it runs `llms-benchmark fitness data`)")
     return venv
+

@@ -25,7 +25,9 @@ from pathlib import Path
 import pytest
 
 from harness.errors import PreflightError
-from harness.sandbox import Sandbox, View, agent_view, count_denials, detect, sbpl_profile, wrap
+from harness.sandbox.confine import Sandbox, View, agent_view, detect, sbpl_profile, wrap
+from harness.sandbox.denials import count_denials
+from harness.sandbox.identity import hand_over
 from conftest import Project, describe, kill_by_pid, make_project, wait_gone
 from test_launch_e2e import SMALL_PROBE, dump
 
@@ -48,7 +50,7 @@ def test_without_bwrap_preflight_refuses_and_names_no_sandbox(monkeypatch):
 
 
 def test_macos_profile_denies_by_default_and_allows_only_the_view(tmp_path: Path):
-    from harness.sandbox_net import PortsOnly
+    from harness.sandbox.net import PortsOnly
 
     view = View(writable=[tmp_path / "ws"], readable=[tmp_path / "bin"], net=PortsOnly([8000, 4001]))
     profile = sbpl_profile(view, Path("/Users/me"), [8000, 4001])
@@ -74,6 +76,7 @@ def test_bwrap_shows_the_view_and_hides_the_rest(tmp_path: Path):
         d.mkdir()
     (hidden / "defects.yaml").write_text(KEY_SECRET)
     view = agent_view([ws, home], Path(sys.executable), [])
+    hand_over(view.writable, view.who)
     script = (f"cat {hidden}/defects.yaml; echo rc=$?; touch /usr/x 2>&1; echo rc=$?; "
               f"echo ok > {ws}/out.txt; echo rc=$?; echo tmp=$(ls -A /tmp); "
               f"{sys.executable} -c 'import harness; print(\"harness ok\")'")
@@ -100,7 +103,7 @@ def test_the_network_is_its_own_only_allowed_ports_answer_and_streams_flow(tmp_p
     connects fail inside the agent's own namespace, nothing leaves it."""
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from harness.sandbox_net import bridge
+    from harness.sandbox.net import bridge
 
     class Stream(BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802
@@ -149,7 +152,7 @@ def test_the_network_is_its_own_only_allowed_ports_answer_and_streams_flow(tmp_p
 
 
 def test_loopback_ports_come_from_the_urls_the_agent_is_given():
-    from harness.sandbox_net import loopback_ports
+    from harness.sandbox.net import loopback_ports
 
     env = {"OBS_URL": "http://127.0.0.1:4000", "SHOP_MCP_URL": "http://localhost:4001/mcp", "PATH": "/usr/bin",
            "REMOTE": "https://example.invalid:443/v1", "BAD": "http://127.0.0.1:notaport/"}
@@ -158,8 +161,8 @@ def test_loopback_ports_come_from_the_urls_the_agent_is_given():
 
 @needs_bwrap
 def test_prove_view_refuses_a_checkout_inside_a_shown_folder_and_what_shows_from_inside(tmp_path: Path, monkeypatch):
-    import harness.sandbox as sandbox_mod
-    from harness.sandbox import must_stay_hidden, prove_view
+    import harness.sandbox.proof as sandbox_mod
+    from harness.sandbox.proof import must_stay_hidden, prove_view
 
     root = tmp_path / "checkout"
     run_dir = root / ".llms-benchmark" / "runs" / "r1"

@@ -16,7 +16,7 @@ import psutil
 import pytest
 import yaml
 
-from harness.secrets import REDACTED, scrub_tree
+from harness.sandbox.secrets import REDACTED, scrub_tree
 from conftest import REPO, Project, stop
 from test_launch_e2e import SMALL_PROBE, dump
 
@@ -171,7 +171,7 @@ def test_a_binary_it_cannot_parse_is_named_never_rewritten(tmp_path):
 
 
 def test_run_json_is_scrubbed_after_everything_else(tmp_path, monkeypatch):
-    import harness.secrets as mod
+    import harness.sandbox.secrets as mod
 
     key = "sk-" + secrets.token_hex(16)
     for name in ("run.json", "a.log", "z.log"):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import untrusted
+from harness.sandbox import untrusted
 from harness.errors import UserError
 from harness.mission import load_mission_dir
 from conftest import REPO

@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from harness import untrusted
+from harness.sandbox import untrusted
 
 MAX_ROWS = 50
 MAX_CHARS = 12_000

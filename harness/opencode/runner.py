@@ -189,8 +189,9 @@ def run_opencode(
     abort: threading.Event | None = None,
     abort_reason: list[str] | None = None,
     on_event: Callable[[dict], None] | None = None,
+    guards: list[Callable[[], str | None]] | tuple = (),
 ) -> RunResult:
-    """Run opencode to completion or until the cap/watchdog/abort ends it."""
+    """Run opencode to completion or until the cap/watchdog/abort/a guard ends it."""
     prompt_file = events_path.parent / f".{events_path.stem}.prompt"
     prompt_file.write_bytes(prompt.encode("utf-8"))
     result = RunResult(started=time.time())
@@ -221,6 +222,8 @@ def run_opencode(
                 result.ended_by = f"time cap of {limits.time_cap_s:.0f}s reached"
             elif abort is not None and abort.is_set():
                 result.ended_by = (abort_reason or ["aborted"])[0]
+            else:  # e.g. the sandbox's disk cap: the reason it gives ends the run
+                result.ended_by = next((why for guard in guards if (why := guard())), None)
             if result.ended_by:
                 _end_group(proc)
                 break

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shutil
 
-from harness import untrusted
+from harness.sandbox import untrusted
 from harness.errors import UserError
 from harness.load.metrics import generated_tokens
 from harness.mission import prepare_workspace
@@ -12,7 +12,8 @@ from harness.mission_services import merge_env, start_services
 from harness.opencode import config as oc_config
 from harness.opencode.runner import Limits, run_opencode
 from harness.record import RunOutcome, RunRecord, utcnow
-from harness.sandbox import count_denials, wrap
+from harness.sandbox.confine import wrap
+from harness.sandbox.denials import count_denials
 from harness.serving.timeline import Sampler
 from harness.stages.context import LaunchContext
 
@@ -49,13 +50,12 @@ def smoke(rec: RunRecord, ctx: LaunchContext) -> None:
     env = ctx.agent_env(smoke_dir / "opencode")
     ctx.say("smoke: asking for one bash tool call through opencode")
     before = generated_tokens(unit.base_url, api_key=ctx.api_key)
-    with ctx.network(rec, [unit.base_url]) as net:
-        view = ctx.view(scratch, smoke_dir / "opencode", net)
-        argv = wrap(ctx.sandbox, [*ctx.argv_base, "--title", "llms-benchmark smoke"], view, scratch, smoke_dir)
+    with ctx.confined(rec, scratch, smoke_dir / "opencode", [unit.base_url]) as box:
+        argv = wrap(ctx.sandbox, [*ctx.argv_base, "--title", "llms-benchmark smoke"], box.view, scratch, smoke_dir)
         result = run_opencode(argv, prompt=SMOKE_PROMPT, env=env,
                               cwd=scratch, events_path=smoke_dir / "events.jsonl",
                               stderr_path=smoke_dir / "stderr.log", limits=SMOKE_LIMITS,
-                              abort=ctx.collector.problem, abort_reason=ctx.collector.reason)
+                              abort=ctx.collector.problem, abort_reason=ctx.collector.reason, guards=[box.disk])
     ctx.collector.raise_if_problem()
     has_bash, has_text = "bash" in result.tool_uses, bool(result.texts)
     if has_bash and has_text:
@@ -99,8 +99,8 @@ def mission_setup(rec: RunRecord, ctx: LaunchContext) -> None:
 def run_mission(rec: RunRecord, ctx: LaunchContext) -> None:
     mission, paths, unit, workspace = ctx.pf.mission, ctx.paths, ctx.unit, ctx.workspace
     limits = Limits(time_cap_s=mission.manifest.time_cap_minutes * 60, stall_s=mission.manifest.stall_minutes * 60)
-    with ctx.network(rec, [unit.base_url, *ctx.env.values()]) as net:
-        view = ctx.view(workspace, paths.opencode_home, net)
+    with ctx.confined(rec, workspace, paths.opencode_home, [unit.base_url, *ctx.env.values()]) as box:
+        view = box.view
         argv = wrap(ctx.sandbox, [*ctx.argv_base, "--title", ctx.title], view, workspace, paths.dir)
         # The serving timeline covers opencode's run and nothing else.
         sampler = Sampler(unit.base_url, paths.serving_timeline, api_key=ctx.api_key).start()
@@ -109,11 +109,11 @@ def run_mission(rec: RunRecord, ctx: LaunchContext) -> None:
             result = ctx.result = run_opencode(
                 argv, prompt=mission.prompt_text, env=ctx.env, cwd=workspace, events_path=paths.opencode_events,
                 stderr_path=paths.opencode_stderr, limits=limits, abort=ctx.collector.problem,
-                abort_reason=ctx.collector.reason, on_event=sampler.on_event)
+                abort_reason=ctx.collector.reason, on_event=sampler.on_event, guards=[box.disk])
         finally:
             sampler.stop()
     rec.times.mission_end = utcnow()
-    rec.sandbox.denials, rec.sandbox.denied = count_denials(paths.opencode_events, view, workspace)
+    rec.sandbox.denials, rec.sandbox.denied = count_denials(paths.opencode_events, view, workspace, box.hits)
     ctx.stop_services()  # services flush their telemetry on the way down
     found = _collect_report(rec, ctx, mission.manifest.report)
     rec.run = RunOutcome(exit_code=result.exit_code, ended_by=result.ended_by, events=result.events,

@@ -4,11 +4,13 @@ mission's services, the agent's environment)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import untrusted
+from harness.sandbox import untrusted
 from harness.mission import DEFAULT_MISSION
 from harness.mission_services import MissionServices
 from harness.opencode import config as oc_config
@@ -16,14 +18,25 @@ from harness.opencode.runner import RunResult
 from harness.paths import RunPaths
 from harness.preflight import Preflight
 from harness.record import RunRecord
-from harness.sandbox import Sandbox, View, agent_view
-from harness.sandbox_net import bridge, is_loopback_url, loopback_ports
+from harness.sandbox.confine import Sandbox, View, agent_view, describe_caps
+from harness.sandbox.identity import AgentIdentity, agent_identity, hand_over, take_back
+from harness.sandbox.limits import DiskWatch, make_cgroup
+from harness.sandbox.net import bridge, is_loopback_url, loopback_ports
 from harness.stacks.base import Unit
 from harness.stacks.local_process import AGENT_MARKER_VAR
 from harness.unitlog import UnitLogCollector
 from harness.units import UnitLife
 
 Say = Callable[[str], None]
+
+
+@dataclass
+class Confined:
+    """What one sandboxed run is given (its view, the disk guard) and what its caps refused."""
+
+    view: View
+    disk: DiskWatch
+    hits: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -84,7 +97,34 @@ class LaunchContext:
         view.net = net
         return view
 
-    def network(self, record: RunRecord, urls: list[str]):
+    @contextlib.contextmanager
+    def confined(self, record: RunRecord, workdir: Path, home: Path, urls: list[str]) -> Iterator[Confined]:
+        """One sandboxed opencode run: its network, its view, its caps and cgroup, its folders
+        handed to the agent's user; afterwards what the caps refused goes on the record and
+        the folders are the launcher's again."""
+        home.mkdir(parents=True, exist_ok=True)
+        who = agent_identity()
+        with self.network(record, urls, who) as net:
+            view = self.view(workdir, home, net)
+            if self.sandbox.kind == "bwrap":
+                view.cgroup = make_cgroup(f"llms-benchmark-{self.paths.dir.name}-{os.getpid()}", view.caps)
+            disk = DiskWatch(view.writable, view.caps.disk_bytes)
+            done = Confined(view, disk)
+            if self.sandbox.kind == "bwrap":
+                hand_over(view.writable, who)
+                record.sandbox.agent_user = who.describe
+                record.sandbox.limits = describe_caps(view)
+            try:
+                yield done
+            finally:
+                if view.cgroup is not None:
+                    done.hits += view.cgroup.hits()
+                    view.cgroup.remove()
+                if disk.hit:
+                    done.hits.append(disk.hit)
+                take_back(view.writable, who)
+
+    def network(self, record: RunRecord, urls: list[str], who: AgentIdentity | None = None):
         """The agent's own network namespace, with the loopback ports among `urls` forwarded
         into it (the unit, the mission's services). A unit served elsewhere (azure) is not
         on loopback: the agent then keeps the host's network, and the record says so."""
@@ -93,7 +133,8 @@ class LaunchContext:
             record.sandbox.network = {"bwrap": "own namespace", "sandbox-exec": "loopback ports only"}.get(
                 self.sandbox.kind, "host") if isolated else (
                 "host (the unit is not on loopback)" if self.sandbox.enabled else "host")
-        return bridge(self.sandbox.kind if isolated else None, loopback_ports(urls))
+        return bridge(self.sandbox.kind if isolated else None, loopback_ports(urls),
+                      who if self.sandbox.kind == "bwrap" else None)
 
     def agent_text(self, relative: str, what: str) -> str:
         """An agent-writable file's text, read without following links ('' when absent or refused)."""

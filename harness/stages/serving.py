@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import httpx
@@ -10,7 +11,9 @@ from harness.errors import StackError
 from harness.preflight import run_preflight
 from harness.probe import LONG_TARGET, run_probe
 from harness.record import RunRecord, SandboxFigures, utcnow
-from harness.sandbox import agent_view, must_stay_hidden, prove_view
+from harness.sandbox.confine import agent_view
+from harness.sandbox.identity import hand_over
+from harness.sandbox.proof import must_stay_hidden, prove_unprivileged, prove_view
 from harness.stages.context import LaunchContext
 from harness.units import claim
 
@@ -34,6 +37,18 @@ def preflight(rec: RunRecord, ctx: LaunchContext) -> None:
     # the real HOME are invisible from inside, wherever the checkout lies.
     prove_view(ctx.sandbox, agent_view([ctx.paths.dir], pf.opencode, []),
                must_stay_hidden(ctx.root, ctx.paths.dir, Path.home()))
+    # And that nothing privileged works in there: no capability, no remount, no file handle,
+    # no device node, whoever launched us.
+    if ctx.sandbox.kind == "bwrap":
+        probe_dir = ctx.paths.dir / "preflight-probe"
+        probe_dir.mkdir(parents=True, exist_ok=True)
+        view = agent_view([probe_dir], pf.opencode, [])
+        hand_over([probe_dir], view.who)
+        try:
+            rec.sandbox.privilege = prove_unprivileged(ctx.sandbox, view, probe_dir)
+        finally:
+            shutil.rmtree(probe_dir, ignore_errors=True)
+        rec.sandbox.agent_user = view.who.describe
 
 
 def serve(rec: RunRecord, ctx: LaunchContext) -> None:

@@ -9,7 +9,7 @@ execute (the opencode binary, the Python that runs the mission's tools and the h
 package those tools import), and the provider file. `prove_view` checks this from
 outside before anything is served: statically, then by looking from inside.
 
-The network is a namespace of its own (`sandbox_net`): only the served endpoint and the
+The network is a namespace of its own (`net.py`): only the served endpoint and the
 mission's own loopback ports are forwarded into it; the internet, the cloud metadata
 address and every other host port are unreachable.
 
@@ -35,7 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import PreflightError
-from harness.sandbox_net import INSIDE_DIR, Bridge, PortsOnly, forward_argv
+from harness.sandbox.identity import AgentIdentity, agent_identity
+from harness.sandbox.limits import DEFAULT_CAPS, Caps, Cgroup
+from harness.sandbox.net import INSIDE_DIR, Bridge, PortsOnly
 
 # System folders shown read-only (those that exist; a symlink such as /bin → usr/bin
 # on merged-/usr systems is recreated as the same symlink). Not /etc or /opt whole: a
@@ -47,13 +49,6 @@ ETC = ("/etc/alternatives", "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.c
        "/etc/mime.types", "/etc/bash.bashrc", "/etc/profile", "/etc/inputrc", "/etc/terminfo", "/etc/os-release",
        "/etc/debian_version", "/etc/locale.alias", "/etc/magic", "/etc/resolv.conf")
 SANDBOX_EXEC = "/usr/bin/sandbox-exec"
-_DENIED_TEXT = re.compile(r"Read-only file system|Operation not permitted|Permission denied", re.I)
-_NET_DENIED = re.compile(r"Connection refused|Network is unreachable|No route to host|Could not resolve host|"
-                         r"Name or service not known|Temporary failure in name resolution|ECONNREFUSED|"
-                         r"ENETUNREACH|EHOSTUNREACH|Couldn't connect to server|Failed to connect", re.I)
-_FAILED_TEXT = re.compile(r"No such file|not found|does not exist|ENOENT|cannot access|can't open|" +
-                          _DENIED_TEXT.pattern, re.I)
-_ABS_PATH = re.compile(r"(?<![\w.~$-])(/[A-Za-z0-9._@+-][^\s'\"|;&<>()`]*)")
 
 
 @dataclass(frozen=True)
@@ -73,6 +68,9 @@ class View:
     writable: list[Path]
     readable: list[Path] = field(default_factory=list)
     net: Bridge | PortsOnly | None = None  # the agent's own network (its allowed ports); None: the host's
+    who: AgentIdentity = field(default_factory=agent_identity)  # the host user the sandbox runs as
+    caps: Caps = DEFAULT_CAPS
+    cgroup: Cgroup | None = None  # memory and pids for the whole sandbox, where the kernel offers one
 
     def visible(self) -> list[Path]:
         # Not /tmp: the sandbox gets an empty one of its own.
@@ -130,10 +128,43 @@ def agent_view(writable: list[Path], binary: Path, extra_readable: list[Path]) -
     return View(writable=[Path(w) for w in writable], readable=out)
 
 
+_HERE = Path(__file__).resolve().parent
+# Where enter.py, as root in a mount namespace of its own, stages the bound folders the agent
+# user cannot walk to (a tmpfs there, seen by no other process): one root-owned folder.
+STAGE = Path("/run/llms-benchmark-stage") if Path("/run").is_dir() else Path("/tmp/llms-benchmark-stage")
+
+
+def _outside_argv(view: View) -> list[str]:
+    """enter.py ahead of bwrap when there is a cgroup to join or root to drop."""
+    if not view.who.drop and view.cgroup is None:
+        return []
+    argv = [os.path.realpath(sys.executable), "-I", str(_HERE / "enter.py")]
+    for procs in view.cgroup.procs if view.cgroup else []:
+        argv += ["--cgroup", str(procs)]
+    if view.who.drop:
+        STAGE.mkdir(mode=0o755, parents=True, exist_ok=True)
+        argv += ["--uid", str(view.who.uid), "--gid", str(view.who.gid), "--stage", str(STAGE)]
+    return [*argv, "--"]
+
+
+def _inside_argv(view: View) -> list[str]:
+    """inside.py ahead of the command: the rlimits, and the forwarders of the allowed ports."""
+    argv = [os.path.realpath(sys.executable), "-I", str(_HERE / "inside.py"),
+            "--rlimit", view.caps.rlimits(with_memory=view.cgroup is None)]
+    if isinstance(view.net, Bridge):
+        argv += ["--net", INSIDE_DIR, ",".join(map(str, view.net.ports))]
+    return [*argv, "--"]
+
+
 def _bwrap_argv(tool: str, view: View, cwd: Path) -> list[str]:
-    # bwrap starts from an empty tmpfs root: only what is listed here exists inside.
-    argv = [tool, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-            "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    # bwrap starts from an empty tmpfs root: only what is listed here exists inside. Its own
+    # user namespace with every capability dropped: no mount, no file handle, no device node,
+    # whoever launched it (root is dropped to an unprivileged user before, see identity.py);
+    # a new session: no ioctl can push keystrokes into the launcher's terminal.
+    argv = [*_outside_argv(view), tool, "--die-with-parent", "--unshare-user", "--disable-userns",
+            "--cap-drop", "ALL", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+            "--unshare-cgroup-try", "--proc", "/proc", "--dev", "/dev",
+            "--size", str(view.caps.tmp_bytes), "--tmpfs", "/tmp"]
     bridged = isinstance(view.net, Bridge)
     if bridged:
         argv += ["--unshare-net", "--ro-bind", str(view.net.folder), INSIDE_DIR]
@@ -147,7 +178,20 @@ def _bwrap_argv(tool: str, view: View, cwd: Path) -> list[str]:
         argv += ["--ro-bind", str(p), str(p)]
     for p in view.writable:
         argv += ["--bind", str(p), str(p)]
-    return [*argv, "--chdir", str(cwd), "--", *(forward_argv(view.net) if bridged else [])]
+    return [*argv, "--chdir", str(cwd), "--", *_inside_argv(view)]
+
+
+def describe_caps(view: View) -> dict[str, str]:
+    """Each cap and what enforces it, for the record."""
+    caps, gib = view.caps, 1 << 30
+    memory = (f"{caps.memory_bytes / gib:g} GiB for the whole sandbox ({view.cgroup.kind})" if view.cgroup
+              else f"{caps.memory_bytes / gib:g} GiB of address space per process (RLIMIT_AS; no cgroup offered)")
+    pids = f"{caps.pids} (RLIMIT_NPROC in its user namespace" + (f"; {view.cgroup.kind} pids.max)" if view.cgroup
+                                                                else ")")
+    return {"processes": pids, "file size": f"{caps.file_bytes / gib:g} GiB (RLIMIT_FSIZE)",
+            "tmp": f"{caps.tmp_bytes / gib:g} GiB (its own tmpfs)",
+            "disk": f"{caps.disk_bytes / gib:g} GiB over its host folders (watched every second; the run ends past it)",
+            "memory": memory}
 
 
 def _sbpl_quote(path: Path) -> str:
@@ -192,129 +236,3 @@ def wrap(sandbox: Sandbox, argv: list[str], view: View, cwd: Path, profile_dir: 
         profile.write_text(sbpl_profile(view, Path.home(), view.net.ports if view.net is not None else None))
         return [sandbox.tool, "-f", str(profile), *argv]
     return argv
-
-
-# -- the view, proven from outside ---------------------------------------------------------
-CREDENTIALS = (".ssh", ".azure", ".aws", ".config", ".local/share/opencode", ".kube", ".docker", ".netrc",
-               ".git-credentials", ".gnupg")
-_MAX_SIBLINGS = 200  # host entries looked at per folder on the way to a bind
-_OWN_MOUNTS = ("/proc", "/dev", "/tmp", "/run")  # the sandbox's own (fresh) mounts, not the host's
-
-
-def must_stay_hidden(root: Path, run_dir: Path, home: Path) -> dict[str, list[Path]]:
-    """What no agent may see, by why: the project root, each mission's key, other runs, the real HOME."""
-    runs = run_dir.parent
-    others = sorted(p for p in runs.iterdir() if p != run_dir)[:50] if runs.is_dir() else []
-    return {
-        "the project root": [root],
-        "a mission's hidden key": sorted((root / "missions").glob("*/key")),
-        "another run": others,
-        "the real HOME": [home, *(home / c for c in CREDENTIALS)],
-    }
-
-
-def _exposed_statically(binds: list[Path], hidden: dict[str, list[Path]]) -> list[str]:
-    found = []
-    for why, paths in hidden.items():
-        for path in paths:
-            for bind in binds:
-                inside_bind = bind == path or bind in path.parents
-                bind_inside = why == "a mission's hidden key" and path in bind.parents
-                if inside_bind or bind_inside:
-                    found.append(f"{why} ({path}) through the bound {bind}")
-    return found
-
-
-def _siblings_of_the_way(binds: list[Path]) -> list[Path]:
-    """Host entries in the folders bwrap creates on the way to each bind (/, /work, the
-    checkout ...) that lead to no bind: from inside, none of them may exist."""
-    on_way = {a for b in binds for a in (b, *b.parents)} | {Path(p) for p in _OWN_MOUNTS}
-    out: list[Path] = []
-    def shown(path: Path) -> bool:
-        return any(b == path or b in path.parents for b in binds)
-
-    for folder in sorted({a for b in binds for a in b.parents}):
-        if shown(folder):
-            continue  # bound whole: everything in it is meant to be seen
-        try:
-            entries = sorted(os.scandir(folder), key=lambda e: e.name)[:_MAX_SIBLINGS]
-        except OSError:
-            continue
-        out += [Path(e.path) for e in entries if Path(e.path) not in on_way]
-    return out
-
-
-def prove_view(sandbox: Sandbox, view: View, hidden: dict[str, list[Path]]) -> None:
-    """Refuse (PreflightError) unless every hidden path is invisible from inside the sandbox:
-    no bind shows it, and looking from inside finds neither it nor anything off the view."""
-    if sandbox.kind != "bwrap":
-        return  # sandbox-exec: see the README for what is and is not enforced on macOS
-    binds = [b.resolve() if b.exists() else b for b in view.binds()] + view.binds()
-    fix = ("move the checkout (or the agent's Python, or opencode) out of the system folders the sandbox shows "
-           f"({', '.join(SYSTEM)}), or pass --no-sandbox (the run is then marked unsandboxed)")
-    if found := _exposed_statically(binds, hidden):
-        raise PreflightError(f"the sandbox would show {'; '.join(list(dict.fromkeys(found))[:5])}",
-                             field="sandbox", fix=fix)
-    # A folder on the way to a bind exists inside as an empty skeleton: its other entries are looked for.
-    on_way = {a for b in view.binds() for a in b.parents}
-    looked = [*(p for paths in hidden.values() for p in paths if p not in on_way), *_siblings_of_the_way(view.binds())]
-    script = 'for p do if [ -e "$p" ] || [ -L "$p" ]; then echo "$p"; fi; done'
-    argv = wrap(sandbox, ["/bin/sh", "-c", script, "sh", *map(str, looked)], view, view.writable[0], view.writable[0])
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
-    seen = [line for line in done.stdout.splitlines() if line]
-    if done.returncode != 0 or seen:
-        what = f"it shows {', '.join(seen[:8])}" if seen else f"the check failed: {done.stderr.strip()[:200]}"
-        raise PreflightError(f"the agent's sandbox is not tight: {what}", field="sandbox", fix=fix)
-
-
-# -- denials ------------------------------------------------------------------------------
-def _inside(path: Path, roots: list[Path]) -> bool:
-    return any(path == r or r in path.parents for r in roots)
-
-
-def _named_paths(tool: str, state_input: dict, cwd: Path) -> list[Path]:
-    found = []
-    for key in ("filePath", "path", "file_path"):
-        value = state_input.get(key)
-        if isinstance(value, str) and value:
-            found.append(Path(value) if value.startswith("/") else cwd / value)
-    command = state_input.get("command")
-    if tool == "bash" and isinstance(command, str):
-        found += [Path(m) for m in _ABS_PATH.findall(command)]
-    return found
-
-
-def count_denials(events: Path, view: View, cwd: Path) -> tuple[int, list[str]]:
-    """(denials, what was denied): tool calls that failed on a path hidden by the sandbox
-    (it exists outside) or on a write the read-only system refused."""
-    visible = [p.resolve() if p.exists() else p for p in view.visible()]
-    denied: list[str] = []
-    try:
-        lines = events.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return 0, []
-    for line in lines:
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(event, dict) or event.get("type") != "tool_use":
-            continue
-        part = event.get("part") or {}
-        state = part.get("state") or {}
-        text = " ".join(str(state.get(k) or "") for k in ("output", "error"))
-        failed = state.get("status") == "error" or bool(_FAILED_TEXT.search(text) or _NET_DENIED.search(text))
-        if not failed:
-            continue
-        hidden = []
-        for path in _named_paths(str(part.get("tool")), state.get("input") or {}, cwd):
-            absolute = Path(os.path.normpath(path))
-            if not _inside(absolute, visible) and os.path.lexists(absolute):
-                hidden.append(str(absolute))
-        if hidden:
-            denied.append(f"{part.get('tool')}: {', '.join(hidden)}")
-        elif _DENIED_TEXT.search(text):
-            denied.append(f"{part.get('tool')}: {_DENIED_TEXT.search(text).group(0)}")
-        elif view.net is not None and (net := _NET_DENIED.search(text)):
-            denied.append(f"{part.get('tool')}: network: {net.group(0)}")
-    return len(denied), denied

@@ -1,8 +1,9 @@
-"""Inside the agent's network namespace: listen on 127.0.0.1:PORT for each allowed port,
-forward each connection to the Unix socket DIR/PORT.sock (the host side connects it to
-the host's 127.0.0.1:PORT), then exec the command.
+"""Inside the sandbox, ahead of the agent: set its resource limits; in its network
+namespace, listen on 127.0.0.1:PORT for each allowed port and forward each connection to
+the Unix socket DIR/PORT.sock (the host side connects it to the host's 127.0.0.1:PORT);
+then exec the command.
 
-    python -I sandbox_forward.py DIR PORT[,PORT...] -- COMMAND...
+    python -I inside.py [--rlimit nproc=N,fsize=B,as=B] [--net DIR PORT[,PORT...]] -- COMMAND...
 
 Standard library only, run by file path with -I: inside the sandbox the interpreter's
 site-packages may point at a checkout the sandbox does not show. The listeners are bound
@@ -47,7 +48,7 @@ def _serve(conn: socket.socket, path: str) -> None:
 
 def relay(conn: socket.socket, upstream: socket.socket) -> None:
     """Copy both ways until each side has finished sending, then close both. Shared with
-    the host side (harness/sandbox_net.py), which imports it: this file stays stdlib only."""
+    the host side (harness/sandbox/net.py), which imports it: this file stays stdlib only."""
     back = threading.Thread(target=_pump, args=(upstream, conn), daemon=True)
     back.start()
     _pump(conn, upstream)
@@ -62,10 +63,20 @@ def _accept(listener: socket.socket, path: str) -> None:
         threading.Thread(target=_serve, args=(conn, path), daemon=True).start()
 
 
-def main(argv: list[str]) -> None:
-    folder, ports, sep, *command = argv
-    if sep != "--" or not command:
-        raise SystemExit("usage: sandbox_forward.py DIR PORT[,PORT...] -- COMMAND...")
+_RLIMITS = {"nproc": "RLIMIT_NPROC", "fsize": "RLIMIT_FSIZE", "as": "RLIMIT_AS"}
+
+
+def _set_limits(spec: str) -> None:
+    """Soft and hard, before the agent's first instruction: without a capability it cannot raise them."""
+    import resource
+
+    for item in filter(None, spec.split(",")):
+        name, value = item.split("=", 1)
+        limit = int(value)
+        resource.setrlimit(getattr(resource, _RLIMITS[name]), (limit, limit))
+
+
+def _listen(folder: str, ports: str) -> list[tuple[socket.socket, str]]:
     listeners = []
     for port in (int(p) for p in ports.split(",") if p):
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -73,7 +84,24 @@ def main(argv: list[str]) -> None:
         sock.bind(("127.0.0.1", port))
         sock.listen(64)
         listeners.append((sock, os.path.join(folder, f"{port}.sock")))
-    if os.fork() == 0:  # the forwarder; the command keeps this PID (its exit status is the sandbox's)
+    return listeners
+
+
+def main(argv: list[str]) -> None:
+    limits, net = "", None
+    while argv and argv[0] != "--":
+        if argv[0] == "--rlimit" and len(argv) > 1:
+            limits, argv = argv[1], argv[2:]
+        elif argv[0] == "--net" and len(argv) > 2:
+            net, argv = (argv[1], argv[2]), argv[3:]
+        else:
+            raise SystemExit(f"inside.py: unknown argument {argv[0]}")
+    command = argv[1:]
+    if not argv or not command:
+        raise SystemExit("usage: inside.py [--rlimit K=V,...] [--net DIR PORT[,PORT...]] -- COMMAND...")
+    listeners = _listen(*net) if net else []
+    _set_limits(limits)
+    if listeners and os.fork() == 0:  # the forwarder; the command keeps this PID (its exit status is the sandbox's)
         os.setsid()
         threads = [threading.Thread(target=_accept, args=pair, daemon=True) for pair in listeners]
         for t in threads:

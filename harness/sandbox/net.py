@@ -3,7 +3,7 @@ and no route, where the allowed host ports are forwarded and nothing else exists
 
 Host side (`Bridge`, in the launch process): one Unix socket per allowed port in a
 private folder, each connection forwarded to the host's 127.0.0.1:PORT. Sandbox side
-(`sandbox_forward.py`, started by `wrap()` ahead of opencode): 127.0.0.1:PORT listeners
+(`inside.py`, started by `wrap()` ahead of opencode): 127.0.0.1:PORT listeners
 that forward to those sockets. So from inside, the served endpoint, the telemetry query
 port and the mission stack's ports answer at their usual URLs; any other host port is
 refused (nothing listens there), and the internet and 169.254.169.254 are unreachable
@@ -13,8 +13,6 @@ refused (nothing listens there), and the internet and 169.254.169.254 are unreac
 from __future__ import annotations
 
 import contextlib
-import os
-import sys
 import shutil
 import socket
 import tempfile
@@ -25,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from harness.sandbox_forward import relay
+from harness.sandbox.identity import AgentIdentity, agent_identity, hand_over
+from harness.sandbox.inside import relay
 
 # Where the bridge's sockets appear inside the sandbox.
 INSIDE_DIR = "/run/llms-benchmark-net"
@@ -60,7 +59,7 @@ def is_loopback_url(url: str) -> bool:
 class Bridge:
     """Unix sockets in `folder`, one per port, forwarded to the host's 127.0.0.1:port."""
 
-    def __init__(self, ports: list[int]) -> None:
+    def __init__(self, ports: list[int], who: AgentIdentity | None = None) -> None:
         self.ports = list(ports)
         self.folder = Path(tempfile.mkdtemp(prefix="llms-net-"))
         self.connections: Counter[int] = Counter()  # per port, for the record and the tests
@@ -71,6 +70,8 @@ class Bridge:
             sock.listen(64)
             self._listeners.append(sock)
             threading.Thread(target=self._accept, args=(sock, port), name=f"net-bridge-{port}", daemon=True).start()
+        if who is not None:  # the sandbox's forwarder connects as the agent's user
+            hand_over([self.folder], who)
 
     def _accept(self, listener: socket.socket, port: int) -> None:
         while True:
@@ -107,7 +108,7 @@ class PortsOnly:
 
 
 @contextlib.contextmanager
-def bridge(kind: str | None, ports: list[int]) -> Iterator[Bridge | PortsOnly | None]:
+def bridge(kind: str | None, ports: list[int], who: AgentIdentity | None = None) -> Iterator[Bridge | PortsOnly | None]:
     """For one sandboxed opencode run: a Bridge (bwrap), the allowed ports (sandbox-exec),
     or None (the host's network)."""
     if kind == "sandbox-exec":
@@ -116,14 +117,9 @@ def bridge(kind: str | None, ports: list[int]) -> Iterator[Bridge | PortsOnly | 
     if kind != "bwrap":
         yield None
         return
-    b = Bridge(ports)
+    b = Bridge(ports, who or agent_identity())
     try:
         yield b
     finally:
         b.close()
 
-
-def forward_argv(b: Bridge) -> list[str]:
-    """What runs inside the sandbox ahead of the command: the forwarder, by file path."""
-    script = Path(__file__).with_name("sandbox_forward.py").resolve()
-    return [os.path.realpath(sys.executable), "-I", str(script), INSIDE_DIR, ",".join(map(str, b.ports)), "--"]
