@@ -23,6 +23,7 @@
         telemetry.duckdb              the mission's telemetry store
         serving-timeline.jsonl        /metrics readings of the run window
         serving.jsonl                 per model call: store tokens joined with server figures
+        wire.jsonl                    per model call, as the sandbox's bridge saw it (the run's figures)
 
 Frozen, one property per file (Harbor's `TrialPaths` is the model): a file moves here or nowhere.
 """
@@ -98,6 +99,10 @@ class RunPaths:
     @property
     def serving_table(self) -> Path:
         return self.dir / "serving.jsonl"
+
+    @property
+    def wire_log(self) -> Path:
+        return self.dir / "wire.jsonl"
 
 
 @dataclass(frozen=True)

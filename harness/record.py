@@ -84,6 +84,7 @@ class SessionFigures(BaseModel):
     opencode_version: str | None
     started: datetime | None = None
     ended: datetime | None = None
+    cache_read: int | None = None  # of `tokens.cache`: what the wire's cached_tokens is checked against
 
 
 class Phases(BaseModel):
@@ -104,6 +105,21 @@ class RunOutcome(BaseModel):
     ended_by: str | None = None  # None: it ended on its own; else "watchdog: ..." / "time cap" / "interrupted"
     events: int = 0
     report_found: bool = False
+
+
+class WireFigures(BaseModel):
+    """The run's model calls as the sandbox's bridge saw them (wire.jsonl): out of the agent's
+    reach, so the row's tokens, turns and median turn come from here; opencode's store, which
+    the agent can write, is cross-checked against them."""
+
+    requests: int = 0
+    turns: int = 0  # chat completions answered 200
+    failed: int = 0  # answered 4xx/5xx
+    without_usage: int = 0  # turns whose answer carried no usage (their tokens are unknown)
+    tokens: Tokens = Field(default_factory=Tokens)
+    median_turn_s: float | None = None
+    tool_calls: dict[str, int] = Field(default_factory=dict)
+    store_disagrees: list[str] = Field(default_factory=list)  # empty: the store matches the wire
 
 
 class SandboxFigures(BaseModel):
@@ -131,6 +147,7 @@ class Artifacts(BaseModel):
     telemetry: str | None = None  # the run's own telemetry store (kept for rulings)
     serving_timeline: str | None = None  # /metrics readings of the run window (serving-timeline.jsonl)
     serving_table: str | None = None  # per model call: store tokens joined with the server's figures
+    wire_log: str | None = None  # per model call as the sandbox's bridge saw it (wire.jsonl)
 
     def relative_to(self, run_dir: Path) -> Artifacts:
         """Files inside the run folder named relative to it: run records are committed, and
@@ -180,6 +197,7 @@ class RunRecord(BaseModel):
     smoke: str | None = None
     run: RunOutcome | None = None
     session: SessionFigures | None = None
+    wire: WireFigures | None = None  # None: no wire log (no sandbox bridge: --no-sandbox, macOS, a remote unit)
     phases: Phases | None = None
     drive: DriveFigures | None = None  # the harness's drive gate (missions with a scenario): no row if it failed
     signals: list[str] = Field(default_factory=list)  # telemetry signals queried with a non-empty result
@@ -188,6 +206,14 @@ class RunRecord(BaseModel):
     serving: ServingFigures | None = None  # what the serving did while the agent worked
     versions: dict[str, str] = Field(default_factory=dict)
     artifacts: Artifacts = Field(default_factory=Artifacts)
+
+    def figures(self) -> tuple[Tokens, int, float | None] | None:
+        """(tokens, turns, median turn): the wire's where the harness saw it, else the store's."""
+        if self.wire is not None:
+            return self.wire.tokens, self.wire.turns, self.wire.median_turn_s
+        if self.session is not None:
+            return self.session.tokens, self.session.turns, self.session.median_turn_s
+        return None
 
     def save(self, run_dir: Path) -> Path:
         """Written atomically (temp file + rename): a crash mid-write keeps the last version.

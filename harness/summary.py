@@ -38,11 +38,16 @@ def run_summary_table(rec: RunRecord) -> Table:
                               f"{p.long_context_tokens} tokens; prefill {p.prefill_tps} tok/s"))
     if rec.smoke:
         rows.append(("smoke", rec.smoke))
-    if rec.session:
-        s = rec.session
-        rows.append(("tokens", f"input {s.tokens.input:,} · output {s.tokens.output:,} · cache {s.tokens.cache:,}"))
-        median = f"{s.median_turn_s:.1f}s" if s.median_turn_s is not None else "—"
-        rows.append(("turns", f"{s.turns} (median turn {median}), compactions {s.compactions}"))
+    if figures := rec.figures():
+        tokens, turns, median_s = figures
+        source = "the wire" if rec.wire is not None else "opencode's store"
+        rows.append(("tokens", f"input {tokens.input:,} · output {tokens.output:,} · cache {tokens.cache:,} "
+                               f"(from {source})"))
+        median = f"{median_s:.1f}s" if median_s is not None else "—"
+        compactions = rec.session.compactions if rec.session else 0
+        rows.append(("turns", f"{turns} (median turn {median}), compactions {compactions}"))
+    if rec.wire is not None and rec.wire.store_disagrees:
+        rows.append(("store check", "opencode's store disagrees with the wire: " + "; ".join(rec.wire.store_disagrees)))
     t = rec.times
     if t.mission_start and t.mission_end:
         rows.append(("mission time", minutes_seconds((t.mission_end - t.mission_start).total_seconds())))

@@ -164,4 +164,5 @@ def collect(data_dir: Path, *, session_id: str | None = None, title: str | None 
         opencode_version=root["version"] if "version" in root.keys() else None,
         started=_ms_to_dt(root["time_created"]),
         ended=_ms_to_dt(ended),
+        cache_read=cache_read,
     )

@@ -131,8 +131,8 @@ def local_row(record: RunRecord, rulings: Rulings) -> Row:
     # The protocol revision the run was measured under (records without one: the current).
     protocol = str(getattr(record, "protocol", None) or record.versions.get(PROTOCOL_LABEL) or PROTOCOL)
     oddyssey = f"{PROTOCOL_LABEL} {protocol}" + ("" if protocol == PROTOCOL else STALE)
-    phases, session = record.phases, record.session
-    tokens = session.tokens if session else None
+    phases, figures = record.phases, record.figures()
+    tokens, turns, median_turn = figures if figures else (None, None, None)
     recall = rulings.recall
     return Row(
         kind="local", name=record.key.preset, effort=record.key.effort, cli=record.key.cli,
@@ -143,8 +143,8 @@ def local_row(record: RunRecord, rulings: Rulings) -> Row:
         preflight=format_duration(phases.preflight_s if phases else None),
         drive=format_duration(phases.drive_s if phases else None),
         observation=format_duration(phases.observation_s if phases else None),
-        turns=str(session.turns) if session else DASH,
-        median_turn=format_median_turn(session.median_turn_s if session else None),
+        turns=str(turns) if figures else DASH,
+        median_turn=format_median_turn(median_turn),
         input=format_tokens(tokens.input if tokens else None),
         output=format_tokens(tokens.output if tokens else None),
         cache=format_tokens(tokens.cache if tokens else None),

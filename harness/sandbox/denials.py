@@ -78,19 +78,20 @@ def count_denials(events: Path, view: View, cwd: Path, hits: list[str] | tuple =
         failed = state.get("status") == "error" or bool(_FAILED_TEXT.search(text) or _NET_DENIED.search(text))
         if not failed:
             continue
+        tool = part.get("tool")
+        named = _named_paths(str(tool), state.get("input") or {}, cwd)
+        named += [Path(m) for m in _ABS_PATH.findall(text)]  # a script's failures name what it tried
         hidden = []
-        for path in _named_paths(str(part.get("tool")), state.get("input") or {}, cwd):
-            absolute = Path(os.path.normpath(path))
-            if not _inside(absolute, visible) and os.path.lexists(absolute):
-                hidden.append(str(absolute))
-        cap = next(((label, m.group(0)) for c, label in _CAPS if (m := c.search(text))), None)
-        if hidden:
-            denied.append(f"{part.get('tool')}: {', '.join(hidden)}")
-        elif cap:
-            denied.append(f"{part.get('tool')}: {cap[0]}: {cap[1]}")
-        elif _DENIED_TEXT.search(text):
-            denied.append(f"{part.get('tool')}: {_DENIED_TEXT.search(text).group(0)}")
-        elif view.net is not None and (net := _NET_DENIED.search(text)):
-            denied.append(f"{part.get('tool')}: network: {net.group(0)}")
+        for path in named:
+            absolute = str(Path(os.path.normpath(path))).rstrip(":")
+            if absolute not in hidden and not _inside(Path(absolute), visible) and os.path.lexists(absolute):
+                hidden.append(absolute)
+        found = [f"{tool}: {', '.join(hidden)}"] if hidden else []
+        found += [f"{tool}: {label}: {m.group(0)}" for c, label in _CAPS if (m := c.search(text))]
+        if not hidden:
+            found += [f"{tool}: {m}" for m in dict.fromkeys(x.group(0) for x in _DENIED_TEXT.finditer(text))]
+        if not found and view.net is not None and (net := _NET_DENIED.search(text)):
+            found.append(f"{tool}: network: {net.group(0)}")
+        denied += found
     denied += [f"sandbox: {hit}" for hit in hits]
     return len(denied), denied

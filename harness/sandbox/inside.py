@@ -21,13 +21,23 @@ import threading
 CHUNK = 65536  # forwarded as soon as read: a streamed (SSE) answer is never held back
 
 
-def _pump(src: socket.socket, dst: socket.socket) -> None:
+def _pump(src: socket.socket, dst: socket.socket, observe=None) -> None:
     try:
         while data := src.recv(CHUNK):
             dst.sendall(data)
+            if observe is not None:
+                try:
+                    observe(data)  # the host side's wire log: it never stands between the two ends
+                except Exception:  # noqa: BLE001
+                    observe = None
     except OSError:
         pass
     finally:
+        if observe is not None:
+            try:
+                observe(b"")  # the end of this direction: a close-delimited answer ends here
+            except Exception:  # noqa: BLE001
+                pass
         for sock, how in ((dst, socket.SHUT_WR), (src, socket.SHUT_RD)):
             try:
                 sock.shutdown(how)
@@ -46,12 +56,13 @@ def _serve(conn: socket.socket, path: str) -> None:
     relay(conn, upstream)
 
 
-def relay(conn: socket.socket, upstream: socket.socket) -> None:
-    """Copy both ways until each side has finished sending, then close both. Shared with
-    the host side (harness/sandbox/net.py), which imports it: this file stays stdlib only."""
-    back = threading.Thread(target=_pump, args=(upstream, conn), daemon=True)
+def relay(conn: socket.socket, upstream: socket.socket, up=None, down=None) -> None:
+    """Copy both ways until each side has finished sending, then close both; `up`/`down`
+    see each chunk after it was forwarded. Shared with the host side (harness/sandbox/net.py),
+    which imports it: this file stays stdlib only."""
+    back = threading.Thread(target=_pump, args=(upstream, conn, down), daemon=True)
     back.start()
-    _pump(conn, upstream)
+    _pump(conn, upstream, up)
     back.join()
     conn.close()
     upstream.close()

@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 from harness.sandbox.identity import AgentIdentity, agent_identity, hand_over
 from harness.sandbox.inside import relay
+from harness.sandbox.wirelog import WireLog
 
 # Where the bridge's sockets appear inside the sandbox.
 INSIDE_DIR = "/run/llms-benchmark-net"
@@ -59,8 +60,10 @@ def is_loopback_url(url: str) -> bool:
 class Bridge:
     """Unix sockets in `folder`, one per port, forwarded to the host's 127.0.0.1:port."""
 
-    def __init__(self, ports: list[int], who: AgentIdentity | None = None) -> None:
+    def __init__(self, ports: list[int], who: AgentIdentity | None = None,
+                 wire: tuple[int, WireLog] | None = None) -> None:
         self.ports = list(ports)
+        self.wire = wire  # (the model's port, its log): every exchange on that port is logged
         self.folder = Path(tempfile.mkdtemp(prefix="llms-net-"))
         self.connections: Counter[int] = Counter()  # per port, for the record and the tests
         self._listeners: list[socket.socket] = []
@@ -82,15 +85,21 @@ class Bridge:
             self.connections[port] += 1
             threading.Thread(target=self._serve, args=(conn, port), daemon=True).start()
 
-    @staticmethod
-    def _serve(conn: socket.socket, port: int) -> None:
+    def _serve(self, conn: socket.socket, port: int) -> None:
         try:
             upstream = socket.create_connection(("127.0.0.1", port), timeout=10)
         except OSError:
             conn.close()
             return
         upstream.settimeout(None)
-        relay(conn, upstream)
+        if self.wire is None or self.wire[0] != port:
+            relay(conn, upstream)
+            return
+        tap = self.wire[1].tap()
+        try:
+            relay(conn, upstream, up=tap.up, down=tap.down)
+        finally:
+            tap.close()
 
     def close(self) -> None:
         for sock in self._listeners:
@@ -108,7 +117,8 @@ class PortsOnly:
 
 
 @contextlib.contextmanager
-def bridge(kind: str | None, ports: list[int], who: AgentIdentity | None = None) -> Iterator[Bridge | PortsOnly | None]:
+def bridge(kind: str | None, ports: list[int], who: AgentIdentity | None = None,
+           wire: tuple[int, WireLog] | None = None) -> Iterator[Bridge | PortsOnly | None]:
     """For one sandboxed opencode run: a Bridge (bwrap), the allowed ports (sandbox-exec),
     or None (the host's network)."""
     if kind == "sandbox-exec":
@@ -117,7 +127,7 @@ def bridge(kind: str | None, ports: list[int], who: AgentIdentity | None = None)
     if kind != "bwrap":
         yield None
         return
-    b = Bridge(ports, who or agent_identity())
+    b = Bridge(ports, who or agent_identity(), wire)
     try:
         yield b
     finally:

@@ -14,6 +14,7 @@ from harness.opencode.runner import Limits, run_opencode
 from harness.record import RunOutcome, RunRecord, utcnow
 from harness.sandbox.confine import wrap
 from harness.sandbox.denials import count_denials
+from harness.sandbox.wirelog import WIRE_LOG
 from harness.serving.timeline import Sampler
 from harness.stages.context import LaunchContext
 
@@ -50,7 +51,7 @@ def smoke(rec: RunRecord, ctx: LaunchContext) -> None:
     env = ctx.agent_env(smoke_dir / "opencode")
     ctx.say("smoke: asking for one bash tool call through opencode")
     before = generated_tokens(unit.base_url, api_key=ctx.api_key)
-    with ctx.confined(rec, scratch, smoke_dir / "opencode", [unit.base_url]) as box:
+    with ctx.confined(rec, scratch, smoke_dir / "opencode", [unit.base_url], smoke_dir / WIRE_LOG) as box:
         argv = wrap(ctx.sandbox, [*ctx.argv_base, "--title", "llms-benchmark smoke"], box.view, scratch, smoke_dir)
         result = run_opencode(argv, prompt=SMOKE_PROMPT, env=env,
                               cwd=scratch, events_path=smoke_dir / "events.jsonl",
@@ -99,7 +100,8 @@ def mission_setup(rec: RunRecord, ctx: LaunchContext) -> None:
 def run_mission(rec: RunRecord, ctx: LaunchContext) -> None:
     mission, paths, unit, workspace = ctx.pf.mission, ctx.paths, ctx.unit, ctx.workspace
     limits = Limits(time_cap_s=mission.manifest.time_cap_minutes * 60, stall_s=mission.manifest.stall_minutes * 60)
-    with ctx.confined(rec, workspace, paths.opencode_home, [unit.base_url, *ctx.env.values()]) as box:
+    with ctx.confined(rec, workspace, paths.opencode_home, [unit.base_url, *ctx.env.values()],
+                      paths.wire_log) as box:
         view = box.view
         argv = wrap(ctx.sandbox, [*ctx.argv_base, "--title", ctx.title], view, workspace, paths.dir)
         # The serving timeline covers opencode's run and nothing else.

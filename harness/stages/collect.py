@@ -11,7 +11,8 @@ from harness.opencode import config as oc_config
 from harness.opencode.store import collect as collect_store
 from harness.opencode.store import session_tree
 from harness.phases import files_read_before, phases_between, phases_from_drive_text, signals_from_log_text
-from harness.record import RunRecord, Status
+from harness.record import RunRecord, Status, Tokens, WireFigures
+from harness.sandbox import wirelog
 from harness.serving.collect import collect_serving
 from harness.stages.context import LaunchContext
 
@@ -25,6 +26,7 @@ def collect(rec: RunRecord, ctx: LaunchContext) -> None:
     except UserError as exc:
         rec.session = None
         ctx.say(f"collect: {exc.render()}")
+    _wire(rec, ctx)
     if rec.session is not None:
         paths = ctx.paths
         rec.serving = collect_serving(data_dir, rec.session.root_session, paths.dir, paths.serving_timeline,
@@ -35,6 +37,27 @@ def collect(rec: RunRecord, ctx: LaunchContext) -> None:
             ctx.say(f"store check: {problem}")
     _mission_figures(rec, ctx, data_dir)
     _judge(rec, ctx)
+
+
+def _wire(rec: RunRecord, ctx: LaunchContext) -> None:
+    """The run's figures from the wire log the sandbox's bridge kept, and the store checked against them."""
+    path = ctx.paths.wire_log
+    if not path.is_file():
+        return
+    seen = wirelog.figures(wirelog.read_log(path))
+    rec.wire = WireFigures(requests=seen["requests"], turns=seen["turns"], failed=seen["failed"],
+                           without_usage=seen["without_usage"], tokens=Tokens(**seen["tokens"]),
+                           median_turn_s=seen["median_turn_s"], tool_calls=seen["tool_calls"])
+    rec.artifacts.wire_log = str(path)
+    if rec.session is not None:
+        t = rec.session.tokens
+        store = {"input": t.input, "output": t.output, "cache_read": rec.session.cache_read,
+                 "turns": rec.session.turns}
+        rec.wire.store_disagrees = wirelog.disagreements(seen, store)
+    else:
+        rec.wire.store_disagrees = ["opencode's store could not be read"]
+    for problem in rec.wire.store_disagrees:
+        ctx.say(f"wire check: {problem}")
 
 
 def _mission_figures(rec: RunRecord, ctx: LaunchContext, data_dir) -> None:

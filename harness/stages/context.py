@@ -21,6 +21,7 @@ from harness.record import RunRecord
 from harness.sandbox.confine import Sandbox, View, agent_view, describe_caps
 from harness.sandbox.identity import AgentIdentity, agent_identity, hand_over, take_back
 from harness.sandbox.limits import DiskWatch, make_cgroup
+from harness.sandbox.wirelog import WireLog
 from harness.sandbox.net import bridge, is_loopback_url, loopback_ports
 from harness.stacks.base import Unit
 from harness.stacks.local_process import AGENT_MARKER_VAR
@@ -98,13 +99,14 @@ class LaunchContext:
         return view
 
     @contextlib.contextmanager
-    def confined(self, record: RunRecord, workdir: Path, home: Path, urls: list[str]) -> Iterator[Confined]:
+    def confined(self, record: RunRecord, workdir: Path, home: Path, urls: list[str],
+                 wire_log: Path | None = None) -> Iterator[Confined]:
         """One sandboxed opencode run: its network, its view, its caps and cgroup, its folders
         handed to the agent's user; afterwards what the caps refused goes on the record and
         the folders are the launcher's again."""
         home.mkdir(parents=True, exist_ok=True)
         who = agent_identity()
-        with self.network(record, urls, who) as net:
+        with self.network(record, urls, who, wire_log) as net:
             view = self.view(workdir, home, net)
             if self.sandbox.kind == "bwrap":
                 view.cgroup = make_cgroup(f"llms-benchmark-{self.paths.dir.name}-{os.getpid()}", view.caps)
@@ -124,7 +126,8 @@ class LaunchContext:
                     done.hits.append(disk.hit)
                 take_back(view.writable, who)
 
-    def network(self, record: RunRecord, urls: list[str], who: AgentIdentity | None = None):
+    def network(self, record: RunRecord, urls: list[str], who: AgentIdentity | None = None,
+                wire_log: Path | None = None):
         """The agent's own network namespace, with the loopback ports among `urls` forwarded
         into it (the unit, the mission's services). A unit served elsewhere (azure) is not
         on loopback: the agent then keeps the host's network, and the record says so."""
@@ -133,8 +136,10 @@ class LaunchContext:
             record.sandbox.network = {"bwrap": "own namespace", "sandbox-exec": "loopback ports only"}.get(
                 self.sandbox.kind, "host") if isolated else (
                 "host (the unit is not on loopback)" if self.sandbox.enabled else "host")
+        model_port = loopback_ports(urls[:1])
+        wire = (model_port[0], WireLog(wire_log)) if wire_log is not None and model_port else None
         return bridge(self.sandbox.kind if isolated else None, loopback_ports(urls),
-                      who if self.sandbox.kind == "bwrap" else None)
+                      who if self.sandbox.kind == "bwrap" else None, wire)
 
     def agent_text(self, relative: str, what: str) -> str:
         """An agent-writable file's text, read without following links ('' when absent or refused)."""

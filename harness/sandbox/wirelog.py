@@ -1,0 +1,316 @@
+"""The model wire as the harness saw it: every request the agent sent to the served model
+and every answer, logged by the host side of the sandbox's network bridge (outside the
+sandbox, out of the agent's reach), and the run's figures read from that log.
+
+The agent owns opencode's session store (it runs as the same user, in the same folders),
+so a store can say anything; the bytes that crossed the bridge cannot be rewritten from
+inside. Each exchange on the model port becomes one JSON line of `wire.jsonl`: when the
+request started and ended, when the answer's first byte and its end came, the method,
+path and status, the model, stream flag and message count asked for, the usage of the
+final chunk (or of the whole answer), the tool calls' names and the finish reason.
+
+HTTP/1.1 is parsed with h11 on both directions (keep-alive and chunked bodies included);
+a server-sent-event answer is read line by line as it streams, so memory stays bounded
+by one line; request bodies past `BODY_CAP` are counted, not parsed.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import h11
+import numpy as np
+
+WIRE_LOG = "wire.jsonl"
+BODY_CAP = 32 << 20  # a request body parsed whole up to this many bytes (opencode's prompts: ~1 MB)
+_LINE_CAP = 4 << 20  # one SSE line
+
+
+def _iso(t: float | None) -> str | None:
+    return datetime.fromtimestamp(t, UTC).isoformat() if t else None
+
+
+@dataclass
+class _Exchange:
+    started: float
+    method: str = ""
+    path: str = ""
+    body: bytearray = field(default_factory=bytearray)
+    body_bytes: int = 0
+    request_ended: float | None = None
+    status: int | None = None
+    first_byte: float | None = None
+    first_data: float | None = None
+    ended: float | None = None
+    response_bytes: int = 0
+    sse: bool = False
+    line: bytearray = field(default_factory=bytearray)
+    whole: bytearray = field(default_factory=bytearray)
+    usage: dict | None = None
+    tool_calls: list[str] = field(default_factory=list)
+    finish_reason: str | None = None
+    content_chars: int = 0
+
+    def record(self) -> dict:
+        asked: dict = {}
+        if self.body_bytes <= BODY_CAP:
+            try:
+                body = json.loads(bytes(self.body) or b"null")
+            except ValueError:
+                body = None
+            if isinstance(body, dict):
+                messages = body.get("messages")
+                asked = {"model": body.get("model"), "stream": body.get("stream"),
+                         "messages": len(messages) if isinstance(messages, list) else None,
+                         "tools": len(body["tools"]) if isinstance(body.get("tools"), list) else 0}
+        return {"started": _iso(self.started), "request_ended": _iso(self.request_ended),
+                "first_byte": _iso(self.first_byte), "first_data": _iso(self.first_data), "ended": _iso(self.ended),
+                "seconds": round(self.ended - self.started, 3) if self.ended else None,
+                "method": self.method, "path": self.path, "status": self.status, **asked,
+                "request_bytes": self.body_bytes, "response_bytes": self.response_bytes,
+                "usage": self.usage, "tool_calls": self.tool_calls, "finish_reason": self.finish_reason,
+                "content_chars": self.content_chars}
+
+    # -- the answer's body
+    def take(self, data: bytes) -> None:
+        self.response_bytes += len(data)
+        self.first_data = self.first_data or time.time()
+        if not self.sse:
+            if len(self.whole) + len(data) <= BODY_CAP:
+                self.whole += data
+            return
+        for byte_line in _lines(self.line, data):
+            self._sse_line(byte_line)
+
+    def _sse_line(self, raw: bytes) -> None:
+        if not raw.startswith(b"data:"):
+            return
+        payload = raw[5:].strip()
+        if payload == b"[DONE]":
+            return
+        try:
+            chunk = json.loads(payload)
+        except ValueError:
+            return
+        self._chunk(chunk, streamed=True)
+
+    def _chunk(self, chunk, streamed: bool) -> None:
+        if not isinstance(chunk, dict):
+            return
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = _usage(chunk["usage"])
+        for choice in chunk.get("choices") or []:
+            if not isinstance(choice, dict):
+                continue
+            self.finish_reason = choice.get("finish_reason") or self.finish_reason
+            part = choice.get("delta" if streamed else "message") or {}
+            if not isinstance(part, dict):
+                continue
+            for key in ("content", "reasoning_content", "reasoning"):
+                if isinstance(part.get(key), str):
+                    self.content_chars += len(part[key])
+            for call in part.get("tool_calls") or []:
+                name = ((call or {}).get("function") or {}).get("name") if isinstance(call, dict) else None
+                if name:  # a streamed call names its function once, in its first delta
+                    self.tool_calls.append(str(name))
+
+    def finish(self) -> None:
+        self.ended = time.time()
+        if self.sse and self.line:
+            self._sse_line(bytes(self.line))
+        elif not self.sse and self.whole:
+            try:
+                self._chunk(json.loads(bytes(self.whole)), streamed=False)
+            except ValueError:
+                pass
+            self.whole = bytearray()
+
+
+def _lines(buffer: bytearray, data: bytes):
+    """Complete lines of `buffer + data` (the rest stays in `buffer`, never past _LINE_CAP)."""
+    buffer += data
+    while (cut := buffer.find(b"\n")) >= 0:
+        line = bytes(buffer[:cut]).rstrip(b"\r")
+        del buffer[:cut + 1]
+        yield line
+    if len(buffer) > _LINE_CAP:
+        del buffer[:]
+
+
+def _usage(raw: dict) -> dict:
+    def number(value) -> int:
+        return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
+
+    prompt_details = raw.get("prompt_tokens_details") if isinstance(raw.get("prompt_tokens_details"), dict) else {}
+    completion_details = (raw.get("completion_tokens_details")
+                          if isinstance(raw.get("completion_tokens_details"), dict) else {})
+    return {"prompt_tokens": number(raw.get("prompt_tokens")), "completion_tokens": number(raw.get("completion_tokens")),
+            "cached_tokens": number(prompt_details.get("cached_tokens")),
+            "reasoning_tokens": number(completion_details.get("reasoning_tokens"))}
+
+
+class WireLog:
+    """The log file, shared by every tapped connection of one run."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self.exchanges = 0
+        self.broken = 0  # connections whose bytes were not HTTP/1.1 (relayed all the same)
+
+    def write(self, entry: dict) -> None:
+        with self._lock:
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(entry) + "\n")
+            self.exchanges += 1
+
+    def tap(self) -> Tap:
+        return Tap(self)
+
+
+class Tap:
+    """One connection's two directions, each fed the bytes as the relay forwards them."""
+
+    def __init__(self, log: WireLog) -> None:
+        self.log = log
+        self.client = h11.Connection(h11.SERVER)  # reads what the agent sent
+        self.server = h11.Connection(h11.CLIENT)  # reads what the model answered
+        self.lock = threading.Lock()
+        self.pending: list[_Exchange] = []
+        self.current: _Exchange | None = None
+        self.dead = False
+
+    def up(self, data: bytes) -> None:
+        self._feed(self.client, data, self._request_event)
+
+    def down(self, data: bytes) -> None:
+        self._feed(self.server, data, self._response_event)
+
+    def close(self) -> None:
+        with self.lock:
+            for ex in [*self.pending, *([self.current] if self.current else [])]:
+                if ex.status is not None or ex.request_ended:
+                    ex.finish()
+                    self.log.write({**ex.record(), "incomplete": True})
+            self.pending, self.current = [], None
+
+    def _feed(self, conn: h11.Connection, data: bytes, handle) -> None:
+        with self.lock:
+            if self.dead:
+                return
+            try:
+                conn.receive_data(data)
+                while True:
+                    event = conn.next_event()
+                    if event is h11.NEED_DATA or event is h11.PAUSED:
+                        break
+                    handle(event)
+                    if isinstance(event, h11.ConnectionClosed):
+                        break
+            except (h11.ProtocolError, h11.LocalProtocolError):
+                self.dead = True
+                self.log.broken += 1
+
+    def _request_event(self, event) -> None:
+        if isinstance(event, h11.Request):
+            ex = _Exchange(started=time.time(), method=event.method.decode(), path=event.target.decode("latin-1"))
+            self.pending.append(ex)
+            self.server.send(event)  # the response side now expects this request's answer
+        elif isinstance(event, h11.Data) and self.pending:
+            ex = self.pending[-1]
+            ex.body_bytes += len(event.data)
+            if len(ex.body) + len(event.data) <= BODY_CAP:
+                ex.body += event.data
+            self.server.send(event)
+        elif isinstance(event, h11.EndOfMessage) and self.pending:
+            self.pending[-1].request_ended = time.time()
+            self.server.send(event)
+
+    def _response_event(self, event) -> None:
+        if isinstance(event, h11.InformationalResponse):
+            return
+        if isinstance(event, h11.Response):
+            self.current = self.pending.pop(0) if self.pending else _Exchange(started=time.time())
+            self.current.status, self.current.first_byte = event.status_code, time.time()
+            ctype = dict(event.headers).get(b"content-type", b"")
+            self.current.sse = b"text/event-stream" in ctype
+            self.client.send(event)
+        elif isinstance(event, h11.Data) and self.current is not None:
+            self.current.take(event.data)
+            self.client.send(event)
+        elif isinstance(event, h11.EndOfMessage) and self.current is not None:
+            self.current.finish()
+            self.log.write(self.current.record())
+            self.current = None
+            self.client.send(event)
+            self._next_cycle()
+
+    def _next_cycle(self) -> None:
+        if self.client.our_state is h11.DONE and self.client.their_state is h11.DONE:
+            self.client.start_next_cycle()
+            self.server.start_next_cycle()
+            # Bytes of the next request may already sit in the client side's buffer.
+            while (event := self.client.next_event()) not in (h11.NEED_DATA, h11.PAUSED):
+                self._request_event(event)
+                if isinstance(event, h11.ConnectionClosed):
+                    break
+
+
+# -- the figures ---------------------------------------------------------------------------
+CHAT_PATH = "/chat/completions"
+
+
+def read_log(path: Path) -> list[dict]:
+    out = []
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(entry, dict):
+                    out.append(entry)
+    except OSError:
+        return []
+    return out
+
+
+def figures(entries: list[dict]) -> dict:
+    """The run's figures from the wire: chat completions answered 200 are its model turns."""
+    turns = [e for e in entries if str(e.get("path", "")).split("?")[0].endswith(CHAT_PATH) and e.get("status") == 200]
+    usage = [e.get("usage") or {} for e in turns]
+    prompt = sum(u.get("prompt_tokens", 0) for u in usage)
+    completion = sum(u.get("completion_tokens", 0) for u in usage)
+    cached = sum(u.get("cached_tokens", 0) for u in usage)
+    seconds = [e["seconds"] for e in turns if isinstance(e.get("seconds"), (int, float))]
+    calls: dict[str, int] = {}
+    for e in turns:
+        for name in e.get("tool_calls") or []:
+            calls[name] = calls.get(name, 0) + 1
+    return {"requests": len(entries), "turns": len(turns), "failed": sum(1 for e in entries if (e.get("status") or 0) >= 400),
+            "without_usage": sum(1 for e in turns if not e.get("usage")),
+            "tokens": {"input": prompt, "output": completion, "cache": cached,
+                       "reasoning": sum(u.get("reasoning_tokens", 0) for u in usage)},
+            "median_turn_s": round(float(np.median(seconds)), 3) if seconds else None,
+            "tool_calls": dict(sorted(calls.items()))}
+
+
+def disagreements(wire: dict, store: dict) -> list[str]:
+    """Where opencode's store (`input`, `output`, `cache`, `turns`) departs from the wire's figures:
+    an agent that rewrote its store, or a store that missed a call, is named here."""
+    out = []
+    pairs = [("input tokens", wire["tokens"]["input"], store.get("input")),
+             ("output tokens", wire["tokens"]["output"], store.get("output")),
+             ("cache-read tokens", wire["tokens"]["cache"], store.get("cache_read")),
+             ("model turns", wire["turns"], store.get("turns"))]
+    for what, seen, stored in pairs:
+        if stored is not None and seen != stored:
+            out.append(f"{what}: the store says {stored:,}, the wire {seen:,}")
+    return out
