@@ -398,18 +398,24 @@ def _outputs(events: Path) -> dict[str, str]:
 @needs_bwrap
 @pytest.mark.slow
 @pytest.mark.timeout(500)
-def test_as_root_or_not_the_agent_holds_no_privilege_and_hits_every_cap(outside: Outside):
+def test_as_root_or_not_the_agent_holds_no_privilege_and_hits_every_cap(project: Project):
     """Run by root (CI) the agent is dropped to an unprivileged user; run by a user it keeps
     theirs: either way every privileged call, the caps and a forged store are refused or named."""
     import harness
 
-    project = outside.project
     key = project.root / "missions" / "hello" / "key" / "defects.yaml"
     key.parent.mkdir(parents=True)
     key.write_text(f"answer: {KEY_SECRET}\n")
     pkg = Path(harness.__file__).resolve().parent  # the harness package: bound read-only
     host_tmp = Path(f"/tmp/llms-canary-{uuid.uuid4().hex[:8]}.txt")
     host_tmp.write_text("HOST-TMP-CANARY\n")
+    try:
+        _privileged_run(project, key, pkg, host_tmp)
+    finally:
+        host_tmp.unlink()
+
+
+def _privileged_run(project: Project, key: Path, pkg: Path, host_tmp: Path) -> None:
     checkout_file = project.root / "pwned.txt"
 
     def bash(description: str, command: str) -> dict:
@@ -485,4 +491,25 @@ def test_as_root_or_not_the_agent_holds_no_privilege_and_hits_every_cap(outside:
     for what in ("mount refused", "file size cap", "tmp cap", "process cap", str(key), str(host_tmp),
                  "Read-only file system"):
         assert what in denied, (what, denied)
-    host_tmp.unlink()
+
+
+@needs_bwrap
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_the_disk_cap_ends_a_run_that_fills_its_folders(project: Project):
+    """Files each under the 1 GiB file cap, 2.7 GiB together: past the 2 GiB disk cap the
+    watcher ends the run; void, the cap named as its reason and as a denial."""
+    fill = "for i in 1 2 3; do dd if=/dev/zero of=fill$i bs=1M count=900 2>/dev/null; done; sleep 20; echo filled"
+    steps = [{"tool_calls": [{"name": "bash", "arguments": {"command": fill, "description": "fill"}}]},
+             {"text": "DONE"}]
+    hello = yaml_load(Path(__file__).resolve().parents[1] / "replay" / "hello.yaml")
+    hello["trajectories"][1]["steps"] = steps
+    project.add_trajectory("fill", hello)
+    project.add_preset("replay-fill", trajectory="fill")
+    code, out, err = project.run_cli(["launch", "local", "replay", "replay-fill", "--mission", "hello",
+                                      *SMALL_PROBE], timeout=300)
+    assert code == 1, dump(out, err)
+    run_dir, rec = project.only_run()
+    assert rec["status"] == "void" and "disk cap reached" in rec["reason"], rec["reason"]
+    assert any(d.startswith("sandbox: disk cap reached") for d in rec["sandbox"]["denied"]), rec["sandbox"]
+    assert "filled" not in (run_dir / "opencode-events.jsonl").read_text()  # ended before the command was

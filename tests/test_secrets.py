@@ -57,6 +57,13 @@ def test_a_launch_with_known_keys_leaves_them_nowhere(project: Project):
     hello = yaml.safe_load((REPO / "replay" / "hello.yaml").read_text())
     hello["trajectories"][1]["steps"].insert(0, {"tool_calls": [{"name": "bash", "arguments": {
         "command": 'echo "my key is $VOT_API_KEY"', "description": "leak the key"}}]})
+    # Every encoding the agent might reach for, in its tool output and in its report.
+    hello["trajectories"][1]["steps"].insert(1, {"tool_calls": [{"name": "write", "arguments": {
+        "filePath": "encode.py", "content": ENCODE}}]})
+    hello["trajectories"][1]["steps"].insert(2, {"tool_calls": [{"name": "bash", "arguments": {
+        "command": "python3 encode.py | tee -a FORMS.txt", "description": "leak it encoded"}}]})
+    hello["trajectories"][1]["steps"].insert(5, {"tool_calls": [{"name": "bash", "arguments": {
+        "command": "python3 encode.py >> REPORT.md", "description": "into the report"}}]})
     project.add_trajectory("leaky", hello)
     project.add_preset("replay-leaky", trajectory="leaky", env=["VLLM_API_KEY", "HF_TOKEN"])
     project.env.update(VLLM_API_KEY=unit_key, HF_TOKEN=hf_token)
@@ -89,6 +96,36 @@ def test_a_launch_with_known_keys_leaves_them_nowhere(project: Project):
             assert unit_key.encode() not in data and hf_token.encode() not in data, path
     assert scanned > 20
     assert any(p.name == "opencode.db" for p in run_dir.rglob("*"))
+    # Each encoded form the agent printed (into its events, its store, FORMS.txt and the
+    # report copied into the run folder) is gone from every file.
+    printed = [f.encode() for f in encoded_forms(unit_key)]
+    assert "into the report" in events and (run_dir / "report.md").is_file()
+    for path in project.root.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            data = path.read_bytes()
+            assert not [f for f in printed if f in data], path
+
+
+ENCODE = """import base64, os, urllib.parse
+k = os.environ["VOT_API_KEY"].encode()
+for lead in (b"", b"a", b"ab", b"abc", b"abcd"):
+    print("b64", base64.b64encode(lead + k).decode(), base64.urlsafe_b64encode(lead + k).decode())
+    print("b32", base64.b32encode(lead + k).decode(), base64.b32encode(lead + k).decode().lower())
+print("hex", k.hex(), k.hex().upper(), "rev", k[::-1].decode(), "url", urllib.parse.quote(k.decode() + "/"))
+"""
+
+
+def encoded_forms(key: str) -> list[str]:
+    """What ENCODE prints for `key`, computed here independently of the harness's scrub."""
+    import base64
+    from urllib.parse import quote
+
+    k = key.encode()
+    out = [k.hex(), k.hex().upper(), key[::-1], quote(key + "/", safe="")]
+    for lead in (b"", b"a", b"ab", b"abc", b"abcd"):
+        out += [base64.b64encode(lead + k).decode(), base64.urlsafe_b64encode(lead + k).decode(),
+                base64.b32encode(lead + k).decode(), base64.b32encode(lead + k).decode().lower()]
+    return out
 
 
 def test_scrub_covers_text_and_sqlite_and_leaves_no_old_page(tmp_path):
@@ -159,6 +196,28 @@ def test_a_duckdb_store_is_scrubbed_through_duckdb_and_stays_readable(tmp_path):
         assert bodies[1] == f"token={REDACTED}" and REDACTED in bodies[0]
         assert con.execute("SELECT count(*) FROM spans WHERE attributes::VARCHAR LIKE ?",
                            [f"%{key}%"]).fetchone() == (0,)
+
+
+def test_hex_base32_reversed_forms_at_every_alignment_and_across_chunk_edges(tmp_path, monkeypatch):
+    import base64
+
+    import harness.sandbox.secrets as mod
+
+    monkeypatch.setattr(mod, "CHUNK", 7)  # every form straddles a read boundary somewhere
+    key = "sk-" + secrets.token_hex(16)
+    k = key.encode()
+    lines = [f"hex {k.hex()}", f"HEX {k.hex().upper()}", f"rev {key[::-1]}"]
+    for lead in (b"", b"a", b"ab", b"abc", b"abcd"):
+        lines += [f"b32 {base64.b32encode(lead + k + b'!').decode()}",
+                  f"b32l {base64.b32encode(lead + k).decode().lower()}"]
+    for lead in (b"", b"a", b"ab"):
+        lines.append(f"b64 {base64.b64encode(lead + k).decode()}")
+    (tmp_path / "report.md").write_text("\n".join(lines) + "\n")
+    assert scrub_tree(tmp_path, [key]) == (1, [])
+    after = (tmp_path / "report.md").read_text().splitlines()
+    assert len(after) == len(lines) and all(REDACTED in line for line in after), after
+    for before, now in zip(lines, after):  # what is left could encode at most a few bytes of the key
+        assert len(now) - len(REDACTED) <= len(before) - len(k), (before, now)
 
 
 def test_a_binary_it_cannot_parse_is_named_never_rewritten(tmp_path):

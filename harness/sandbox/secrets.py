@@ -5,8 +5,10 @@ so a model that runs `env` or echoes it puts the key into opencode's events, its
 store, its logs, its report, or (sent to a shop endpoint) the mission's DuckDB store.
 After the run, each file is scrubbed by what it is:
 
-- UTF-8 text: every form of each secret (as is, base64 at any alignment, URL-encoded)
-  replaced by `[redacted]`, rewritten atomically;
+- UTF-8 text: every form of each secret (as is, reversed, hex in either case, base64 and
+  base32 at every alignment, URL-encoded) replaced by `[redacted]`, streamed through a
+  temporary file (memory stays bounded by one chunk, whatever the agent wrote) that
+  replaces the original atomically;
 - SQLite: the same replacement in every text column, then a checkpoint and VACUUM;
 - DuckDB: the replacement through DuckDB in every VARCHAR/JSON column, then the live
   data copied into a fresh file (no old block keeps a copy) that replaces it;
@@ -17,13 +19,15 @@ After the run, each file is scrubbed by what it is:
 from __future__ import annotations
 
 import base64
+import codecs
+import itertools
 import os
+import re
 import sqlite3
 from collections.abc import Iterable
 from pathlib import Path
 from urllib.parse import quote, quote_plus
 
-from harness.atomic import write_atomic
 from harness.paths import RUN_RECORD
 
 REDACTED = "[redacted]"
@@ -37,16 +41,17 @@ def secrets_from(values: Iterable[str | None]) -> list[str]:
     return sorted({v for v in values if v and len(v) >= MIN_SECRET_LEN}, key=len, reverse=True)
 
 
-def _base64_fragments(secret: bytes) -> set[bytes]:
-    """The part of base64 text that encodes `secret` wherever it starts in the encoded data:
-    for each of the 3 alignments, the characters that depend on the secret's bytes only."""
+def _fragments(secret: bytes, encode, group: int, bits: int) -> set[bytes]:
+    """The characters of `encode`d text that depend on the secret's bytes only, wherever the
+    secret starts in the encoded data: one fragment per alignment within a `group` of bytes
+    (a character carries `bits` bits)."""
     found = set()
-    for lead in range(3):
-        total = lead + len(secret)
-        for encode in (base64.b64encode, base64.urlsafe_b64encode):
-            fragment = encode(b"\0" * lead + secret)[(0, 2, 3)[lead]:(total // 3) * 4]
-            if len(fragment) >= MIN_SECRET_LEN:
-                found.add(fragment)
+    for lead in range(group):
+        encoded = encode(b"\0" * lead + secret)
+        start, end = -(-8 * lead // bits), 8 * (lead + len(secret)) // bits
+        fragment = encoded[start:end]
+        if len(fragment) >= MIN_SECRET_LEN:
+            found.add(fragment)
     return found
 
 
@@ -55,13 +60,72 @@ def forms(secrets: list[str]) -> list[bytes]:
     out: set[bytes] = set()
     for secret in secrets:
         raw = secret.encode()
-        out |= {raw, quote(secret, safe="").encode(), quote_plus(secret, safe="").encode()}
-        out |= _base64_fragments(raw)
+        out |= {raw, raw[::-1], raw.hex().encode(), raw.hex().upper().encode(),
+                quote(secret, safe="").encode(), quote_plus(secret, safe="").encode()}
+        for encode in (base64.b64encode, base64.urlsafe_b64encode):
+            out |= _fragments(raw, encode, 3, 6)
+        b32 = _fragments(raw, base64.b32encode, 5, 5)
+        out |= b32 | {f.lower() for f in b32}
     return sorted(out, key=len, reverse=True)
 
 
-def _holds_any(data: bytes, encoded: list[bytes]) -> bool:
-    return any(f in data for f in encoded)
+# -- streaming ---------------------------------------------------------------------------
+CHUNK = 1 << 20  # bytes read at a time: the scrub's memory is a few of these, whatever the file's size
+
+
+def _pattern(encoded: list[bytes]) -> re.Pattern[bytes]:
+    return re.compile(b"|".join(re.escape(f) for f in encoded))  # longest first: the longest form wins
+
+
+def _blocks(path: Path):
+    with open(path, "rb") as f:
+        while block := f.read(CHUNK):
+            yield block
+
+
+def _replaced(blocks, encoded: list[bytes], into=None) -> tuple[bool, bool]:
+    """Stream `blocks` past every form: (found a form, valid UTF-8 throughout); with `into`
+    (a binary file) the text with every form replaced is written there as it goes. A block
+    is searched with the regex only where a plain substring search (C speed) found a form."""
+    pattern, longest = _pattern(encoded), len(encoded[0])
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    found, text, carry = False, True, b""
+    redacted = REDACTED.encode()
+    for block in itertools.chain(blocks, [None]):
+        if block is not None and text:
+            try:
+                decoder.decode(block)
+            except UnicodeDecodeError:
+                text = False
+        buf = carry + (block or b"")
+        cut = len(buf) if block is None else max(0, len(buf) - (longest - 1))
+        out, at = [], 0
+        if any(form in buf for form in encoded):
+            for match in pattern.finditer(buf):
+                if match.start() >= cut:
+                    break
+                found = True
+                out += [buf[at:match.start()], redacted]
+                at = match.end()
+        at_cut = max(at, cut)
+        out.append(buf[at:at_cut])
+        carry = buf[at_cut:]
+        if into is not None:
+            into.write(b"".join(out))
+    if text:
+        try:
+            decoder.decode(b"", final=True)
+        except UnicodeDecodeError:
+            text = False
+    return found, text
+
+
+def holds_any(path: Path, encoded: list[bytes]) -> bool:
+    """Does the file hold any form? Streamed: bounded memory for any size."""
+    try:
+        return _replaced(_blocks(path), encoded)[0]
+    except OSError:
+        return False
 
 
 # -- SQLite ------------------------------------------------------------------------------
@@ -91,10 +155,10 @@ def _scrub_sqlite(path: Path, encoded: list[bytes]) -> int:
     return changed
 
 
-def _scrub_sqlite_file(path: Path, data: bytes, encoded: list[bytes]) -> bool:
+def _scrub_sqlite_file(path: Path, encoded: list[bytes]) -> bool:
     wal = path.with_name(path.name + "-wal")
-    in_wal = wal.is_file() and _holds_any(wal.read_bytes(), encoded)
-    if not (in_wal or _holds_any(data, encoded)):
+    in_wal = wal.is_file() and holds_any(wal, encoded)
+    if not (in_wal or holds_any(path, encoded)):
         return False
     try:
         return bool(_scrub_sqlite(path, encoded)) or in_wal
@@ -124,7 +188,7 @@ def _duckdb_holds(path: Path, encoded: list[bytes]) -> bool:
                               texts).fetchone()
             if hit:
                 return True
-    return _holds_any(path.read_bytes(), encoded)
+    return holds_any(path, encoded)
 
 
 def _scrub_duckdb(path: Path, encoded: list[bytes]) -> bool:
@@ -159,45 +223,52 @@ def _scrub_duckdb(path: Path, encoded: list[bytes]) -> bool:
 
 
 # -- the walk ----------------------------------------------------------------------------
-def _kind(data: bytes) -> str:
-    if data.startswith(_SQLITE_MAGIC):
+def _kind(head: bytes) -> str:
+    if head.startswith(_SQLITE_MAGIC):
         return "sqlite"
-    if data[8:12] == _DUCKDB_MAGIC:
+    if head[8:12] == _DUCKDB_MAGIC:
         return "duckdb"
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return "binary"
-    return "text"
+    return "other"  # text or binary: told apart while streaming
 
 
 def _scrub_one(path: Path, encoded: list[bytes]) -> tuple[bool, bool]:
     """(changed, still holds a secret)."""
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as f:
+            head = f.read(16)
     except OSError:
         return False, False
-    kind = _kind(data)
+    kind = _kind(head)
     if kind == "sqlite":
-        changed = _scrub_sqlite_file(path, data, encoded)
-        return changed, _holds_any(path.read_bytes(), encoded)
+        changed = _scrub_sqlite_file(path, encoded)
+        return changed, holds_any(path, encoded)
     if kind == "duckdb":
         try:
             changed = _scrub_duckdb(path, encoded)
             return changed, _duckdb_holds(path, encoded)
         except Exception:  # noqa: BLE001 - duckdb's errors have no common base: a store we cannot open is named
             return False, True
-    if not _holds_any(data, encoded):
+    try:
+        found, text = _replaced(_blocks(path), encoded)  # scan only: a clean file is never copied
+    except OSError:
         return False, False
-    if kind == "binary":
+    if not found:
+        return False, False
+    if not text:
         return False, True  # never rewritten: a byte-for-byte edit would corrupt what we cannot parse
-    text = data.decode("utf-8")
-    for form in encoded:
-        text = text.replace(form.decode(), REDACTED)
     mode = path.stat().st_mode
-    write_atomic(path, text)
-    os.chmod(path, mode & 0o7777)
-    return True, _holds_any(path.read_bytes(), encoded)
+    fresh = path.with_name(f".{path.name}.scrub")
+    try:
+        with open(fresh, "wb") as out:
+            _replaced(_blocks(path), encoded, into=out)
+            out.flush()
+            os.fsync(out.fileno())
+    except OSError:  # no room for the copy: named as still holding one
+        fresh.unlink(missing_ok=True)
+        return False, True
+    os.chmod(fresh, mode & 0o7777)
+    os.replace(fresh, path)
+    return True, holds_any(path, encoded)
 
 
 def scrub_files(paths: Iterable[Path], secrets: list[str]) -> tuple[int, list[str]]:
@@ -223,5 +294,9 @@ def scrub_tree(root: Path, secrets: list[str], last: tuple[str, ...] = (RUN_RECO
         return 0, []
     root = Path(root)
     tail = [root / name for name in last]
-    paths = [p for p in sorted(root.rglob("*")) if p not in tail] + tail
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):  # no link is followed
+        dirnames.sort()
+        found += [Path(dirpath) / name for name in filenames]
+    paths = [p for p in sorted(found) if p not in tail] + tail
     return scrub_files(paths, secrets)
