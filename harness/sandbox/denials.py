@@ -21,6 +21,7 @@ _CAPS = [(re.compile(p, re.I), label) for p, label in (
     (r"File too large|File size limit exceeded|EFBIG", "file size cap"),
     (r"Resource temporarily unavailable|fork: retry|Cannot fork|EAGAIN", "process cap"),
     (r"No space left on device|ENOSPC", "tmp cap"),
+    (r"Invalid cross-device link|EXDEV", "link refused"),
     (r"Cannot allocate memory|MemoryError|ENOMEM|out of memory", "memory cap"),
 )]
 _FAILED_TEXT = re.compile(r"No such file|not found|does not exist|ENOENT|cannot access|can't open|" +

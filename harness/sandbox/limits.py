@@ -119,6 +119,27 @@ def _kill_all(folder: Path) -> None:
             os.kill(int(pid), signal.SIGKILL)
 
 
+PREFIX = "llms-benchmark-"
+
+
+def cgroup_name(run: str) -> str:
+    """One run's cgroup, named after the launching process so a leftover can be told dead."""
+    return f"{PREFIX}{run}-{os.getpid()}"
+
+
+def _sweep(parent: Path) -> None:
+    """A launch that was SIGKILLed leaves its (empty) cgroup behind: removed by the next one."""
+    try:
+        entries = list(parent.glob(f"{PREFIX}*"))
+    except OSError:
+        return
+    for folder in entries:
+        pid = folder.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists() and not _read(folder / "cgroup.procs").split():
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+
+
 def make_cgroup(name: str, caps: Caps) -> Cgroup | None:
     """A memory+pids cgroup under this process's own, where the kernel lets us make one; None elsewhere."""
     v1 = _v1(name, caps)
@@ -135,6 +156,7 @@ def _v1(name: str, caps: Caps) -> Cgroup | None:
             group.remove()
             return None
         folder = base / own.lstrip("/") / name
+        _sweep(folder.parent)
         try:
             folder.mkdir()
             group.folders.append(folder)
@@ -152,6 +174,7 @@ def _v2(name: str, caps: Caps) -> Cgroup | None:
     if own is None or not (CGROUP_ROOT / "cgroup.controllers").is_file():
         return None
     folder = CGROUP_ROOT / own.lstrip("/") / name
+    _sweep(folder.parent)
     group = Cgroup("cgroup v2")
     try:
         folder.mkdir()

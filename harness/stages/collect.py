@@ -97,6 +97,9 @@ def _judge(rec: RunRecord, ctx: LaunchContext) -> None:
     if rec.drive is not None and rec.drive.problem:
         reasons.append(rec.drive.problem)  # the harness's drive gate: no row without a real drive
     reasons += ctx.untrusted  # a linked or oversized file the agent left: no row on it
+    if rec.sandbox is not None and ctx.untrusted:  # each refusal a denial on the record too
+        rec.sandbox.denied += [f"harness: {why}" for why in ctx.untrusted]
+        rec.sandbox.denials = len(rec.sandbox.denied)
     if reasons:
         rec.status, rec.reason, rec.stopped_at = Status.void, "; ".join(reasons), "run"
     else:

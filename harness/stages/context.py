@@ -5,7 +5,6 @@ mission's services, the agent's environment)."""
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +19,7 @@ from harness.preflight import Preflight
 from harness.record import RunRecord
 from harness.sandbox.confine import Sandbox, View, agent_view, describe_caps
 from harness.sandbox.identity import AgentIdentity, agent_identity, hand_over, take_back
-from harness.sandbox.limits import DiskWatch, make_cgroup
+from harness.sandbox.limits import DiskWatch, cgroup_name, make_cgroup
 from harness.sandbox.wirelog import WireLog
 from harness.sandbox.net import bridge, is_loopback_url, loopback_ports
 from harness.stacks.base import Unit
@@ -109,7 +108,7 @@ class LaunchContext:
         with self.network(record, urls, who, wire_log) as net:
             view = self.view(workdir, home, net)
             if self.sandbox.kind == "bwrap":
-                view.cgroup = make_cgroup(f"llms-benchmark-{self.paths.dir.name}-{os.getpid()}", view.caps)
+                view.cgroup = make_cgroup(cgroup_name(self.paths.dir.name), view.caps)
             disk = DiskWatch(view.writable, view.caps.disk_bytes)
             done = Confined(view, disk)
             if self.sandbox.kind == "bwrap":
