@@ -24,12 +24,12 @@ CHUNK = 65536  # forwarded as soon as read: a streamed (SSE) answer is never hel
 def _pump(src: socket.socket, dst: socket.socket, observe=None) -> None:
     try:
         while data := src.recv(CHUNK):
-            dst.sendall(data)
-            if observe is not None:
+            if observe is not None:  # before forwarding: a request is seen before its answer can be
                 try:
-                    observe(data)  # the host side's wire log: it never stands between the two ends
+                    observe(data)  # the host side's wire log: a failure of it never stops the bytes
                 except Exception:  # noqa: BLE001
                     observe = None
+            dst.sendall(data)
     except OSError:
         pass
     finally:
@@ -58,7 +58,7 @@ def _serve(conn: socket.socket, path: str) -> None:
 
 def relay(conn: socket.socket, upstream: socket.socket, up=None, down=None) -> None:
     """Copy both ways until each side has finished sending, then close both; `up`/`down`
-    see each chunk after it was forwarded. Shared with the host side (harness/sandbox/net.py),
+    see each chunk just before it is forwarded. Shared with the host side (harness/sandbox/net.py),
     which imports it: this file stays stdlib only."""
     back = threading.Thread(target=_pump, args=(upstream, conn, down), daemon=True)
     back.start()

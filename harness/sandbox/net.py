@@ -17,6 +17,7 @@ import shutil
 import socket
 import tempfile
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -67,6 +68,7 @@ class Bridge:
         self.folder = Path(tempfile.mkdtemp(prefix="llms-net-"))
         self.connections: Counter[int] = Counter()  # per port, for the record and the tests
         self._listeners: list[socket.socket] = []
+        self._relays: list[threading.Thread] = []
         for port in self.ports:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             sock.bind(str(self.folder / f"{port}.sock"))
@@ -83,7 +85,9 @@ class Bridge:
             except OSError:
                 return  # closed
             self.connections[port] += 1
-            threading.Thread(target=self._serve, args=(conn, port), daemon=True).start()
+            relay_thread = threading.Thread(target=self._serve, args=(conn, port), daemon=True)
+            self._relays.append(relay_thread)
+            relay_thread.start()
 
     def _serve(self, conn: socket.socket, port: int) -> None:
         try:
@@ -101,7 +105,12 @@ class Bridge:
         finally:
             tap.close()
 
-    def close(self) -> None:
+    def close(self, grace_s: float = 5.0) -> None:
+        """Stop accepting; give the connections still open `grace_s` to finish (their last
+        exchange reaches the wire log), then leave them to die with the sandbox."""
+        deadline = time.monotonic() + grace_s
+        for thread in list(self._relays):
+            thread.join(max(0.0, deadline - time.monotonic()))
         for sock in self._listeners:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
