@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.evidence import accused_code, cited_queries, literals_meet, literals_of
+from harness.verdicts.evidence import accused_code, cited_queries, literals_meet, literals_of
 
 SOURCES = Path(__file__).resolve().parents[1] / "missions" / "observability" / "workspace"
 

@@ -12,7 +12,7 @@ import pytest
 
 from harness.errors import UserError
 from harness.mission import load_mission, prepare_workspace
-from harness.phases import queried_signals, read_phases
+from harness.verdicts.phases import queried_signals, read_phases
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -3,7 +3,7 @@ evidence with pipes inside code, and partial reports parsed as far as they go.""
 
 from __future__ import annotations
 
-from harness.report import parse_report
+from harness.verdicts.report import parse_report
 
 GOOD = """---
 services: [shop-api, shop-mcp, shop-agent]

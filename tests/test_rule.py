@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.rule import finish
-from harness.rulings import HELD_UP, NOT_HELD_UP, Recall, RuledFinding, Rulings, now
+from harness.verdicts.rule import finish
+from harness.verdicts.rulings import HELD_UP, NOT_HELD_UP, Recall, RuledFinding, Rulings, now
 
 
 def _draft() -> Rulings:

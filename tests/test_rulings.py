@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from harness.errors import UserError
-from harness.keymatch import NO_DEFECT_REASON, draft_rulings, load_key, name_defects
-from harness.report import Finding
-from harness.rulings import HELD_UP, NOT_HELD_UP, Rulings, load_rulings, save_rulings
+from harness.verdicts.keymatch import NO_DEFECT_REASON, draft_rulings, load_key, name_defects
+from harness.verdicts.report import Finding
+from harness.verdicts.rulings import HELD_UP, NOT_HELD_UP, Rulings, load_rulings, save_rulings
 from harness.telemetry.schema import DDL
 
 KEY = Path(__file__).resolve().parents[1] / "missions" / "observability" / "key" / "defects.yaml"

@@ -23,11 +23,11 @@ import duckdb
 import httpx
 import pytest
 
-from harness.drive import MIN_REQUESTS, measure_drive
-from harness.keymatch import draft_rulings
-from harness.rule import finish
-from harness.rulings import HELD_UP
-from harness.scoring import score_local
+from harness.verdicts.drive import MIN_REQUESTS, measure_drive
+from harness.verdicts.keymatch import draft_rulings
+from harness.verdicts.rule import finish
+from harness.verdicts.rulings import HELD_UP
+from harness.verdicts.scoring import score_local
 
 ROOT = Path(__file__).resolve().parents[1]
 MISSION = ROOT / "missions" / "observability"

@@ -30,7 +30,7 @@ def rule_cmd(run_id: str,
 
     from rich.prompt import Prompt
 
-    from harness.rule import VERDICT_CHOICES, GraderNotes, edited, rule
+    from harness.verdicts.rule import VERDICT_CHOICES, GraderNotes, edited, rule
 
     endpoint = None
     if grader:

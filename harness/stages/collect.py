@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from harness.drive import measure_drive
+from harness.verdicts.drive import measure_drive
 from harness.errors import UserError
 from harness.opencode import config as oc_config
 from harness.opencode.store import collect as collect_store
 from harness.opencode.store import session_tree
-from harness.phases import files_read_before, phases_between, phases_from_drive_text, signals_from_log_text
+from harness.verdicts.phases import files_read_before, phases_between, phases_from_drive_text, signals_from_log_text
 from harness.record import RunRecord, Status
 from harness.serving.collect import collect_serving
 from harness.stages.context import LaunchContext

@@ -27,7 +27,7 @@ Counting: a finding whose defects all are named by an earlier finding is a resta
 partly named before counts only the new ones.
 
 The matcher maps, it never confirms: naming a defect whose key evidence holds is not
-enough. A proposal of `held up` also needs the finding's OWN evidence (`harness.evidence`):
+enough. A proposal of `held up` also needs the finding's OWN evidence (`harness.verdicts.evidence`):
 it cites at least one query (`obs ...` or SQL); every cited query re-runs on the run's
 store to what the finding claims; for each defect it names, one of them touches that
 defect's evidence (a table and an identifying literal of the key's queries); and it
@@ -46,12 +46,12 @@ from typing import Any
 
 import yaml
 
-from harness import evidence as ev
+from harness.verdicts import evidence as ev
 from harness.errors import UserError
 from harness.paths import RunPaths
 from harness.record import RunRecord
-from harness.report import Finding, parse_report_file
-from harness.rulings import HELD_UP, NOT_HELD_UP, Recall, Rerun, RuledFinding, Rulings, now
+from harness.verdicts.report import Finding, parse_report_file
+from harness.verdicts.rulings import HELD_UP, NOT_HELD_UP, Recall, Rerun, RuledFinding, Rulings, now
 
 THRESHOLD = 2.0
 MIN_WORDS = 2

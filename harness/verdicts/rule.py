@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import UserError
-from harness.keymatch import draft_rulings
+from harness.verdicts.keymatch import draft_rulings
 from harness.paths import RUN_RECORD, ProjectPaths
 from harness.record import RunRecord
-from harness.report import parse_report_file
-from harness.rulings import HELD_UP, NOT_HELD_UP, Recall, RuledFinding, Rulings, load_rulings, save_rulings
+from harness.verdicts.report import parse_report_file
+from harness.verdicts.rulings import HELD_UP, NOT_HELD_UP, Recall, RuledFinding, Rulings, load_rulings, save_rulings
 from harness.vot.loader import is_file
 
 # ask(finding) -> None to accept the proposal, (verdict, reason) to override it, or a dict

@@ -15,7 +15,7 @@ import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
 
-from harness.evidence import tables_of
+from harness.verdicts.evidence import tables_of
 from harness.opencode.store import store_copy
 from harness.record import Phases
 
