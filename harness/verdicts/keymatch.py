@@ -127,6 +127,7 @@ class Defect:
     words: set[str] = field(default_factory=set)
     tables: set[str] = field(default_factory=set)  # what its key evidence reads ...
     literals: set[str] = field(default_factory=set)  # ... and the names it looks for
+    specific: set[str] = field(default_factory=set)  # those no other defect's key queries use
 
     @classmethod
     def from_key(cls, raw: dict) -> Defect:
@@ -153,7 +154,11 @@ def load_key(key_path: Path) -> list[Defect]:
         raise UserError(f"the answer key is not valid YAML: {exc}", file=key_path) from None
     if not isinstance(data, dict) or not isinstance(data.get("defects"), list):
         raise UserError("the answer key has no `defects` list", file=key_path)
-    return [Defect.from_key(d) for d in data["defects"]]
+    defects = [Defect.from_key(d) for d in data["defects"]]
+    for d in defects:
+        others = set().union(*(o.literals for o in defects if o is not d))
+        d.specific = d.literals - others  # exact: a stack pattern that contains a logger name is not that name
+    return defects
 
 
 @dataclass
@@ -200,6 +205,14 @@ def name_defects(finding: Finding, defects: list[Defect], weights: dict[str, flo
     return named
 
 
+def candidates(finding: Finding, defects: list[Defect], weights: dict[str, float] | None = None) -> list[Match]:
+    """Every defect a finding's words could name (score and words over the bar), best first.
+    Words only propose: a defect is credited through the finding's own evidence (`draft_rulings`)."""
+    weights = weights or _weights(defects)
+    out = sorted((score(finding, d, weights) for d in defects), key=lambda m: (-m.score, m.defect.id))
+    return [m for m in out if m.score >= THRESHOLD and len(m.matched) >= MIN_WORDS]
+
+
 def check_expectation(expect: str, rows: list[tuple]) -> tuple[bool, Any]:
     """As key/selftest.py: `value OP N` on the first cell (NULL reads 0), or `rows OP N`."""
     m = _EXPECT.match(expect or "")
@@ -215,27 +228,36 @@ def check_expectation(expect: str, rows: list[tuple]) -> tuple[bool, Any]:
     return _OPS[op](float(got), n), got
 
 
-class Store:
-    """The run's own telemetry store, read-only."""
+RULE_BUDGET_S = 180.0  # all cited queries of one rule together; past it, the rest are not re-run
+MAX_RERUNS = 300  # cited queries re-run per rule
 
-    def __init__(self, path: Path | None) -> None:
+
+class Store:
+    """The run's own telemetry store, read-only and confined (`evidence.open_store`)."""
+
+    def __init__(self, path: Path | None, budget_s: float = RULE_BUDGET_S) -> None:
         self.path = path
         self._con = None
         self.problem: str | None = None
+        self.budget_s = budget_s
+        self.spent_s = 0.0
+        self.reruns = 0
+        self.hide: tuple[str, ...] = ()
         if path is None or not Path(path).exists():
-            self.problem = f"the run has no telemetry store ({path})"
+            self.problem = "the run has no telemetry store"
             return
+        resolved = Path(path).resolve()
+        self.hide = tuple(sorted({str(resolved), str(Path(path)), str(resolved.parent), str(Path.home())},
+                                 key=len, reverse=True))
         try:
-            import duckdb
-
-            self._con = duckdb.connect(str(path), read_only=True)
+            self._con = ev.open_store(resolved)
         except Exception as exc:  # noqa: BLE001 - a locked or corrupt store is a finding's evidence, not a crash
-            self.problem = f"the telemetry store could not be opened read-only: {exc}"
+            self.problem = f"the telemetry store could not be opened read-only: {ev._scrub(str(exc), self.hide)}"
 
     def rerun(self, defect: Defect) -> list[Rerun]:
         out = []
-        for ev in defect.evidence:
-            sql, expect = " ".join(str(ev.get("sql", "")).split()), str(ev.get("expect", ""))
+        for e in defect.evidence:
+            sql, expect = " ".join(str(e.get("sql", "")).split()), str(e.get("expect", ""))
             if self._con is None:
                 out.append(Rerun(query=sql, result=f"error: {self.problem}", expect=expect, holds=False,
                                  defect=defect.id))
@@ -243,7 +265,7 @@ class Store:
             try:
                 holds, got = check_expectation(expect, self._con.execute(sql).fetchall())
             except Exception as exc:  # noqa: BLE001 - a failing query is recorded, not raised
-                holds, got = False, f"error: {exc}".splitlines()[0]
+                holds, got = False, f"error: {ev._scrub(str(exc), self.hide)}"
             if isinstance(got, float) and got.is_integer():
                 got = int(got)
             elif not isinstance(got, (int, float, str)):
@@ -252,11 +274,22 @@ class Store:
         return out
 
     def check(self, cited: ev.Cited) -> ev.QueryCheck:
-        """Re-run one query a finding cites, on this store."""
+        """Re-run one query a finding cites, on this store, within the rule's budget."""
+        import time
+
         if self._con is None:
             return ev.QueryCheck(cited, ok=False, result=f"error: {self.problem}",
                                  why=f"the cited query could not be re-run ({self.problem})")
-        return ev.rerun(self._con, cited)
+        left = self.budget_s - self.spent_s
+        if left <= 0 or self.reruns >= MAX_RERUNS:
+            return ev.QueryCheck(cited, ok=False, result="not re-run",
+                                 why="the cited query was not re-run: this rule's query budget is spent")
+        self.reruns += 1
+        t0 = time.monotonic()
+        try:
+            return ev.rerun(self._con, cited, self.hide, min(ev.QUERY_LIMIT_S, left))
+        finally:
+            self.spent_s += time.monotonic() - t0
 
     def close(self) -> None:
         if self._con is not None:
@@ -278,7 +311,8 @@ def _run_files(run_dir: Path) -> tuple[str, Path, Path]:
 
 
 def _result_text(reruns: list[Rerun]) -> str:
-    return "; ".join(f"{r.defect}: {r.expect} (got {r.result})" for r in reruns)
+    """The key's re-runs, in words, without the key's ids or queries."""
+    return "; ".join(f"key query {i + 1}: {r.expect} (got {r.result})" for i, r in enumerate(reruns))
 
 
 def _expect(cited: ev.Cited) -> str:
@@ -289,46 +323,104 @@ def _expect(cited: ev.Cited) -> str:
     return f"about {ev._fmt(cited.claimed)}, as the finding claims (±50 % or ±2)"
 
 
-def own_evidence(finding: Finding, store: Store) -> tuple[list[ev.QueryCheck], list[Rerun]]:
-    """The finding's cited queries, re-run on the store, and as recorded on its ruling."""
-    cited = finding.evidence if finding.section == "anomalies" else finding.text  # a gap bullet is one line
-    checks = [store.check(c) for c in ev.cited_queries(cited)]
-    return checks, [Rerun(query=c.cited.text, result=c.result, expect=_expect(c.cited), holds=c.ok) for c in checks]
+def own_evidence(finding: Finding, store: Store) -> tuple[list[ev.QueryCheck], list[Rerun], list[str]]:
+    """The finding's cited queries (at most `evidence.MAX_CITED`), re-run on the store; as
+    recorded on its ruling; and the problems of the citing itself (too many queries)."""
+    cited_text = finding.evidence if finding.section == "anomalies" else finding.text  # a gap bullet is one line
+    cited = ev.cited_queries(cited_text)
+    problems = []
+    if len(cited) > ev.MAX_CITED:
+        problems.append(f"it cites {len(cited)} queries; at most {ev.MAX_CITED} are re-run for one finding, "
+                        "so it is not ruled on them")
+        cited = cited[:ev.MAX_CITED]
+    checks = [store.check(c) for c in cited]
+    return checks, [Rerun(query=c.cited.text[:2000], result=c.result, expect=_expect(c.cited), holds=c.ok)
+                    for c in checks], problems
 
 
 def _relative(file: str) -> str:
     return file.removeprefix("workspace/")
 
 
-def own_problems(finding: Finding, matches: list[Match], checks: list[ev.QueryCheck],
-                 sources: Path | None) -> list[str]:
-    """Why the finding's own evidence does not establish the defects it names ([] when it does)."""
-    problems: list[str] = []
+# A number the Finding text quotes as a measurement: "12 spans", "40 % self", "returned 0", "→ 259".
+_MEASURED = re.compile(
+    r"(?:(?:→|->|=|\breturn(?:ed|s)?|\bgives?|\bgave|\bshows?|\bshowed|\bcounts?|\bonly|\ball)\s*)?"
+    r"(?<![\w./{-])(\d[\d,]*(?:\.\d+)?)\s*(%|ms\b|s\b|"
+    r"(?:spans?|rows?|traces?|records?|log\s+(?:lines|records)|lines|requests|points|samples|series|calls|"
+    r"orders|errors|times|metrics|logs|children|child\s+spans|distinct|values|refs|references|hits)\b)",
+    re.IGNORECASE)
+
+
+def text_claims(text: str) -> list[float]:
+    """The numbers a finding's own text quotes as measured (a count with its unit), never ids,
+    HTTP statuses or code constants."""
+    out = []
+    for m in _MEASURED.finditer(ev.prose(text or "")):
+        try:
+            out.append(float(m.group(1).replace(",", "")))
+        except ValueError:
+            continue
+    return out
+
+
+def claim_problems(finding: Finding, checks: list[ev.QueryCheck]) -> list[str]:
+    """Item 2: every number the Finding text quotes must be one a cited query re-ran to."""
+    got = [v for c in checks if c.ok or c.values for v in c.values]
+    problems = []
+    for n in text_claims(finding.text):
+        if not any(ev.within(n, v) for v in got):
+            shown = ", ".join(ev._fmt(v) for v in got[:5]) or "nothing"
+            problems.append(f"its text says {ev._fmt(n)}, which no cited query re-ran to (they gave {shown})")
+    return problems
+
+
+def reads_defect(check: ev.QueryCheck, defect: Defect) -> bool:
+    """A cited query that is evidence reads the defect's own telemetry: one of the tables its key
+    queries read, and a literal only this defect's key queries use (or two it shares with them)."""
+    if not (check.evidence and check.tables & defect.tables):
+        return False
+    shared = ev.literals_meet(check.literals, defect.literals)
+    return bool(shared & defect.specific) or len(shared) >= 2
+
+
+def general_problems(finding: Finding, checks: list[ev.QueryCheck], citing: list[str],
+                     accused: ev.Accused) -> list[str]:
+    """Why the finding holds up for no defect at all, whichever it names ([] when none)."""
+    problems = list(citing)
     if not checks:
         problems.append("no telemetry evidence cited (its Evidence names no `obs` command or SQL query)")
     problems += [c.why for c in checks if not c.ok]
-    for m in matches:
-        d = m.defect
-        if checks and not any(c.ok and c.tables & d.tables and ev.literals_meet(c.literals, d.literals)
-                              for c in checks):
-            names = ", ".join(sorted(d.literals)[:3])
-            where = f"{'/'.join(sorted(d.tables))}: {names}"
-            problems.append(f"no cited query that holds reads {d.id}'s evidence ({where})")
-    accused = ev.accused_code(f"{finding.text} {finding.evidence}", sources)
+    problems += claim_problems(finding, checks)
     if accused.missing:
         problems.append(f"accuses {', '.join(accused.missing)}, which the mission's sources lack")
-    for m in matches:
-        d = m.defect
-        if _relative(d.file) not in accused.files and not (ev.location_functions(d.function, sources)
-                                                           & accused.functions):
-            problems.append(f"names no code location of {d.id} ({_relative(d.file)}: {d.function})")
     return problems
+
+
+def defect_problems(d: Defect, checks: list[ev.QueryCheck], accused: ev.Accused, sources: Path | None,
+                    free: set[int]) -> tuple[list[str], int | None]:
+    """Why the finding does not show this defect, and the cited query (its index among `free`,
+    those not already spent on another defect of the row) that shows it."""
+    problems = []
+    supporting = [i for i in sorted(free) if reads_defect(checks[i], d)]
+    if not supporting:
+        unused = [c.not_evidence for c in checks if c.ok and not c.evidence]
+        problems.append("no cited query is evidence of the defect it names" +
+                        (f" ({unused[0]})" if unused else
+                         " (none that re-ran to its claim reads what that defect shows)"))
+    if not accused.accuses(_relative(d.file), ev.location_functions(d.function, sources)):
+        problems.append("it does not accuse the defect's code (its file and the function there)")
+    return problems, (supporting[0] if supporting else None)
 
 
 def draft_rulings(run_dir: Path, key_path: Path, sources: Path | None = None) -> Rulings:
     """The key-matcher's proposals for one run folder (`final: false`). `sources`: the
     mission's own workspace template (default: the `workspace` folder beside the key's),
-    where accused code is looked up; never the run's workspace, which the agent wrote."""
+    where accused code is looked up; never the run's workspace, which the agent wrote.
+
+    One row, one defect: a finding is credited with a planted defect only through a cited
+    query that is evidence of it (and the defect's code, accused by file and function); a row
+    is credited with several only when each has its own such query. Words alone credit nothing.
+    """
     run_dir = Path(run_dir)
     sources = Path(sources) if sources is not None else Path(key_path).resolve().parents[1] / "workspace"
     run_id, report_path, store_path = _run_files(run_dir)
@@ -339,54 +431,78 @@ def draft_rulings(run_dir: Path, key_path: Path, sources: Path | None = None) ->
     defects = load_key(key_path)
     weights = _weights(defects)
     store = Store(store_path)
-    verdict_of: dict[str, tuple[bool, list[Rerun]]] = {}  # per defect id, re-run once
-    first_naming: dict[str, str] = {}  # defect id -> number of the earliest finding naming it
+    key_holds: dict[str, tuple[bool, list[Rerun]]] = {}  # per defect id, re-run once
+    credited_by: dict[str, str] = {}  # defect id -> the finding that showed it
+    named_by: dict[str, str] = {}  # defect id -> the earliest finding whose words named it
     ruled: list[RuledFinding] = []
+
+    def key(d: Defect) -> tuple[bool, list[Rerun]]:
+        if d.id not in key_holds:
+            runs = store.rerun(d)
+            key_holds[d.id] = (bool(runs) and all(r.holds for r in runs), runs)
+        return key_holds[d.id]
+
     try:
         for finding in report.findings:
-            matches = name_defects(finding, defects, weights)
+            matches = candidates(finding, defects, weights)
+            checks, own, citing = own_evidence(finding, store)
+            accused = ev.accused_code(f"{finding.text} {finding.evidence}", sources)
+            general = general_problems(finding, checks, citing, accused)
             kind = finding.kind or (matches[0].defect.kind if matches else None)
             if not matches:
-                _, own = own_evidence(finding, store)
                 ruled.append(RuledFinding(number=finding.number, text=finding.text, kind=kind, verdict=NOT_HELD_UP,
                                           reason=NO_DEFECT_REASON, evidence=own, ruled_by=RULED_BY, counts=1))
                 continue
-            ids = [m.defect.id for m in matches]
-            new = [i for i in ids if i not in first_naming]
-            if not new:
-                earlier = min((first_naming[i] for i in ids), key=lambda n: [f.number for f in ruled].index(n))
+            credited: list[tuple[Match, int]] = []
+            first_problems: list[str] = []
+            free = set(range(len(checks)))
+            for m in matches:
+                d = m.defect
+                if d.id in credited_by:
+                    continue  # shown by an earlier finding: this one cannot count it again
+                problems, used = defect_problems(d, checks, accused, sources, free)
+                holds, runs = key(d)
+                if not holds:
+                    bad = [r for r in runs if not r.holds]
+                    problems.append(f"the key's evidence does not hold in this run's telemetry ({_result_text(bad)})")
+                if general or problems:
+                    if not first_problems:
+                        first_problems = problems
+                    continue
+                credited.append((m, used))
+                free.discard(used)
+            if credited:
+                ids = [m.defect.id for m, _ in credited]
+                for i in ids:
+                    credited_by[i] = finding.number
+                    named_by.setdefault(i, finding.number)
+                reruns = [r for m, _ in credited for r in key(m.defect)[1]]
+                said = "; ".join(f"a planted defect (matched: {', '.join(m.said)}) by cited query {u + 1}"
+                                 for m, u in credited)
+                many = f" (separate evidence for each of {len(ids)} defects)" if len(ids) > 1 else ""
+                ruled.append(RuledFinding(
+                    number=finding.number, text=finding.text, kind=kind, verdict=HELD_UP,
+                    reason=(f"shows {said}{many}: its cited queries re-ran to the claim, the query measures what "
+                            f"that defect shows, it accuses the defect's code (file and function), and the key's "
+                            f"evidence holds ({_result_text(reruns)})."),
+                    evidence=[*own, *reruns], ruled_by=RULED_BY, defects=ids, counts=len(ids)))
+                continue
+            primary = matches[0]
+            earlier = credited_by.get(primary.defect.id) or named_by.get(primary.defect.id)
+            if earlier is not None:
                 ruled.append(RuledFinding(
                     number=finding.number, text=finding.text, kind=kind, verdict=NOT_HELD_UP,
-                    reason=f"restates finding {earlier} ({', '.join(ids)}), already counted",
-                    ruled_by=RULED_BY, defects=ids, counts=0, restates=earlier))
+                    reason=f"restates finding {earlier}, already counted (the same planted defect)",
+                    evidence=own, ruled_by=RULED_BY, defects=[primary.defect.id], counts=0, restates=earlier))
                 continue
-            for i in new:
-                first_naming[i] = finding.number
-            reruns: list[Rerun] = []
-            for m in matches:
-                if m.defect.id not in verdict_of:
-                    runs = store.rerun(m.defect)
-                    verdict_of[m.defect.id] = (bool(runs) and all(r.holds for r in runs), runs)
-                reruns += verdict_of[m.defect.id][1]
-            checks, own = own_evidence(finding, store)
-            problems = own_problems(finding, matches, checks, sources)
-            failed = [i for i in ids if not verdict_of[i][0]]
-            if failed:
-                bad = [r for r in reruns if not r.holds]
-                problems.append(f"the key's evidence does not hold in this run's telemetry ({_result_text(bad)})")
-            words_said = "; ".join(f"{m.defect.id} (matched: {', '.join(m.said)})" for m in matches)
-            if problems:
-                verdict, why = NOT_HELD_UP, "; ".join(problems)
-            else:
-                verdict = HELD_UP
-                why = (f"its {len(checks)} cited quer{'y' if len(checks) == 1 else 'ies'} re-ran to the claim, "
-                       f"it accuses the defect's code, and the key's evidence holds ({_result_text(reruns)})")
-            extra = f", {len(ids) - len(new)} of them already counted" if len(new) < len(ids) else ""
-            bundle = f" (a bundle of {len(ids)} defects{extra})" if len(ids) > 1 else ""
+            named_by[primary.defect.id] = finding.number
+            problems = general + (first_problems if not general else [])
+            if not problems:
+                problems = ["the defects its words name are shown by earlier findings"]
             ruled.append(RuledFinding(
-                number=finding.number, text=finding.text, kind=kind, verdict=verdict,
-                reason=f"names {words_said}{bundle}: {why}.",
-                evidence=[*own, *reruns], ruled_by=RULED_BY, defects=ids, counts=len(new)))
+                number=finding.number, text=finding.text, kind=kind, verdict=NOT_HELD_UP,
+                reason=f"names a planted defect (matched: {', '.join(primary.said)}): {'; '.join(problems)}.",
+                evidence=own, ruled_by=RULED_BY, defects=[primary.defect.id], counts=1))
     finally:
         store.close()
     found = sorted({i for f in ruled if f.verdict == HELD_UP for i in f.defects})
