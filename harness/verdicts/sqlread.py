@@ -51,7 +51,7 @@ class Shape:
     functions: set[str] = field(default_factory=set)  # scalar and aggregate functions called (lower-case)
     table_functions: set[str] = field(default_factory=set)
     measures: bool = False  # the select list reads a column or aggregates rows
-    select_numbers: set[float] = field(default_factory=set)  # numeric constants in the select lists
+    select_numbers: set[float] = field(default_factory=set)  # numeric constants in the result's select list
 
     @property
     def signal_tables(self) -> set[str]:
@@ -96,7 +96,6 @@ def parse(sql: str) -> Shape:
     if len(statements) != 1:
         shape.error = f"{len(statements)} statements where one SELECT is expected"
         return shape
-    _local.select_depth = 0
     _walk(statements[0].get("node"), shape, in_select=True)
     shape.tables -= shape.ctes
     return shape
@@ -143,7 +142,7 @@ def _walk(node: Any, shape: Shape, in_select: bool) -> None:
         if kind_ in ("STRING", "VARCHAR"):
             if text is not None:
                 shape.literals.add(str(text))
-        elif text is not None and getattr(_local, "select_depth", 0):
+        elif text is not None and in_select:
             try:
                 shape.select_numbers.add(float(text))
             except (TypeError, ValueError):
@@ -174,11 +173,7 @@ def _walk(node: Any, shape: Shape, in_select: bool) -> None:
         if key in ("literal", "qualified_name") or not isinstance(value, (dict, list)):
             continue
         if is_select and key == "select_list":
-            _local.select_depth = getattr(_local, "select_depth", 0) + 1
-            try:
-                _walk(value, shape, in_select)
-            finally:
-                _local.select_depth -= 1
+            _walk(value, shape, in_select)
         elif is_select or key == "cte_map":
             _walk(value, shape, False)  # FROM, WHERE, GROUP BY, HAVING, CTE bodies: not the result
         else:
