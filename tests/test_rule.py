@@ -94,7 +94,8 @@ def project(tmp_path: Path) -> Path:
 
 def _cli(root: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([str(CLI), "rule", *args], capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
-                          env={**os.environ, "LLMS_BENCHMARK_ROOT": str(root), "COLUMNS": "200"})
+                          env={**os.environ, "LLMS_BENCHMARK_ROOT": str(root), "COLUMNS": "200",
+                               "LLMS_BENCHMARK_CACHE": str(root / "cache")})  # no control stores here
 
 
 def test_rule_set_check_final_without_a_terminal(project: Path):

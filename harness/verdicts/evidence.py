@@ -65,6 +65,7 @@ class QueryCheck:
     values: list[float] = field(default_factory=list)  # the numbers the re-run gave (a single value, a row count)
     evidence: bool = False  # it re-ran to its claim AND measures the telemetry (not a constant, not an absence)
     not_evidence: str = ""  # when it re-ran to its claim but is not evidence: why
+    absence: bool = False  # it measures, and claims (or shows) an absence: evidence only against a control
 
 
 # --- extraction -------------------------------------------------------------------------
@@ -284,7 +285,7 @@ def _classify(run: QueryCheck, shapes: list[sqlread.Shape]) -> None:
         run.not_evidence = f"the {_fmt(claimed)} it claims is a constant written into its own select list"
         return
     if claimed == 0 or (claimed is None and not any(v for v in run.values)):
-        run.not_evidence = ABSENCE_NOT_EVIDENCE
+        run.not_evidence, run.absence = ABSENCE_NOT_EVIDENCE, True
         return
     run.evidence = True
 

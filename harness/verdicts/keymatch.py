@@ -396,13 +396,64 @@ def general_problems(finding: Finding, checks: list[ev.QueryCheck], citing: list
     return problems
 
 
+NOISE_FACTOR = 3.0  # a difference must exceed this many times the baselines' own difference ...
+MIN_RELATIVE = 0.25  # ... and this share of the larger reading ...
+MIN_ABSOLUTE = 2.0  # ... and this much, whatever the noise
+
+
+class Discriminator:
+    """Item 1 of issue 20: a cited query is evidence of a planted defect only when it reads
+    differently on that defect's control store (the stack with only that defect fixed) than on
+    the run's store, by more than the run-to-run noise (the two unfixed baselines' difference)."""
+
+    def __init__(self, controls) -> None:
+        self.controls = controls
+        self._read: dict[tuple[str, str], float | None] = {}
+        self.notes: dict[tuple[int, str], str] = {}
+
+    def has(self, defect: Defect) -> bool:
+        return self.controls.has(defect.id)
+
+    def _value(self, name: str, cited: ev.Cited) -> float | None:
+        key = (name, cited.text)
+        if key not in self._read:
+            c = ev.rerun(self.controls.connection(name), cited)
+            self._read[key] = c.values[0] if c.values and not str(c.result).startswith("error") else None
+        return self._read[key]
+
+    def shows(self, index: int, check: ev.QueryCheck, defect: Defect) -> bool:
+        from harness.verdicts.controls import BASELINES
+
+        if not (check.ok and (check.evidence or check.absence)) or not check.values:
+            return False
+        run = check.values[0]
+        control = self._value(defect.id, check.cited)
+        b1, b2 = (self._value(b, check.cited) for b in BASELINES)
+        if control is None or b1 is None or b2 is None:
+            return False
+        noise = abs(b1 - b2)
+        diff = abs(run - control)
+        bar = max(NOISE_FACTOR * noise, MIN_RELATIVE * max(abs(run), abs(control)), MIN_ABSOLUTE)
+        self.notes[(index, defect.id)] = (f"reads {ev._fmt(run)} on this run and {ev._fmt(control)} with that defect "
+                                          f"fixed, baselines {ev._fmt(b1)}/{ev._fmt(b2)}")
+        return diff > bar
+
+
 def defect_problems(d: Defect, checks: list[ev.QueryCheck], accused: ev.Accused, sources: Path | None,
-                    free: set[int]) -> tuple[list[str], int | None]:
+                    free: set[int], discriminator: Discriminator | None = None) -> tuple[list[str], int | None]:
     """Why the finding does not show this defect, and the cited query (its index among `free`,
-    those not already spent on another defect of the row) that shows it."""
+    those not already spent on another defect of the row) that shows it. With the mission's
+    control stores, "shows" means: reads differently had the defect not been planted."""
     problems = []
-    supporting = [i for i in sorted(free) if reads_defect(checks[i], d)]
-    if not supporting:
+    if discriminator is not None and discriminator.has(d):
+        supporting = [i for i in sorted(free) if discriminator.shows(i, checks[i], d)]
+        if not supporting:
+            seen = [discriminator.notes[(i, d.id)] for i in sorted(free) if (i, d.id) in discriminator.notes]
+            problems.append("no cited query reads differently with the named defect fixed than on this run"
+                            + (f" ({seen[0]})" if seen else ""))
+    else:
+        supporting = [i for i in sorted(free) if reads_defect(checks[i], d)]
+    if not supporting and not problems:
         unused = [c.not_evidence for c in checks if c.ok and not c.evidence]
         problems.append("no cited query is evidence of the defect it names" +
                         (f" ({unused[0]})" if unused else
@@ -412,7 +463,7 @@ def defect_problems(d: Defect, checks: list[ev.QueryCheck], accused: ev.Accused,
     return problems, (supporting[0] if supporting else None)
 
 
-def draft_rulings(run_dir: Path, key_path: Path, sources: Path | None = None) -> Rulings:
+def draft_rulings(run_dir: Path, key_path: Path, sources: Path | None = None, controls=None) -> Rulings:
     """The key-matcher's proposals for one run folder (`final: false`). `sources`: the
     mission's own workspace template (default: the `workspace` folder beside the key's),
     where accused code is looked up; never the run's workspace, which the agent wrote.
@@ -431,6 +482,7 @@ def draft_rulings(run_dir: Path, key_path: Path, sources: Path | None = None) ->
     defects = load_key(key_path)
     weights = _weights(defects)
     store = Store(store_path)
+    discriminator = Discriminator(controls) if controls else None
     key_holds: dict[str, tuple[bool, list[Rerun]]] = {}  # per defect id, re-run once
     credited_by: dict[str, str] = {}  # defect id -> the finding that showed it
     named_by: dict[str, str] = {}  # defect id -> the earliest finding whose words named it
@@ -460,7 +512,7 @@ def draft_rulings(run_dir: Path, key_path: Path, sources: Path | None = None) ->
                 d = m.defect
                 if d.id in credited_by:
                     continue  # shown by an earlier finding: this one cannot count it again
-                problems, used = defect_problems(d, checks, accused, sources, free)
+                problems, used = defect_problems(d, checks, accused, sources, free, discriminator)
                 holds, runs = key(d)
                 if not holds:
                     bad = [r for r in runs if not r.holds]
@@ -478,6 +530,8 @@ def draft_rulings(run_dir: Path, key_path: Path, sources: Path | None = None) ->
                     named_by.setdefault(i, finding.number)
                 reruns = [r for m, _ in credited for r in key(m.defect)[1]]
                 said = "; ".join(f"a planted defect (matched: {', '.join(m.said)}) by cited query {u + 1}"
+                                 + (f" (it {discriminator.notes[(u, m.defect.id)]})"
+                                    if discriminator and (u, m.defect.id) in discriminator.notes else "")
                                  for m, u in credited)
                 many = f" (separate evidence for each of {len(ids)} defects)" if len(ids) > 1 else ""
                 ruled.append(RuledFinding(
@@ -505,6 +559,8 @@ def draft_rulings(run_dir: Path, key_path: Path, sources: Path | None = None) ->
                 evidence=own, ruled_by=RULED_BY, defects=[primary.defect.id], counts=1))
     finally:
         store.close()
+        if controls:
+            controls.close()
     found = sorted({i for f in ruled if f.verdict == HELD_UP for i in f.defects})
     return Rulings(run_id=run_id, report=str(report_path), ruled_at=now(), findings=ruled,
                    recall=Recall(found=found, planted=len(defects)), final=False)

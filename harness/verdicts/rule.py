@@ -72,7 +72,12 @@ def draft(root: Path, run_id: str) -> Rulings:
     if not key.is_file():
         raise UserError(f"mission '{rec.mission}' has no hidden key to rule against", file=key,
                         fix="rule missions that ship key/defects.yaml (the observability mission)")
-    return draft_rulings(folder, key, sources=root / "missions" / rec.mission / "workspace")
+    from harness.verdicts.controls import Controls
+
+    # The mission's control stores (made by `make setup`), when this machine has them for this
+    # mission version: then a cited query counts only where it reads differently with the defect fixed.
+    controls = Controls.for_mission(root / "missions" / rec.mission)
+    return draft_rulings(folder, key, sources=root / "missions" / rec.mission / "workspace", controls=controls)
 
 
 def with_recall(rulings: Rulings) -> Rulings:
