@@ -10,8 +10,9 @@ workspace sources, hidden from the agent like the rest of `key/`) gets, per miss
 
 Each is the mission's own services (`infra/setup.py start`), driven by the scenario's short
 mode (10 s, 2 virtual users: the key says every defect shows in it), stopped, and its
-`telemetry.duckdb` kept under `~/.cache/llms-benchmark/controls/<mission>-<hash>/`, the hash
-over the mission's workspace, key, fixes and infra: a changed mission is a new set. The set's
+`telemetry.duckdb` kept under `~/.cache/llms-benchmark/controls/<mission>-<hash>/`, the folder's
+hash over the mission's workspace, infra and manifest (a changed mission is a new set), each
+control's file name also over its own fix (a changed fix rebuilds that control only). The set's
 `manifest.json` records how long each took and its size.
 
     python -m harness.verdicts.controls build [--mission observability] [--only ID ...]
@@ -39,7 +40,7 @@ from harness.errors import UserError
 
 BASELINES = ("baseline-1", "baseline-2")
 DRIVE = ("--duration", "10", "--vus", "2")
-_HASHED = ("workspace", "key", "infra", "mission.yaml")
+_HASHED = ("workspace", "infra", "mission.yaml")  # what every store of the set is driven from
 
 
 @dataclass
@@ -114,6 +115,19 @@ def controls_dir(mission: Path) -> Path:
     return cache_root() / f"{Path(mission).name}-{mission_hash(mission)}"
 
 
+def fix_hash(fixes: list[Fix]) -> str:
+    h = hashlib.sha256()
+    for f in fixes:
+        h.update(f"{f.file}\0{f.find}\0{f.replace}\0".encode())
+    return h.hexdigest()[:12]
+
+
+def store_name(name: str, fixes: dict[str, list[Fix]]) -> str:
+    """A baseline is keyed by the mission's sources (the folder); a control also by its own fix,
+    so that editing one fix rebuilds that control only."""
+    return f"{name}.duckdb" if name in BASELINES else f"{name}.{fix_hash(fixes[name])}.duckdb"
+
+
 def _setup(mission: Path):
     spec = importlib.util.spec_from_file_location(f"controls_setup_{Path(mission).name}",
                                                   Path(mission) / "infra" / "setup.py")
@@ -162,11 +176,12 @@ def build(mission: Path, only: list[str] | None = None, say=print) -> Path:
     for name in names:
         if only and name not in only:
             continue
-        out = folder / f"{name}.duckdb"
-        if out.is_file() and name in manifest["stores"]:
+        out = folder / store_name(name, fixes)
+        if out.is_file() and manifest["stores"].get(name, {}).get("file") == out.name:
             continue
         say(f"control store {name}: driving the scenario ({' '.join(DRIVE)})")
-        manifest["stores"][name] = drive_one(mission, [] if name in BASELINES else fixes[name], out)
+        manifest["stores"][name] = {"file": out.name,
+                                    **drive_one(mission, [] if name in BASELINES else fixes[name], out)}
         folder.mkdir(parents=True, exist_ok=True)
         manifest_path.write_text(json.dumps(manifest, indent=2))
     return folder
@@ -175,25 +190,35 @@ def build(mission: Path, only: list[str] | None = None, say=print) -> Path:
 class Controls:
     """The control stores of one mission version, opened lazily and confined like the run's."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, fixes: dict[str, list[Fix]]) -> None:
         self.folder = Path(folder)
+        self.fixes = fixes
         self._cons: dict[str, object] = {}
 
     @classmethod
     def for_mission(cls, mission: Path) -> Controls | None:
+        """The mission's control stores on this machine, for its current sources and fixes; None
+        when it ships no fixes or the baselines were never made (`make setup` makes them)."""
+        fixes = load_fixes(mission)
         folder = controls_dir(mission)
-        if not all((folder / f"{b}.duckdb").is_file() for b in BASELINES):
+        if not fixes or not all((folder / f"{b}.duckdb").is_file() for b in BASELINES):
             return None
-        return cls(folder)
+        return cls(folder, fixes)
+
+    def path(self, name: str) -> Path | None:
+        if name not in BASELINES and name not in self.fixes:
+            return None
+        return self.folder / store_name(name, self.fixes)
 
     def has(self, name: str) -> bool:
-        return (self.folder / f"{name}.duckdb").is_file()
+        path = self.path(name)
+        return path is not None and path.is_file()
 
     def connection(self, name: str):
         from harness.verdicts.evidence import open_store
 
         if name not in self._cons:
-            self._cons[name] = open_store(self.folder / f"{name}.duckdb")
+            self._cons[name] = open_store(self.path(name))
         return self._cons[name]
 
     def close(self) -> None:
@@ -215,14 +240,14 @@ def table(mission: Path, store: Path | None = None) -> list[dict]:
     the defect's own control store."""
     from harness.verdicts.evidence import open_store
 
-    folder = controls_dir(mission)
+    controls = Controls(controls_dir(mission), load_fixes(mission))
     key = yaml.safe_load((Path(mission) / "key" / "defects.yaml").read_text())["defects"]
-    cons = {name: open_store(folder / f"{name}.duckdb") for name in BASELINES if (folder / f"{name}.duckdb").is_file()}
+    cons = {name: open_store(controls.path(name)) for name in BASELINES if controls.has(name)}
     run = open_store(store) if store else None
     rows = []
     try:
         for d in key:
-            control = open_store(folder / f"{d['id']}.duckdb") if (folder / f"{d['id']}.duckdb").is_file() else None
+            control = open_store(controls.path(d["id"])) if controls.has(d["id"]) else None
             try:
                 for i, e in enumerate(d.get("evidence") or []):
                     sql = " ".join(str(e["sql"]).split())

@@ -7,15 +7,26 @@ shows it). This module:
 
 - extracts the cited queries: `obs ...` commands and SQL (`SELECT` / `WITH`), in
   backticks or bare, each with the number the finding quotes for it ("→ 12", "returned 0");
-- re-runs each on the run's DuckDB file opened read-only, through `obs`'s own query
-  builders (so `obs traces search ...` runs exactly the SQL the agent's call ran; `--since`
-  is dropped: "the last 5 minutes" of a finished run is no window);
+- reads every SQL text with DuckDB's own parser (`sqlread`, never regexes): comments are
+  not part of a query; tables and literals come off the parse tree; a query that calls a
+  table function or reads anything but the store's four tables is refused before it runs;
+- re-runs each on the run's DuckDB file on a confined connection (`open_store`: read-only,
+  external access off, extensions neither installed nor loaded, the configuration locked),
+  each query interrupted after QUERY_LIMIT_S, at most ROW_CAP rows fetched, at most MAX_CITED
+  queries per finding, through `obs`'s own query builders for `obs` commands (`--since` is
+  dropped: "the last 5 minutes" of a finished run is no window); an error's text is cut to
+  its first line with the store's and the host's paths taken out;
 - judges whether the result supports the claim (non-empty; a single number non-zero,
-  unless the finding claims 0, an absence; a quoted number within TOLERANCE);
-- says which tables and literals (services, names, attribute keys) the query touched, so
-  a caller can ask whether it touches a planted defect's evidence;
-- finds the code locations (files, functions) a finding accuses, in the mission's own
-  sources (never the agent-writable workspace).
+  unless the finding claims 0; a quoted number within TOLERANCE), and whether a query that
+  re-ran to its claim is *evidence* at all: it must read a telemetry table and measure it
+  (a select list that reads a column or counts rows, not a constant; not the claimed number
+  written into its own select list), and an absence (0 / nothing) is evidence only against a
+  control store where the thing is present (`keymatch.Discriminator`);
+- says which tables and identifying literals (names, attribute keys; not service names,
+  kinds or statuses) the query touched;
+- finds the code a finding accuses in the mission's own sources (never the agent-writable
+  workspace): files, and the functions each of those files defines that the finding names
+  (`file.py: the stats handler` names `stats`; a cited query's `now()` accuses nothing).
 """
 
 from __future__ import annotations

@@ -16,24 +16,30 @@ the number of defects of the key that have it, so a word only one defect has wei
 
     score = sum of the shared words' weights (+ KIND_BONUS when the kinds agree) >= THRESHOLD
 
-and at least MIN_WORDS words are shared. A finding may bundle defects: the best-scoring
-defect is named first; each further one is named only if the words it shares that no
-already-named defect explains reach THRESHOLD by themselves (so two defects at the same
-location, which share location words, are not both named by a finding about one of them).
-The reason says which words matched.
+and at least MIN_WORDS words are shared: those are the finding's candidates (`candidates`).
+(`name_defects` keeps the older reading of a bundle, for a person's eyes: each further defect
+only if the words no named one explains reach THRESHOLD by themselves.) The reason says which
+words matched.
 
-Counting: a finding whose defects all are named by an earlier finding is a restatement
-(counts 0, `restates` the earliest such finding, `did not hold up`); one naming defects
-partly named before counts only the new ones.
+The matcher maps, it never confirms, and words credit nothing: a finding is credited with a
+planted defect only through its OWN evidence (`harness.verdicts.evidence`):
 
-The matcher maps, it never confirms: naming a defect whose key evidence holds is not
-enough. A proposal of `held up` also needs the finding's OWN evidence (`harness.verdicts.evidence`):
-it cites at least one query (`obs ...` or SQL); every cited query re-runs on the run's
-store to what the finding claims; for each defect it names, one of them touches that
-defect's evidence (a table and an identifying literal of the key's queries); and it
-accuses code the mission's own sources hold, at each named defect's location (its file
-or function). Each failed condition is a reason of the `did not hold up` proposal; the
-finding's re-runs are recorded before the key's.
+- no cited query refutes it (each re-runs to what the finding claims), and every number its
+  Finding text quotes as measured ("12 spans", "40 %") is one a cited query re-ran to;
+- one cited query is evidence of that defect: with the mission's control stores, it reads
+  differently on the run than on the store where only that defect is fixed, by more than the
+  two unfixed baselines differ (`Discriminator`); without them, it measures a table of the
+  defect's key queries and shares a literal only that defect's key uses (or two), and an
+  absence is not evidence;
+- it accuses the defect's code: its file AND one of its functions, as defined in that file;
+- the key's own evidence holds in the run.
+
+One row, one defect: a query credits at most one defect of its row, so a row is credited
+with several defects only when it gives separate evidence for each; sub-findings (8a, 8b)
+are findings of their own. Candidates are tried best-scoring first; one already credited by
+an earlier finding is skipped. A row credited with nothing names its best candidate: if an
+earlier finding named or showed it, it is a restatement (counts 0), else it counts 1 and
+did not hold up, each failed condition in its reason. Reasons never carry the key's ids.
 """
 
 from __future__ import annotations
