@@ -146,7 +146,7 @@ def drive_one(mission: Path, fixes: list[Fix], out: Path) -> dict:
         shutil.copytree(Path(mission) / "workspace", workspace,
                         ignore=shutil.ignore_patterns("__pycache__", "drive.json", ".obs"))
         apply(workspace, fixes)
-        services = _setup(mission).start(workspace, run)
+        services = _setup(mission).start(workspace, run, src=workspace / "src")
         try:
             env = {**os.environ, **{k: v for k, v in services.env.items() if k != "PATH"}}
             drive = subprocess.run([sys.executable, "-m", "scenario", "run", *DRIVE], cwd=workspace, env=env,
@@ -155,11 +155,27 @@ def drive_one(mission: Path, fixes: list[Fix], out: Path) -> dict:
             services.stop()
         if drive.returncode != 0:
             raise RuntimeError(f"the scenario failed on a control ({drive.stderr.strip()[-500:]})")
+        _check_store(run / "telemetry.duckdb")
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp_out = out.with_suffix(".tmp")
         shutil.copy2(run / "telemetry.duckdb", tmp_out)
         os.replace(tmp_out, out)
     return {"seconds": round(time.monotonic() - t0, 1), "bytes": out.stat().st_size}
+
+
+SERVICES = ("shop-api", "shop-mcp", "shop-agent")
+
+
+def _check_store(path: Path) -> None:
+    """A control is a drive of the whole stack: every service wrote spans (a fix that breaks a
+    service would otherwise make a store that shows every defect 'fixed')."""
+    import duckdb
+
+    with duckdb.connect(str(path), read_only=True) as con:
+        seen = {r[0] for r in con.execute("SELECT DISTINCT service FROM spans").fetchall()}
+    missing = [s for s in SERVICES if s not in seen]
+    if missing:
+        raise RuntimeError(f"the control drive has no spans of {', '.join(missing)}: the fix broke a service")
 
 
 def build(mission: Path, only: list[str] | None = None, say=print) -> Path:
