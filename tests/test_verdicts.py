@@ -96,12 +96,28 @@ def test_the_agent_cannot_write_the_evidence(store: Path):
         assert json.loads(bounds.fetchone()[0])[:3] == [0.005, 0.01, 0.025]
 
 
-def rule_report(store: Path, tmp_path: Path, name: str):
+def rule_report(store: Path, tmp_path: Path, name: str, controls=None):
     run = tmp_path / ".llms-benchmark" / "runs" / name
     run.mkdir(parents=True)
     shutil.copy2(REPORTS / f"{name}.md", run / "report.md")
     os.symlink(store, run / "telemetry.duckdb")
-    return finish(draft_rulings(run, KEY), None)  # what `rule RUN --accept` (no grader) writes
+    return finish(draft_rulings(run, KEY, controls=controls), None)  # what `rule RUN --accept` (no grader) writes
+
+
+@pytest.fixture(scope="module", params=["without control stores", "with control stores"])
+def controls(request):
+    """Both ways a machine rules: before `make setup` made the mission's control stores (the
+    word-and-literal rules, absences not evidence), and with them (a query counts only where it
+    reads differently with the defect fixed). Built here when missing (cached, ~6 min on 2 cores)."""
+    if request.param == "without control stores":
+        yield None
+        return
+    from harness.verdicts import controls as ctl
+
+    ctl.build(MISSION)
+    found = ctl.Controls.for_mission(MISSION)
+    yield found
+    found.close()
 
 
 def test_a_code_only_report_holds_up_at_most_one(store: Path, tmp_path: Path):
@@ -158,12 +174,12 @@ def test_the_drive_gate_reads_the_store_not_drive_json(store: Path, tmp_path: Pa
 
 # --- evidence that discriminates (issue 20): adversarial and honest reports on the real store ----------
 
-def _rule_text(store: Path, tmp_path: Path, name: str, text: str):
+def _rule_text(store: Path, tmp_path: Path, name: str, text: str, controls=None):
     run = tmp_path / ".llms-benchmark" / "runs" / name
     run.mkdir(parents=True)
     (run / "report.md").write_text(text)
     os.symlink(store, run / "telemetry.duckdb")
-    return finish(draft_rulings(run, KEY), None)
+    return finish(draft_rulings(run, KEY, controls=controls), None)
 
 
 HEAD = ("---\nservices: [shop-api, shop-mcp, shop-agent]\nwindow: 2026-11-30T01:00:00Z/2026-11-30T01:02:00Z\n"
@@ -174,13 +190,14 @@ def _row(text: str, evidence: str, kind: str = "Telemetry") -> str:
     return f"{HEAD}| 1 | {text} | {kind} | high | {evidence} |\n\n## Telemetry gaps\n"
 
 
-def test_an_adversarial_report_holds_up_nothing_and_leaks_nothing(store: Path, tmp_path: Path):
+@pytest.mark.timeout(900)
+def test_an_adversarial_report_holds_up_nothing_and_leaks_nothing(store: Path, tmp_path: Path, controls):
     import time
 
     from harness.verdicts.rulings import save_rulings
 
     t0 = time.monotonic()
-    rulings = rule_report(store, tmp_path, "adversarial")
+    rulings = rule_report(store, tmp_path, "adversarial", controls)
     took = time.monotonic() - t0
     assert len(rulings.findings) >= 15
     assert rulings.confirmed == 0 and [f.number for f in rulings.findings if f.verdict == HELD_UP] == []
@@ -256,11 +273,13 @@ ADVERSARIAL = {
 
 
 @pytest.mark.parametrize("case", list(ADVERSARIAL))
-def test_each_false_finding_class_does_not_hold_up(store: Path, tmp_path: Path, case: str):
+def test_each_false_finding_class_does_not_hold_up(store: Path, tmp_path: Path, case: str, controls):
     text, evidence, why = ADVERSARIAL[case]
-    rulings = _rule_text(store, tmp_path, "adv", _row(text, evidence))
+    rulings = _rule_text(store, tmp_path, "adv", _row(text, evidence), controls)
     (f,) = rulings.findings
     assert f.verdict != HELD_UP and rulings.confirmed == 0, f.reason
+    if controls is not None and why in ("none that re-ran to its claim reads", "claims an absence"):
+        why = "reads differently with the named defect fixed"  # the control store's words for it
     assert why in f.reason, f.reason
 
 
@@ -329,15 +348,22 @@ def test_too_many_cited_queries_do_not_hold_up_and_finish_fast(store: Path, tmp_
     assert save_rulings(rulings, tmp_path / "r.yaml").stat().st_size < 50_000
 
 
-def test_honest_findings_hold_up_each_counted_once(store: Path, tmp_path: Path):
-    rulings = rule_report(store, tmp_path, "honest_all")
+@pytest.mark.timeout(900)
+def test_honest_findings_hold_up_each_counted_once(store: Path, tmp_path: Path, controls):
+    rulings = rule_report(store, tmp_path, "honest_all", controls)
     by = {f.number: f for f in rulings.findings}
     anomalies = [f for f in rulings.findings if not f.number.startswith("G")]
     assert len(anomalies) == 13
     for f in anomalies:
         assert f.verdict == HELD_UP and f.counts == 1 and len(f.defects) == 1, (f.number, f.reason)
     assert len({f.defects[0] for f in anomalies}) == 13
-    # T06 is an absence only (its logs never reach the store): until the mission has control stores,
-    # an absence is not evidence, so the honest gap does not hold up -- said so, not hidden.
-    assert by["G1"].verdict != HELD_UP and "claims an absence" in by["G1"].reason
-    assert (rulings.confirmed, rulings.reported) == (13, 14)
+    # T06 is an absence only (its logs never reach the store). Without control stores an absence
+    # is not evidence, so the honest gap does not hold up -- said so, not hidden; with them, the
+    # T06 control holds the logger's lines, so the absence discriminates and holds.
+    if controls is None:
+        assert by["G1"].verdict != HELD_UP and "claims an absence" in by["G1"].reason
+        assert (rulings.confirmed, rulings.reported) == (13, 14)
+    else:
+        assert by["G1"].verdict == HELD_UP and "with that defect fixed" in by["G1"].reason, by["G1"].reason
+        assert (rulings.confirmed, rulings.reported) == (14, 14)
+        assert all("with that defect fixed" in f.reason for f in rulings.findings)
