@@ -4,9 +4,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test clean sandbox ripgrep embedded fitness-data
+.PHONY: setup demo test clean sandbox ripgrep embedded fitness-data controls
 
-setup: $(VENV)/.installed node_modules/.installed sandbox ripgrep embedded fitness-data
+setup: $(VENV)/.installed node_modules/.installed sandbox ripgrep embedded fitness-data controls
 
 # The agent runs under bubblewrap on Linux (sandbox-exec ships with macOS). Installed
 # from the distribution when missing; without it a launch refuses unless --no-sandbox.
@@ -51,6 +51,14 @@ embedded: $(VENV)/.installed
 # (bfcl-eval, if-verifiable; --no-deps): ~70 MB, ~10 s, once. Idempotent; the tests read them.
 fitness-data: $(VENV)/.installed
 	$(BIN)/llms-benchmark fitness data
+
+# The observability mission's control stores: its scenario's short drive (10 s, 2 users)
+# against its own stack, twice unfixed (the noise) and once per planted defect with only that
+# defect fixed (key/fixes.yaml). `rule` counts a cited query only where it reads differently
+# with the defect fixed. Cached in ~/.cache/llms-benchmark/controls/, keyed by the mission's
+# hash: rebuilt only when the mission changes (measured: see README).
+controls: $(VENV)/.installed
+	$(BIN)/python -m harness.verdicts.controls build --mission observability
 
 node_modules/.installed: package.json package-lock.json
 	# `npm install`, not `npm ci`: the lock records only the platform binaries the registry

@@ -13,7 +13,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from harness.atomic import write_atomic
-from harness.drive import DriveFigures
+from harness.verdicts.drive import DriveFigures
 from harness.serving.figures import ServingFigures
 from harness.unit_death import UnitDeath
 

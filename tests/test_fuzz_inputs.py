@@ -37,7 +37,7 @@ from typer.testing import CliRunner
 
 from harness.cli import app
 from harness.record import RowKey, RunRecord, Status, Timestamps
-from harness.rulings import Recall, RuledFinding, Rulings
+from harness.verdicts.rulings import Recall, RuledFinding, Rulings
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "150"))

@@ -17,7 +17,7 @@ from harness.errors import UserError
 from harness.grader.provider import resolve
 from harness.grader.session import Grader
 from harness.grader.tools import GraderTools
-from harness.report import Finding
+from harness.verdicts.report import Finding
 
 SECRET = "sk-test-grader-0123456789"
 

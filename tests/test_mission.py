@@ -12,7 +12,7 @@ import pytest
 
 from harness.errors import UserError
 from harness.mission import load_mission, prepare_workspace
-from harness.phases import queried_signals, read_phases
+from harness.verdicts.phases import queried_signals, read_phases
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -84,6 +84,8 @@ def test_obs_sql_counts_for_the_signals_of_the_tables_it_reads(tmp_path):
          "rows": 1, "ok": True},
         {"signal": "sql", "args": ["sql", "SELECT * FROM profiles"], "rows": 0, "ok": True},  # empty
         {"signal": "sql", "args": ["sql", "SELECT 1"], "rows": 1, "ok": True},  # no table
+        # A table named only in a comment is not read (it was counted when a regex read the SQL).
+        {"signal": "sql", "args": ["sql", "SELECT 1 /* FROM metrics */", "--limit", "5"], "rows": 1, "ok": True},
     ]
     log.write_text("\n".join(json.dumps(c) for c in calls) + "\n")
     assert queried_signals(log) == ["traces", "logs"]

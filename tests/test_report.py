@@ -3,7 +3,7 @@ evidence with pipes inside code, and partial reports parsed as far as they go.""
 
 from __future__ import annotations
 
-from harness.report import parse_report
+from harness.verdicts.report import parse_report
 
 GOOD = """---
 services: [shop-api, shop-mcp, shop-agent]
@@ -53,3 +53,25 @@ def test_a_report_missing_the_contract_is_parsed_as_far_as_it_goes():
 def test_empty_report():
     report = parse_report("")
     assert report.findings == [] and "no Anomalies section" in report.problems
+
+
+def test_sub_findings_get_their_own_numbers_and_evidence():
+    text = """---
+services: [shop-api]
+window: 2026-11-30T01:00:00Z/2026-11-30T01:02:00Z
+mode: drive
+---
+## Anomalies
+| # | Finding | Kind | Severity | Evidence |
+|---|---|---|---|---|
+| 8 | GET /stats is costly (src/shop_api/app.py stats): 8a) it reads all 3000 rows; 8b) it renders json.dumps | Perf | high | 8a: `SELECT 1` → 1; 8b: `SELECT 2` → 2 |
+| 9 | mentions 9a) once only | Perf | high | x |
+| 10 | (10a) first (10b) second | Perf | high | shared |
+## Telemetry gaps
+"""
+    found = [(f.number, f.text, f.evidence) for f in parse_report(text).findings]
+    assert found == [
+        ("8a", "GET /stats is costly (src/shop_api/app.py stats): it reads all 3000 rows", "`SELECT 1` → 1"),
+        ("8b", "GET /stats is costly (src/shop_api/app.py stats): it renders json.dumps", "`SELECT 2` → 2"),
+        ("9", "mentions 9a) once only", "x"),
+        ("10a", "first", "shared"), ("10b", "second", "shared")]

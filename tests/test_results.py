@@ -24,8 +24,8 @@ from harness.results.render import (
     render_page,
 )
 from harness.results.rows import format_tokens
-from harness.rulings import Recall, RuledFinding, Rulings, save_rulings
-from harness.scoring import score_local
+from harness.verdicts.rulings import Recall, RuledFinding, Rulings, save_rulings
+from harness.verdicts.scoring import score_local
 
 REPO = Path(__file__).resolve().parents[1]
 PROSE_TOP = "# Results\n\nHand-written intro, kept as is.  \n\n## Results\n\n"
@@ -266,7 +266,7 @@ def test_an_empty_report_ranks_last_with_0_0(root: Path):
 
 
 def test_a_run_whose_scenario_never_drove_gets_no_row(root: Path):
-    from harness.drive import DriveFigures
+    from harness.verdicts.drive import DriveFigures
 
     _run(root, "skipped", "odd-skipped", T0 + timedelta(days=3), 900, ["Perf"], 0)
     path = root / ".llms-benchmark" / "runs" / "skipped" / "run.json"

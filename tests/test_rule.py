@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.rule import finish
-from harness.rulings import HELD_UP, NOT_HELD_UP, Recall, RuledFinding, Rulings, now
+from harness.verdicts.rule import finish
+from harness.verdicts.rulings import HELD_UP, NOT_HELD_UP, Recall, RuledFinding, Rulings, now
 
 
 def _draft() -> Rulings:
@@ -58,3 +58,90 @@ def test_a_person_edits_the_counting():
 def test_an_edit_that_breaks_the_rules_is_refused(changes, message):
     with pytest.raises(ValueError, match=message):
         finish(_draft(), lambda f: changes if f.number == "2" else None)
+
+
+# --- `rule` without a terminal: set, check, --final; void runs refused ------------------------------
+
+import os  # noqa: E402
+import subprocess  # noqa: E402
+from datetime import UTC, datetime  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import yaml  # noqa: E402
+
+from harness.record import RowKey, RunRecord, Status, Timestamps  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+CLI = ROOT / ".venv" / "bin" / "llms-benchmark"
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    from test_rulings import REPORT, _store
+
+    (tmp_path / ".vot").mkdir()
+    (tmp_path / "missions").symlink_to(ROOT / "missions")
+    for run_id, status, reason in (("r-ok", Status.ok, None),
+                                   ("r-void", Status.void, "the scenario never drove the stack inside the mission")):
+        run = tmp_path / ".llms-benchmark" / "runs" / run_id
+        RunRecord(run_id=run_id, key=RowKey(preset="p", effort="medium", effort_requested="medium", gpu="g"),
+                  environment="cpu", stack="replay", mission="observability", status=status, reason=reason,
+                  times=Timestamps(launch=datetime(2026, 11, 30, 1, tzinfo=UTC))).save(run)
+        (run / "report.md").write_text(REPORT)
+        _store(run / "telemetry.duckdb")
+    return tmp_path
+
+
+def _cli(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(CLI), "rule", *args], capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+                          env={**os.environ, "LLMS_BENCHMARK_ROOT": str(root), "COLUMNS": "200",
+                               "LLMS_BENCHMARK_CACHE": str(root / "cache")})  # no control stores here
+
+
+def test_rule_set_check_final_without_a_terminal(project: Path):
+    path = project / "rulings" / "r-ok.yaml"
+    draft = _cli(project, "r-ok")
+    assert draft.returncode == 0, draft.stderr
+    assert yaml.safe_load(path.read_text())["final"] is False
+    done = _cli(project, "r-ok", "set", "5", "--verdict", "held up", "--kind", "Perf",
+                "--reason", "The five slowest spans are all shop-api's, as it says.", "--json")
+    assert done.returncode == 0, done.stderr
+    five = next(f for f in yaml.safe_load(path.read_text())["findings"] if f["number"] == "5")
+    assert (five["verdict"], five["ruled_by"], five["kind"]) == ("held up", "person", "Perf")
+    # Drafting again keeps the person's ruling.
+    assert _cli(project, "r-ok").returncode == 0
+    five = next(f for f in yaml.safe_load(path.read_text())["findings"] if f["number"] == "5")
+    assert five["ruled_by"] == "person"
+    # Bad input: one clear message naming what to fix, exit 2, no traceback.
+    for args, message in ((("set", "9", "--verdict", "held up", "--reason", "x."), "finding 9 is not ruled"),
+                          (("set", "5", "--verdict", "maybe", "--reason", "x."), "verdict 'maybe' is not one of"),
+                          (("set", "5", "--verdict", "held up"), "set needs the finding's number, --verdict and --reason"),
+                          (("frobnicate",), "'frobnicate' is not an action of rule")):
+        bad = _cli(project, "r-ok", *args)
+        assert bad.returncode == 2 and message in bad.stderr and "Traceback" not in bad.stderr, (args, bad.stderr)
+    # A hand edit that breaks the file: `check` names the file, the finding and the field.
+    data = yaml.safe_load(path.read_text())
+    data["findings"][1]["verdict"] = "sort of"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    bad = _cli(project, "r-ok", "check")
+    assert bad.returncode == 2 and "r-ok.yaml" in bad.stderr and "finding 2" in bad.stderr and "sort of" in bad.stderr
+    assert "--final" not in bad.stderr and "Traceback" not in bad.stderr
+    assert _cli(project, "r-ok", "--final").returncode == 2  # not made final while invalid
+    data["findings"][1]["verdict"] = "did not hold up"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    ok = _cli(project, "r-ok", "check", "--json")
+    assert ok.returncode == 0 and '"final": false' in ok.stdout
+    final = _cli(project, "r-ok", "--final", "--json")
+    assert final.returncode == 0 and '"final": true' in final.stdout, final.stderr
+    assert yaml.safe_load(path.read_text())["final"] is True
+    again = _cli(project, "r-ok", "set", "5", "--verdict", "did not hold up", "--reason", "Changed my mind.")
+    assert again.returncode == 2 and "final" in again.stderr
+
+
+def test_rule_refuses_a_void_run_with_its_reason(project: Path):
+    for args in (("r-void", "--accept"), ("r-void",), ("r-void", "set", "1", "--verdict", "held up", "--reason", "x.")):
+        res = _cli(project, *args)
+        assert res.returncode == 2, res.stdout
+        assert "is void: the scenario never drove the stack inside the mission" in res.stderr, res.stderr
+    assert not (project / "rulings" / "r-void.yaml").exists()
+    assert "no draft to make final" in _cli(project, "r-void", "--final").stderr

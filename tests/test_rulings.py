@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from harness.errors import UserError
-from harness.keymatch import NO_DEFECT_REASON, draft_rulings, load_key, name_defects
-from harness.report import Finding
-from harness.rulings import HELD_UP, NOT_HELD_UP, Rulings, load_rulings, save_rulings
+from harness.verdicts.keymatch import NO_DEFECT_REASON, draft_rulings, load_key, name_defects
+from harness.verdicts.report import Finding
+from harness.verdicts.rulings import HELD_UP, NOT_HELD_UP, Rulings, load_rulings, save_rulings
 from harness.telemetry.schema import DDL
 
 KEY = Path(__file__).resolve().parents[1] / "missions" / "observability" / "key" / "defects.yaml"
@@ -30,8 +30,8 @@ mode: drive
 
 | # | Finding | Kind | Severity | Evidence |
 |---|---------|------|----------|----------|
-| 1 | POST /orders spans have no database child span, unlike GET /products/{product_id}: place_order skips db.query | Telemetry | high | `obs sql "SELECT count(*) FROM spans s WHERE s.name = 'POST /orders' AND EXISTS (SELECT 1 FROM spans c WHERE c.parent_span_id = s.span_id AND c.attributes->>'$.\"db.system.name\"' = 'sqlite')"` → 0 traces; `obs traces search --name "GET /products/{product_id}"` → 1 span |
-| 2 | GET /stats spends its CPU in json.dumps rendering the catalog, in stats() | Perf | medium | `obs profiles top --service shop-api` → json:dumps 40 % self |
+| 1 | POST /orders spans have no database child span, unlike GET /products/{product_id}: place_order in src/shop_api/app.py skips db.query | Telemetry | high | `obs sql "SELECT count(*) FROM spans s WHERE s.name = 'POST /orders' AND EXISTS (SELECT 1 FROM spans c WHERE c.parent_span_id = s.span_id AND c.attributes->>'$.\\"db.system.name\\"' = 'sqlite')"` → 0 traces; `obs sql "SELECT count(*) FROM spans s WHERE s.name = 'GET /products/{product_id}' AND EXISTS (SELECT 1 FROM spans c WHERE c.parent_span_id = s.span_id AND c.attributes->>'$.\\"db.system.name\\"' = 'sqlite')"` → 1 |
+| 2 | GET /stats spends its CPU in json.dumps rendering the catalog, in stats() of src/shop_api/app.py | Perf | medium | `obs profiles top --service shop-api` → json:dumps 40 % self |
 | 3 | Order writes go to SQLite without a db child span under POST /orders | Telemetry | medium | same query as finding 1 |
 | 4 | shop-mcp exports no logs at all, and shop.orders.placed carries the constant product.category "general" (src/shop_mcp/api.py call, src/shop_api/app.py place_order) | Telemetry | medium | `obs logs search --service shop-mcp` → 0; `obs metrics query shop.orders.placed --by product.category` → one series |
 | 5 | The slowest spans belong to shop-api | Perf | low | `obs traces search --limit 5` → 5 spans |
@@ -86,53 +86,61 @@ def test_key_matcher_proposals(run_dir: Path):
     assert list(by) == ["1", "2", "3", "4", "5", "G1"]
     assert all(f.ruled_by == "key-matcher" for f in r.findings)
 
-    one = by["1"]
+    one = by["1"]  # its absence (→ 0) is no evidence by itself; its contrast (→ 1) is, and the code is named
     assert one.defects == ["T01-orders-bypass-db-span"] and one.verdict == HELD_UP and one.counts == 1
     assert "matched:" in one.reason and "child" in one.reason and "sqlite" in one.reason
+    assert "by cited query 2" in one.reason
     own, key = one.evidence[:2], one.evidence[2:]  # the finding's own re-runs first, then the key's
     assert [(e.query.split()[:2], e.result, e.holds, e.defect) for e in own] == [
-        (["obs", "sql"], 0, True, None), (["obs", "traces"], "1 rows", True, None)]
+        (["obs", "sql"], 0, True, None), (["obs", "sql"], 1, True, None)]
     assert [(e.expect, e.result, e.holds) for e in key] == [("value == 0", 0, True), ("value > 0", 1, True)]
     assert all("FROM spans" in e.query for e in key)
+    # The key's ids never leak into a reason (they name the hidden key's defects).
+    assert not any(d.id in f.reason or d.id.split("-")[0] + ":" in f.reason for f in r.findings for d in load_key(KEY))
 
     two = by["2"]  # named, but no profile in this run's store: its own query and the key's come back empty
     assert two.defects == ["P04-stats-payload-rendered"] and two.verdict == NOT_HELD_UP and two.counts == 1
     assert (two.evidence[0].result, two.evidence[0].holds) == ("0 rows", False)
-    assert two.evidence[1].result == 0 and two.evidence[1].holds is False
-    assert "returned no rows where the finding claims 40" in two.reason and "does not hold" in two.reason
+    assert "returned no rows where the finding claims 40" in two.reason
 
     three = by["3"]  # restates finding 1
     assert three.defects == ["T01-orders-bypass-db-span"]
     assert (three.counts, three.restates, three.verdict) == (0, "1", NOT_HELD_UP)
     assert "restates finding 1" in three.reason
 
-    four = by["4"]  # a bundle of two defects, both holding
-    assert set(four.defects) == {"T06-mcp-call-logs-unexported", "T03-constant-category-label"}
-    assert four.verdict == HELD_UP and four.counts == 2 and "bundle of 2" in four.reason
+    four = by["4"]  # words name two defects; only T03 has a query of its own (the logs one claims an absence)
+    assert four.defects == ["T03-constant-category-label"]
+    assert four.verdict == HELD_UP and four.counts == 1
 
     five = by["5"]  # names nothing: left to a grader or a person (its query re-run, for them)
     assert five.defects == [] and five.verdict == NOT_HELD_UP and five.counts == 1
     assert five.reason == NO_DEFECT_REASON and [e.holds for e in five.evidence] == [True]
 
-    gap = by["G1"]  # named; its own query lists metrics, but half the key's evidence is false (no chat spans)
+    gap = by["G1"]  # named; `obs metrics list` reads no literal of T05's, and half the key's evidence is false
     assert gap.defects == ["T05-operation-duration-declared-unrecorded"] and gap.verdict == NOT_HELD_UP
-    assert [e.holds for e in gap.evidence] == [True, True, False]
 
-    assert r.reported == 6  # 1 + 1 + 0 + 2 + 1 + 1
-    assert r.confirmed == 3
-    assert r.by_kind == {"Telemetry": 3, "Perf": 0, "Behavior": 0}
-    assert r.accuracy == 50
-    assert r.recall.found == sorted(["T01-orders-bypass-db-span", "T03-constant-category-label",
-                                     "T06-mcp-call-logs-unexported"])
+    assert r.reported == 5  # 1 + 1 + 0 + 1 + 1 + 1
+    assert r.confirmed == 2
+    assert r.by_kind == {"Telemetry": 2, "Perf": 0, "Behavior": 0}
+    assert r.accuracy == 40
+    assert r.recall.found == sorted(["T01-orders-bypass-db-span", "T03-constant-category-label"])
     assert r.recall.planted == 15
 
 
 def test_the_store_is_opened_read_only(run_dir: Path):
-    con = duckdb.connect(str(run_dir / "telemetry.duckdb"), read_only=True)  # another reader meanwhile
+    # Another process reads the store meanwhile (as the agent's query endpoint may): both are readers.
+    import subprocess
+    import sys
+
+    holder = subprocess.Popen([sys.executable, "-c", "import duckdb, sys, time; "
+                               "c = duckdb.connect(sys.argv[1], read_only=True); print('open', flush=True); "
+                               "time.sleep(60)", str(run_dir / "telemetry.duckdb")], stdout=subprocess.PIPE, text=True)
     try:
+        assert holder.stdout.readline().strip() == "open"
         r = draft_rulings(run_dir, KEY)
     finally:
-        con.close()
+        holder.kill()
+        holder.wait()
     assert r.finding("1").verdict == HELD_UP
 
 
@@ -160,7 +168,7 @@ def test_round_trip(run_dir: Path, tmp_path: Path):
     assert not [p for p in path.parent.iterdir() if p.name.endswith(".tmp")]
     back = load_rulings(path, report=run_dir / "report.md")
     assert back == r
-    assert (back.confirmed, back.reported, back.accuracy) == (3, 6, 50)
+    assert (back.confirmed, back.reported, back.accuracy) == (2, 5, 40)
     # A person rules finding 5 held up, and finalises.
     data = yaml.safe_load(path.read_text())
     data["findings"][4].update(verdict="held up", ruled_by="person", evidence="`obs traces search` → shop-api 5/5",
@@ -168,7 +176,7 @@ def test_round_trip(run_dir: Path, tmp_path: Path):
     data["final"] = True
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     ruled = load_rulings(path)
-    assert ruled.final and ruled.confirmed == 4 and ruled.by_kind["Perf"] == 1 and ruled.accuracy == 67
+    assert ruled.final and ruled.confirmed == 3 and ruled.by_kind["Perf"] == 1 and ruled.accuracy == 60
     assert ruled.finding("5").evidence[0].query.startswith("`obs traces search`")
 
 
@@ -229,8 +237,8 @@ def test_restatement_must_count_zero_and_ruled_by_is_known():
 # --- the finding's own evidence: each condition of `held up`, failing alone ---------------------
 
 T01_TEXT = "POST /orders spans have no sqlite database child span: place_order in src/shop_api/app.py skips db.query"
-T01_QUERY = ("`obs sql \"SELECT count(*) FROM spans s WHERE s.name = 'POST /orders' AND EXISTS (SELECT 1 FROM spans c "
-             "WHERE c.parent_span_id = s.span_id AND c.attributes->>'$.\\\"db.system.name\\\"' = 'sqlite')\"` → 0")
+T01_QUERY = ("`obs sql \"SELECT count(*) FROM spans s WHERE s.name = 'GET /products/{product_id}' AND EXISTS (SELECT 1 "
+             "FROM spans c WHERE c.parent_span_id = s.span_id AND c.attributes->>'$.\\\"db.system.name\\\"' = 'sqlite')\"` → 1")
 
 
 def _one(run_dir: Path, text: str, evidence: str):
@@ -245,24 +253,36 @@ def test_own_evidence_that_re_runs_to_the_claim_holds_up(run_dir: Path):
     assert _one(run_dir, T01_TEXT, T01_QUERY).verdict == HELD_UP
 
 
+ABSENT_QUERY = ("`obs sql \"SELECT count(*) FROM spans s WHERE s.name = 'POST /orders' AND EXISTS (SELECT 1 FROM spans c "
+                "WHERE c.parent_span_id = s.span_id AND c.attributes->>'$.\\\"db.system.name\\\"' = 'sqlite')\"` → 0")
+
+
 @pytest.mark.parametrize(("text", "evidence", "why"), [
     (T01_TEXT, "code reading", "no telemetry evidence cited"),
     (T01_TEXT, "none", "no telemetry evidence cited"),
     # The same query, claiming what it does not return.
-    (T01_TEXT, T01_QUERY.replace("→ 0", "returned 12"), "returned 0 where the finding claims 12"),
-    # A count with no claim must be non-zero: 0 does not show a thing.
-    (T01_TEXT, T01_QUERY.replace(" → 0", ""), "the cited query returned 0"),
+    (T01_TEXT, T01_QUERY.replace("→ 1", "returned 12"), "returned 1 where the finding claims 12"),
+    # The number is in the Finding's text, not after the query: compared all the same.
+    (T01_TEXT.replace("span:", "span (40 spans checked):"), T01_QUERY.replace(" → 1", ""),
+     "its text says 40, which no cited query re-ran to"),
+    # A claimed absence (0), true on the store, shows nothing until a control store shows the thing present.
+    (T01_TEXT, ABSENT_QUERY, "claims an absence"),
     # A query that holds, but reads another service's spans: not this defect's evidence.
-    (T01_TEXT, "`obs traces search --service shop-mcp` → 1 span", "no cited query that holds reads T01"),
-    (T01_TEXT, "`obs sql \"SELECT 1\"` → 1", "no cited query that holds reads T01"),
+    (T01_TEXT, "`obs traces search --service shop-mcp` → 1 span", "no cited query is evidence of the defect"),
+    (T01_TEXT, "`obs sql \"SELECT 1\"` → 1", "reads no telemetry table"),
+    (T01_TEXT, "`obs sql \"SELECT 1 FROM spans /* WHERE name = 'sqlite' */ LIMIT 1\"` → 1", "constant"),
     # A write, a bad command: refused, never run.
     (T01_TEXT, "`obs sql \"DELETE FROM spans WHERE name = 'POST /orders'\"`", "could not be re-run"),
     (T01_TEXT, "`obs traces get` on an order trace", "could not be re-run"),
-    # Code the mission does not have, or not the defect's code.
+    # Code the mission does not have, or not the defect's code (file AND function).
     (T01_TEXT.replace("src/shop_api/app.py", "src/shop_api/orders.py"), T01_QUERY,
      "src/shop_api/orders.py, which the mission's sources lack"),
     ("POST /orders spans have no sqlite database child span, db.query is skipped", T01_QUERY,
-     "names no code location of T01-orders-bypass-db-span"),
+     "it does not accuse the defect's code"),
+    (T01_TEXT.replace("place_order in src/shop_api/app.py", "get_product in src/shop_api/app.py"), T01_QUERY,
+     "it does not accuse the defect's code"),
+    (T01_TEXT.replace("src/shop_api/app.py", "src/shop_mcp/server.py"), T01_QUERY,
+     "it does not accuse the defect's code"),
 ])
 def test_own_evidence_failing_one_condition_does_not_hold_up(run_dir: Path, text, evidence, why):
     finding = _one(run_dir, text, evidence)

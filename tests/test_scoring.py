@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import UserError
-from harness.scoring import (
+from harness.verdicts.scoring import (
     LOCAL_WEIGHTS,
     REMOTE_WEIGHTS,
     accuracy_points,

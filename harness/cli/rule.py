@@ -13,8 +13,19 @@ from rich.table import Table
 from harness.cli.common import JsonOpt, err, out, project_root, user_errors
 
 
+ACTIONS = ("set", "check")
+
+
 @user_errors
-def rule_cmd(run_id: str,
+def rule_cmd(run_id: Annotated[str, typer.Argument(help="The run to rule (a folder of .llms-benchmark/runs/).")],
+             action: Annotated[str | None, typer.Argument(
+                 help="`set N` (rule one finding: --verdict, --reason) or `check` (validate the edited file).",
+                 show_default=False)] = None,
+             number: Annotated[str | None, typer.Argument(help="The finding `set` rules.", show_default=False)] = None,
+             verdict: Annotated[str, typer.Option("--verdict", help="With set: 'held up' or 'did not hold up'.")] = "",
+             reason: Annotated[str, typer.Option("--reason", help="With set: why, in one sentence.")] = "",
+             kind: Annotated[str, typer.Option("--kind", help="With set: Telemetry, Perf or Behavior.")] = "",
+             final: Annotated[bool, typer.Option("--final", help="Make the draft, as it stands, final.")] = False,
              accept: Annotated[bool, typer.Option("--accept", help="Accept every proposal (scripts).")] = False,
              grader: Annotated[str, typer.Option(
                  "--grader", help="PROVIDER/MODEL of a grader model that proposes each verdict.")] = "",
@@ -25,12 +36,46 @@ def rule_cmd(run_id: str,
              grader_config: Annotated[Path | None, typer.Option(
                  help="An opencode config defining the grader's provider.")] = None,
              as_json: JsonOpt = False) -> None:
-    """Draft RUN_ID's rulings (key-matcher, then an optional grader model); accept or override each finding."""
+    """Draft RUN_ID's rulings (key-matcher, then an optional grader model); accept or override each finding.
+
+    Without a terminal: `rule RUN set N --verdict 'held up' --reason '...'` rules one finding,
+    `rule RUN check` validates a hand-edited rulings file, `rule RUN --final` makes the draft final."""
     import sys
+
+    from harness.errors import UserError
+    from harness.verdicts import rule as rules
+
+    if action is not None or final:
+        if action is not None and action not in ACTIONS:
+            raise UserError(f"'{action}' is not an action of rule", field="ACTION",
+                            fix=f"use one of: {', '.join(ACTIONS)} (or none, to draft)")
+        if action == "set":
+            if not number or not verdict or not reason.strip():
+                raise UserError("set needs the finding's number, --verdict and --reason", field="set",
+                                fix=f"llms-benchmark rule {run_id} set 3 --verdict 'did not hold up' "
+                                    "--reason 'Its query returns 0 on the store.'")
+            rulings, path = rules.set_verdict(project_root(), run_id, number, verdict, reason, kind or None)
+        elif action == "check":
+            path = rules.rulings_path(project_root(), run_id)
+            rulings = rules.check(project_root(), run_id)
+        else:
+            rulings, path = None, None
+        if final:
+            rulings, path = rules.finalise(project_root(), run_id)
+        summary = {"rulings": str(path), "final": rulings.final, "confirmed": rulings.confirmed,
+                   "reported": rulings.reported, "accuracy": rulings.accuracy, "by_kind": rulings.by_kind,
+                   "recall": f"{len(rulings.recall.found)}/{rulings.recall.planted}"}
+        if as_json:
+            out.print_json(json.dumps(summary))
+        else:
+            out.print(f"{path}: {'final' if rulings.final else 'a draft'}, {rulings.confirmed} / {rulings.reported} "
+                      f"held up, accuracy {rulings.accuracy}%, planted defects found {summary['recall']}",
+                      highlight=False)
+        return
 
     from rich.prompt import Prompt
 
-    from harness.rule import VERDICT_CHOICES, GraderNotes, edited, rule
+    from harness.verdicts.rule import VERDICT_CHOICES, GraderNotes, edited, rule
 
     endpoint = None
     if grader:

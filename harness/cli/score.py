@@ -38,7 +38,7 @@ ConfirmedOpt = Annotated[str, typer.Option("--confirmed", help="Confirmed findin
 def score_local_cmd(total: TotalOpt, accuracy: AccuracyOpt, confirmed: ConfirmedOpt,
                     seconds_per_confirmed: SecondsPerConfirmedOpt = None, as_json: JsonOpt = False) -> None:
     """Score a local-serving row: seconds/confirmed 3/7, Total 2/7, Accuracy 1/7, Confirmed 1/7."""
-    from harness.scoring import score_local
+    from harness.verdicts.scoring import score_local
 
     _score_output(score_local(seconds_per_confirmed, total, accuracy, confirmed), as_json)
 
@@ -50,7 +50,7 @@ def score_remote_cmd(total: TotalOpt, accuracy: AccuracyOpt, confirmed: Confirme
                      seconds_per_confirmed: SecondsPerConfirmedOpt = None, as_json: JsonOpt = False) -> None:
     """Score a remote-serving row: $/confirmed 0.30, seconds/confirmed 0.30, Total 0.20,
     Accuracy 0.10, Confirmed 0.10."""
-    from harness.scoring import score_remote
+    from harness.verdicts.scoring import score_remote
 
     _score_output(score_remote(usd_per_confirmed, seconds_per_confirmed, total, accuracy, confirmed), as_json)
 

@@ -17,8 +17,8 @@ import httpx
 from harness.grader.provider import Endpoint
 from harness.grader.tools import SPECS, GraderTools
 from harness.paths import RunPaths
-from harness.report import Finding
-from harness.rulings import VERDICTS, Rerun
+from harness.verdicts.report import Finding
+from harness.verdicts.rulings import VERDICTS, Rerun
 from harness.wire.openai import bearer
 
 MAX_ROUNDS = 12

@@ -72,10 +72,11 @@ class GraderTools:
     # --- the store ---------------------------------------------------------------------
     def _connection(self):
         if self._con is None:
-            import duckdb
+            from harness.verdicts.evidence import open_store
 
-            self._con = duckdb.connect(str(self.store), read_only=True,
-                                       config={"enable_external_access": False})
+            # The same confined configuration as the key-matcher's re-runs (DuckDB refuses a second
+            # in-process connection to one file under another configuration).
+            self._con = open_store(self.store)
         return self._con
 
     def sql(self, query: str) -> str:

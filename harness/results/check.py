@@ -14,7 +14,7 @@ from pathlib import Path
 from harness.errors import UserError
 from harness.results.columns import Kind, columns
 from harness.results.render import read_page
-from harness.scoring import score_local, score_remote
+from harness.verdicts.scoring import score_local, score_remote
 
 _LINK = re.compile(r"\[`?([^`\]]+)`?\]\([^)]*\)")
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from harness.results.serving_columns import SERVING_COLUMNS
-from harness.scoring import parse_percent, parse_seconds, parse_total, parse_usd
+from harness.verdicts.scoring import parse_percent, parse_seconds, parse_total, parse_usd
 
 if TYPE_CHECKING:
     from harness.results.rows import Row

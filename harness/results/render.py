@@ -19,7 +19,7 @@ from harness.errors import UserError
 from harness.paths import ProjectPaths
 from harness.results.columns import DASH, Column, bold, columns, headers, preset_link
 from harness.results.rows import NonConclusive, Row, load_local_rows, load_non_conclusive, load_remote_rows
-from harness.scoring import rank_key
+from harness.verdicts.scoring import rank_key
 from harness.vot.loader import is_file
 
 BEGIN = "<!-- results:begin -->"

@@ -5,7 +5,7 @@ not scripted) joined with their FINAL rulings (`rulings/<run-id>.yaml`,
 `final: true`); one row per key (preset, effort, CLI, GPU), the latest run (by its
 launch time) replacing older ones. Remote rows are kept by hand in
 `.llms-benchmark/remote-rows.yaml`, their cells as written; every cell's shape is
-checked. Both get their Scoring from their own cells (`harness.scoring`).
+checked. Both get their Scoring from their own cells (`harness.verdicts.scoring`).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from harness.paths import RUN_RECORD, ProjectPaths
 from harness.record import RunRecord, Status
 from harness.results.columns import DASH, REMOTE_CELLS, REMOTE_REQUIRED
 from harness.results.serving_columns import serving_cells
-from harness.rulings import Rulings, load_rulings
-from harness.scoring import Score, format_total, parse_total, score_local, score_remote
+from harness.verdicts.rulings import Rulings, load_rulings
+from harness.verdicts.scoring import Score, format_total, parse_total, score_local, score_remote
 from harness.vot.loader import is_file, parse_yaml, read_bytes
 
 # The benchmark's protocol revision: the local tables' `oddyssey` column reads

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from harness.drive import measure_drive
 from harness.errors import UserError
 from harness.opencode import config as oc_config
 from harness.opencode.store import collect as collect_store
 from harness.opencode.store import session_tree
-from harness.phases import files_read_before, phases_between, phases_from_drive_text, signals_from_log_text
 from harness.record import RunRecord, Status, Tokens, WireFigures
 from harness.sandbox import wirelog
 from harness.serving.collect import collect_serving
 from harness.stages.context import LaunchContext
+from harness.verdicts.drive import measure_drive
+from harness.verdicts.phases import files_read_before, phases_between, phases_from_drive_text, signals_from_log_text
 
 
 def collect(rec: RunRecord, ctx: LaunchContext) -> None:

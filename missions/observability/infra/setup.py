@@ -80,11 +80,13 @@ def start_store(db: Path, log: Path, ingest_token: str | None = None) -> tuple[s
     raise RuntimeError(f"the telemetry store did not start (last line: {line!r}; log {log})")
 
 
-def start(workspace: Path, run_dir: Path) -> MissionServices:
+def start(workspace: Path, run_dir: Path, src: Path | None = None) -> MissionServices:
+    """`src`: the services' sources; the mission's own unless a control store is made (a copy
+    with one defect fixed, `harness.verdicts.controls`)."""
     token = secrets.token_urlsafe(32)  # in memory and in the services' environments only
     store, url, query_url = start_store(run_dir / "telemetry.duckdb", run_dir / "telemetry-store.log", token)
     try:
-        stack = start_stack(url, run_dir / "stack", ingest_token=token)
+        stack = start_stack(url, run_dir / "stack", ingest_token=token, src=src)
     except BaseException:
         _stop(store)
         raise

@@ -120,10 +120,13 @@ def _mcp_answers(url: str) -> bool:
 
 
 def start_stack(store_url: str, workdir: str | os.PathLike, python: str = sys.executable,
-                ingest_token: str | None = None) -> Stack:
+                ingest_token: str | None = None, src: str | os.PathLike | None = None) -> Stack:
     """`ingest_token`: the store's ingest token, given to the services only (the standard
-    OTEL_EXPORTER_OTLP_HEADERS; the profiler reads it too), never to the scenario or the agent."""
+    OTEL_EXPORTER_OTLP_HEADERS; the profiler reads it too), never to the scenario or the agent.
+    `src`: the services' sources, the mission's own unless a control store is being made from a
+    copy with one defect fixed (never the agent's workspace)."""
     workdir = Path(workdir)
+    src = Path(src) if src is not None else SRC
     workdir.mkdir(parents=True, exist_ok=True)
     ports = {name: free_port() for name in ("api", "mcp", "agent", "model")}
     urls = {
@@ -137,7 +140,7 @@ def start_stack(store_url: str, workdir: str | os.PathLike, python: str = sys.ex
     env = service_env()  # the launch's credentials and keys stay out of what the agent drives
     env.update(
         {
-            "PYTHONPATH": str(SRC),
+            "PYTHONPATH": str(src),
             "PYTHONUNBUFFERED": "1",
             "OTEL_EXPORTER_OTLP_ENDPOINT": store_url.rstrip("/"),
             "SHOP_API_PORT": str(ports["api"]),
@@ -154,11 +157,11 @@ def start_stack(store_url: str, workdir: str | os.PathLike, python: str = sys.ex
     deadline = time.monotonic() + HEALTH_TIMEOUT_S
     try:
         _spawn(stack, "model", [python, str(MODEL_SERVER), "--port", str(ports["model"])], env, workdir)
-        _spawn(stack, "api", [python, "-m", "shop_api"], env, SRC)
+        _spawn(stack, "api", [python, "-m", "shop_api"], env, src)
         _wait(stack, "model", lambda: httpx.get(f"{urls['model']}/models", timeout=2).status_code == 200, deadline)
         _wait(stack, "api", lambda: httpx.get(f"{urls['api']}/health", timeout=2).status_code == 200, deadline)
-        _spawn(stack, "mcp", [python, "-m", "shop_mcp"], env, SRC)
-        _spawn(stack, "agent", [python, "-m", "shop_agent"], env, SRC)
+        _spawn(stack, "mcp", [python, "-m", "shop_mcp"], env, src)
+        _spawn(stack, "agent", [python, "-m", "shop_agent"], env, src)
         _wait(stack, "mcp", lambda: _mcp_answers(urls["mcp"]), deadline)
         _wait(stack, "agent", lambda: httpx.get(f"{urls['agent']}/health", timeout=2).status_code == 200, deadline)
     except BaseException:

@@ -174,11 +174,14 @@ class Shopper:
         listing = self.api("GET /products", "GET", "/products", params={"category": category, "size": 20}) or {}
         items = listing.get("items") or []
         product_id = items[(self.vu * 3 + k) % len(items)]["id"] if items else 1
-        self.api("GET /products/{id}", "GET", f"/products/{product_id}")
+        detail = self.api("GET /products/{id}", "GET", f"/products/{product_id}") or {}
         think = start + THINK_S - time.monotonic()
         if think > 0:
             time.sleep(think)
-        order = self.api("POST /orders", "POST", "/orders", json={"product_id": product_id, "quantity": 2}) or {}
+        # The first shopper's second visit asks for one unit more than the product has: every
+        # drive, however short or loaded, has one order the shop cannot fill.
+        quantity = int(detail.get("stock", 1)) + 1 if (self.vu == 1 and k == 1) else 2
+        order = self.api("POST /orders", "POST", "/orders", json={"product_id": product_id, "quantity": quantity}) or {}
         if order.get("order_ref"):
             self.api("GET /orders/{ref}", "GET", f"/orders/{order['order_ref']}")
         self.api("GET /search", "GET", "/search", params={"q": term})

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from harness.atomic import write_atomic
 from harness.errors import UserError
-from harness.report import KINDS, Report, parse_report_file
+from harness.verdicts.report import KINDS, Report, parse_report_file
 from harness.vot.loader import parse_yaml, read_bytes
 
 HELD_UP = "held up"

@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import UserError
-from harness.keymatch import draft_rulings
+from harness.verdicts.keymatch import draft_rulings
 from harness.paths import RUN_RECORD, ProjectPaths
-from harness.record import RunRecord
-from harness.report import parse_report_file
-from harness.rulings import HELD_UP, NOT_HELD_UP, Recall, RuledFinding, Rulings, load_rulings, save_rulings
+from harness.record import RunRecord, Status
+from harness.verdicts.report import parse_report_file
+from harness.verdicts.rulings import HELD_UP, NOT_HELD_UP, Recall, RuledFinding, Rulings, load_rulings, save_rulings
 from harness.vot.loader import is_file
 
 # ask(finding) -> None to accept the proposal, (verdict, reason) to override it, or a dict
@@ -56,13 +56,28 @@ def run_folder(root: Path, run_id: str) -> tuple[Path, RunRecord]:
                         fix="restore run.json from git, or launch the run again") from None
 
 
+def ruleable(record: Path, rec: RunRecord) -> None:
+    """Only a run that produced a row is ruled: a void, refused or fault run is refused with the
+    record's own reason."""
+    if rec.status != Status.ok:
+        raise UserError(f"run '{rec.run_id}' is {rec.status.value}: {rec.reason or 'no reason recorded'}",
+                        file=record, field="status",
+                        fix="a run that is not ok yields no row and is never ruled; launch the mission again")
+
+
 def draft(root: Path, run_id: str) -> Rulings:
     folder, rec = run_folder(root, run_id)
+    ruleable(ProjectPaths(root).run(run_id).record, rec)
     key = root / "missions" / rec.mission / "key" / "defects.yaml"
     if not key.is_file():
         raise UserError(f"mission '{rec.mission}' has no hidden key to rule against", file=key,
                         fix="rule missions that ship key/defects.yaml (the observability mission)")
-    return draft_rulings(folder, key, sources=root / "missions" / rec.mission / "workspace")
+    from harness.verdicts.controls import Controls
+
+    # The mission's control stores (made by `make setup`), when this machine has them for this
+    # mission version: then a cited query counts only where it reads differently with the defect fixed.
+    controls = Controls.for_mission(root / "missions" / rec.mission)
+    return draft_rulings(folder, key, sources=root / "missions" / rec.mission / "workspace", controls=controls)
 
 
 def with_recall(rulings: Rulings) -> Rulings:
@@ -154,11 +169,14 @@ def rule(root: Path, run_id: str, *, ask: Ask | None, accept: bool, grader=None,
     """Draft (key-matcher), grade (optional grader model, its notes into `notes`), finish, save."""
     _check_run_id(root, run_id)
     path = rulings_path(root, run_id)
+    existing = None
     if is_file(path):
         existing = load_rulings(path)
         if existing.final:
             return existing, path
     rulings = draft(root, run_id)
+    if existing is not None:  # a draft a person has edited (`rule RUN set N ...`): their rulings stand
+        rulings = _keep_person(rulings, existing)
     if grader is not None:
         rulings, _ = grade(root, run_id, rulings, grader, say, notes)
     if accept or ask is not None:
@@ -169,3 +187,104 @@ def rule(root: Path, run_id: str, *, ask: Ask | None, accept: bool, grader=None,
 
 
 VERDICT_CHOICES = {"a": None, "h": HELD_UP, "d": NOT_HELD_UP, "e": "edit"}
+VERDICT_WORDS = {"held up": HELD_UP, "held-up": HELD_UP, "held": HELD_UP, "did not hold up": NOT_HELD_UP,
+                 "did-not-hold-up": NOT_HELD_UP, "not held up": NOT_HELD_UP, "not-held-up": NOT_HELD_UP}
+
+
+def _keep_person(fresh: Rulings, existing: Rulings) -> Rulings:
+    mine = {f.number: f for f in existing.findings if f.ruled_by == "person"}
+    findings = [mine.get(f.number, f) for f in fresh.findings]
+    return with_recall(fresh.model_copy(update={"findings": findings}))
+
+
+def _existing_draft(root: Path, run_id: str) -> tuple[Rulings, Path]:
+    """The run's rulings file, drafted first when there is none; refused once final."""
+    _check_run_id(root, run_id)
+    path = rulings_path(root, run_id)
+    if not is_file(path):
+        rulings = draft(root, run_id)
+        save_rulings(rulings, path)
+    else:
+        folder, rec = run_folder(root, run_id)
+        ruleable(ProjectPaths(root).run(run_id).record, rec)
+    rulings = check(root, run_id, path)
+    if rulings.final:
+        raise UserError("these rulings are final and are not edited", file=path, field="final",
+                        fix="a final ruling is changed only by hand, in review (set `final: false` to reopen it)")
+    return rulings, path
+
+
+def set_verdict(root: Path, run_id: str, number: str, verdict: str, reason: str, kind: str | None = None,
+                restates: str | None = None) -> tuple[Rulings, Path]:
+    """`rule RUN set N --verdict ... --reason ...`: a person's ruling of one finding, without a
+    terminal; the file stays a draft until `rule RUN --final`."""
+    rulings, path = _existing_draft(root, run_id)
+    word = VERDICT_WORDS.get(" ".join(str(verdict or "").lower().split()))
+    if word is None:
+        raise UserError(f"verdict '{verdict}' is not one of: '{HELD_UP}', '{NOT_HELD_UP}'", field="--verdict",
+                        fix=f"rule {run_id} set {number} --verdict '{HELD_UP}' --reason 'one sentence'")
+    numbers = [f.number for f in rulings.findings]
+    if str(number) not in numbers:
+        raise UserError(f"finding {number} is not ruled in {path.name} (its findings: {', '.join(numbers) or 'none'})",
+                        file=path, field="findings.number", fix="name a finding by the report's own number")
+    changes: dict = {"verdict": word, "reason": reason or ""}
+    if kind:
+        changes["kind"] = kind
+    if restates is not None:
+        changes.update(restates=restates or None, counts=0 if restates else 1)
+    findings = []
+    for f in rulings.findings:
+        if f.number == str(number):
+            try:
+                f = edited(f, changes, [g.number for g in findings])
+            except ValueError as exc:
+                raise UserError(f"finding {number}: {_first(exc)}", file=path,
+                                fix="a held-up finding needs a kind (--kind Telemetry|Perf|Behavior) and "
+                                    "every ruling a one-sentence --reason") from None
+        findings.append(f)
+    rulings = with_recall(rulings.model_copy(update={"findings": findings}))
+    save_rulings(rulings, path)
+    return load_rulings(path), path
+
+
+def _first(exc: Exception) -> str:
+    text = str(exc)
+    for line in text.splitlines():
+        if line.strip() and not line.startswith(("1 validation error", " ", "For further")):
+            return line.strip().removeprefix("Value error, ")
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def check(root: Path, run_id: str, path: Path | None = None) -> Rulings:
+    """`rule RUN check`: validate the (hand-)edited rulings file against its run and report:
+    one error naming the file, the finding and the fix, or the rulings."""
+    _check_run_id(root, run_id)
+    path = path or rulings_path(root, run_id)
+    if not is_file(path):
+        raise UserError("no rulings file to check", file=path, fix=f"draft one first: llms-benchmark rule {run_id}")
+    folder, rec = run_folder(root, run_id)
+    report = Path(rulings_report(folder, rec))
+    rulings = load_rulings(path, report=report if report.is_file() else None)
+    if rulings.run_id != rec.run_id:
+        raise UserError(f"run_id is '{rulings.run_id}', but the file rules run '{rec.run_id}'", file=path,
+                        field="run_id", fix=f"set run_id: {rec.run_id}")
+    return rulings
+
+
+def rulings_report(folder: Path, rec: RunRecord) -> Path:
+    path = rec.artifacts.path(folder, "agent_output")
+    return path if path is not None else folder / "report.md"
+
+
+def finalise(root: Path, run_id: str) -> tuple[Rulings, Path]:
+    """`rule RUN --final`: the draft as it stands (validated), made final."""
+    path = rulings_path(root, run_id)
+    _check_run_id(root, run_id)
+    if not is_file(path):
+        raise UserError("no draft to make final", file=path,
+                        fix=f"draft first (llms-benchmark rule {run_id}), rule what needs a person "
+                            f"(rule {run_id} set N --verdict ... --reason ...), then --final")
+    rulings, path = _existing_draft(root, run_id)
+    rulings = with_recall(rulings.model_copy(update={"final": True}))
+    save_rulings(rulings, path)
+    return load_rulings(path), path

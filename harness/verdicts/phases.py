@@ -15,7 +15,7 @@ import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
 
-from harness.evidence import tables_of
+from harness.verdicts.evidence import tables_of
 from harness.opencode.store import store_copy
 from harness.record import Phases
 
@@ -87,8 +87,10 @@ def signals_from_log_text(text: str) -> list[str]:
         if call.get("signal") in SIGNALS:
             found.add(call["signal"])
         elif call.get("signal") == "sql":  # an `obs sql` query counts for each signal's table it reads
-            sql = " ".join(str(a) for a in call.get("args") or [] if isinstance(a, str))
-            found |= {signal for signal, table in SIGNAL_TABLES.items() if table in tables_of(sql)}
+            # Each argument read with DuckDB's parser (the query is one of them; `sql`, `--limit`
+            # and its number parse as no query): the tables it reads, never words in a comment.
+            tables = set().union(*(tables_of(a) for a in call.get("args") or [] if isinstance(a, str)))
+            found |= {signal for signal, table in SIGNAL_TABLES.items() if table in tables}
     return [s for s in SIGNALS if s in found]
 
 

@@ -127,9 +127,40 @@ def _anomalies(lines: list[str], problems: list[str]) -> list[Finding]:
         kind = normalise_kind(kind_text)
         if kind is None:
             problems.append(f"anomaly {number}: kind '{kind_text}' is not one of {', '.join(KINDS)}")
-        findings.append(Finding(number=number, text=get("finding"), kind=kind, severity=get("severity") or None,
-                                evidence=get("evidence"), section="anomalies"))
+        findings += _subfindings(Finding(number=number, text=get("finding"), kind=kind,
+                                         severity=get("severity") or None, evidence=get("evidence"),
+                                         section="anomalies"))
     return findings
+
+
+def _sub_marks(number: str, text: str) -> list[re.Match]:
+    """`8a)`, `(8b)`, `8c:` or `**8a.**` marking a sub-finding of row 8 in a cell."""
+    pattern = re.compile(rf"(?:(?<=\s)|^|(?<=[(*|;]))\(?\*{{0,2}}({re.escape(number)}[a-z])\*{{0,2}}[).:]\*{{0,2}}(?=\s)")
+    return list(pattern.finditer(text))
+
+
+def _split(text: str, marks: list[re.Match]) -> dict[str, str]:
+    out = {}
+    for i, m in enumerate(marks):
+        end = marks[i + 1].start() if i + 1 < len(marks) else len(text)
+        out[m.group(1).lower()] = text[m.end():end].strip(" ;,")
+    return out
+
+
+def _subfindings(row: Finding) -> list[Finding]:
+    """A row that lists sub-findings (`8a) ... 8b) ...`) is one finding per sub-finding, each with
+    its own verdict: numbered 8a, 8b; each with the Evidence cell's part of the same letter when
+    the cell is split the same way, else the whole cell."""
+    if not row.number.isdigit():
+        return [row]
+    marks = _sub_marks(row.number, row.text)
+    if len(marks) < 2:
+        return [row]
+    texts = _split(row.text, marks)
+    lead = row.text[:marks[0].start()].strip(" :;,")
+    evidence = _split(row.evidence, _sub_marks(row.number, row.evidence))
+    return [row.model_copy(update={"number": n, "text": f"{lead}: {t}" if lead else t,
+                                   "evidence": evidence.get(n, row.evidence)}) for n, t in texts.items()]
 
 
 def _gaps(lines: list[str]) -> list[Finding]:

@@ -7,15 +7,26 @@ shows it). This module:
 
 - extracts the cited queries: `obs ...` commands and SQL (`SELECT` / `WITH`), in
   backticks or bare, each with the number the finding quotes for it ("→ 12", "returned 0");
-- re-runs each on the run's DuckDB file opened read-only, through `obs`'s own query
-  builders (so `obs traces search ...` runs exactly the SQL the agent's call ran; `--since`
-  is dropped: "the last 5 minutes" of a finished run is no window);
+- reads every SQL text with DuckDB's own parser (`sqlread`, never regexes): comments are
+  not part of a query; tables and literals come off the parse tree; a query that calls a
+  table function or reads anything but the store's four tables is refused before it runs;
+- re-runs each on the run's DuckDB file on a confined connection (`open_store`: read-only,
+  external access off, extensions neither installed nor loaded, the configuration locked),
+  each query interrupted after QUERY_LIMIT_S, at most ROW_CAP rows fetched, at most MAX_CITED
+  queries per finding, through `obs`'s own query builders for `obs` commands (`--since` is
+  dropped: "the last 5 minutes" of a finished run is no window); an error's text is cut to
+  its first line with the store's and the host's paths taken out;
 - judges whether the result supports the claim (non-empty; a single number non-zero,
-  unless the finding claims 0, an absence; a quoted number within TOLERANCE);
-- says which tables and literals (services, names, attribute keys) the query touched, so
-  a caller can ask whether it touches a planted defect's evidence;
-- finds the code locations (files, functions) a finding accuses, in the mission's own
-  sources (never the agent-writable workspace).
+  unless the finding claims 0; a quoted number within TOLERANCE), and whether a query that
+  re-ran to its claim is *evidence* at all: it must read a telemetry table and measure it
+  (a select list that reads a column or counts rows, not a constant; not the claimed number
+  written into its own select list), and an absence (0 / nothing) is evidence only against a
+  control store where the thing is present (`keymatch.Discriminator`);
+- says which tables and identifying literals (names, attribute keys; not service names,
+  kinds or statuses) the query touched;
+- finds the code a finding accuses in the mission's own sources (never the agent-writable
+  workspace): files, and the functions each of those files defines that the finding names
+  (`file.py: the stats handler` names `stats`; a cited query's `now()` accuses nothing).
 """
 
 from __future__ import annotations
@@ -32,8 +43,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.telemetry import obs, obs_store
+from harness.verdicts import sqlread
 
-SIGNAL_TABLES = ("spans", "metrics", "logs", "profiles")
+SIGNAL_TABLES = sqlread.SIGNAL_TABLES
 TOLERANCE_REL, TOLERANCE_ABS = 0.5, 2.0  # a quoted number holds within ±50 % or ±2, whichever is wider
 # Literals that say nothing about which defect a query looks at (kinds, statuses, numbers).
 _GENERIC = {"server", "client", "internal", "producer", "consumer", "error", "ok", "unset", "sum", "gauge",
@@ -43,8 +55,6 @@ _BARE_OBS = re.compile(r"(?<![\w/-])obs\s+(?:traces|metrics|logs|profiles|sql)\b
 _SQL_START = re.compile(r"^\s*(select|with)\b", re.IGNORECASE)
 _CLAIM_WORD = re.compile(r"(→|->|=>|\breturn(?:ed|s)?\b|\bgives?\b|\bgave\b|\bshows?\b|\bshowed\b|\byields?\b|=|:)")
 _NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?![\w.]*\w)")
-_TABLE = re.compile(r"\b(?:from|join)\s+([a-z_][a-z0-9_]*)", re.IGNORECASE)
-_LITERAL = re.compile(r"'((?:[^']|'')*)'")
 _JSON_KEY = re.compile(r'\$\."([^"]+)"')
 _STOP_CHARS = ("→", "->", "=>", ";")
 
@@ -63,6 +73,10 @@ class QueryCheck:
     why: str = ""  # when not ok: why, in words
     tables: set[str] = field(default_factory=set)
     literals: set[str] = field(default_factory=set)  # lower-cased, `%` stripped; attribute keys included
+    values: list[float] = field(default_factory=list)  # the numbers the re-run gave (a single value, a row count)
+    evidence: bool = False  # it re-ran to its claim AND measures the telemetry (not a constant, not an absence)
+    not_evidence: str = ""  # when it re-ran to its claim but is not evidence: why
+    absence: bool = False  # it measures, and claims (or shows) an absence: evidence only against a control
 
 
 # --- extraction -------------------------------------------------------------------------
@@ -120,30 +134,73 @@ def cited_queries(evidence: str) -> list[Cited]:
 
 # --- re-running -------------------------------------------------------------------------
 
-class _ReadOnlyClient:
-    """`obs`'s Client, answered from the run's store (a read-only DuckDB connection);
-    keeps every SQL statement it ran."""
+QUERY_LIMIT_S = 10.0  # a cited query running longer is interrupted (not evidence)
+ROW_CAP = 50_000  # rows fetched of one cited query
+MAX_CITED = 10  # cited queries re-run per finding; a finding citing more does not hold up
+_CONFIG = {"enable_external_access": False, "autoinstall_known_extensions": False,
+           "autoload_known_extensions": False, "memory_limit": "2GB", "threads": 2,
+           "lock_configuration": True}  # locked last: nothing a query does can turn these back
 
-    def __init__(self, con) -> None:
+
+def open_store(path: Path):
+    """The run's store, read-only, confined: no files, no network, no extensions, the
+    configuration locked (as the agent's query endpoint is)."""
+    import duckdb
+
+    return duckdb.connect(str(path), read_only=True, config=dict(_CONFIG))
+
+
+def _scrub(text: str, hide: tuple[str, ...]) -> str:
+    """An error's first line, without the store's path or the host's home: what a rulings file may carry."""
+    line = text.strip().splitlines()[0] if text and text.strip() else "error"
+    for h in hide:
+        if h and len(h) > 1:
+            line = line.replace(h, "<host path>")
+    return line[:240]
+
+
+class _ReadOnlyClient:
+    """`obs`'s Client, answered from the run's store (a confined read-only DuckDB
+    connection); refuses, before running it, any SQL the parser shows reads something other
+    than the telemetry; keeps every statement it ran, and whether each was a measurement."""
+
+    def __init__(self, con, hide: tuple[str, ...] = (), limit_s: float = QUERY_LIMIT_S) -> None:
         self.con = con
+        self.hide = hide
+        self.limit_s = limit_s
         self.issued: list[str] = []
+        self.shapes: list[sqlread.Shape] = []
 
     def sql(self, sql: str, limit: int = 1000) -> obs_store.Result:
+        import threading
+
+        import duckdb
+
         from harness.telemetry.readonly import BadRequest, check_read_only, run_select
 
         try:
             check_read_only(sql)
         except BadRequest as exc:
-            raise obs_store.QueryFailed(str(exc)) from None
+            raise obs_store.QueryFailed(_scrub(str(exc), self.hide)) from None
+        shape = sqlread.parse(sql)
+        refused = sqlread.refusal(shape)
+        if refused:
+            raise obs_store.QueryFailed(f"not re-run: {refused}")
         self.issued.append(sql)
+        self.shapes.append(shape)
+        limit = min(limit, ROW_CAP)
         cur = self.con.cursor()
+        timer = threading.Timer(self.limit_s, cur.interrupt)
+        timer.start()
         try:
             columns, result = run_select(cur, sql)
             rows = result.fetchmany(limit + 1)
         except Exception as exc:  # noqa: BLE001 - DuckDB's errors are the query's, recorded not raised
-            raise obs_store.QueryFailed(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__) \
-                from None
+            if isinstance(exc, duckdb.InterruptException):
+                raise obs_store.QueryFailed(f"it ran over {self.limit_s:g} s and was stopped") from None
+            raise obs_store.QueryFailed(_scrub(str(exc), self.hide) or type(exc).__name__) from None
         finally:
+            timer.cancel()
             cur.close()
         return obs_store.Result(list(columns), [[_plain(v) for v in r] for r in rows[:limit]], len(rows) > limit)
 
@@ -159,8 +216,11 @@ def _argv(text: str) -> list[str]:
         return shlex.split(text.replace('\\"', '"'))
 
 
-def _within(claimed: float, got: float) -> bool:
+def within(claimed: float, got: float) -> bool:
     return abs(got - claimed) <= max(TOLERANCE_ABS, TOLERANCE_REL * abs(claimed))
+
+
+_within = within
 
 
 def _number(value: Any) -> float | None:
@@ -188,8 +248,13 @@ def _numbers_in(lines: list[str]) -> list[float]:
     return out
 
 
+ABSENCE_NOT_EVIDENCE = ("it claims an absence (0 / nothing), which holds only where the defect's control store "
+                        "shows the thing present, and this mission has no control stores yet")
+
+
 def _judge(run: QueryCheck, rows: list[list[Any]], numbers: list[float]) -> None:
     claimed = run.cited.claimed
+    run.values = [float(len(rows)), *numbers[:1000]]
     if not rows:
         run.result = "0 rows"
         run.ok = claimed == 0
@@ -199,6 +264,7 @@ def _judge(run: QueryCheck, rows: list[list[Any]], numbers: list[float]) -> None
     single = _number(rows[0][0]) if len(rows) == 1 and len(rows[0]) == 1 else None
     if single is not None:
         run.result = int(single) if single.is_integer() else single
+        run.values = [single]
         if claimed is not None:
             run.ok = _within(claimed, single)
             run.why = "" if run.ok else \
@@ -217,13 +283,31 @@ def _judge(run: QueryCheck, rows: list[list[Any]], numbers: list[float]) -> None
         run.why = "" if run.ok else f"the cited query returned {len(rows)} rows, none near the {_fmt(claimed)} claimed"
 
 
-def rerun(con, cited: Cited) -> QueryCheck:
-    """Re-run one cited query on a read-only connection; never raises."""
+def _classify(run: QueryCheck, shapes: list[sqlread.Shape]) -> None:
+    """Whether a query that re-ran to its claim is evidence at all."""
+    if not run.ok:
+        return
+    reasons = [sqlread.not_a_measurement(s) for s in shapes] or ["it ran no query on the store"]
+    if all(reasons):
+        run.not_evidence = reasons[0]
+        return
+    claimed = run.cited.claimed
+    if claimed is not None and any(claimed in s.select_numbers for s in shapes) and claimed != 0:
+        run.not_evidence = f"the {_fmt(claimed)} it claims is a constant written into its own select list"
+        return
+    if claimed == 0 or (claimed is None and not any(v for v in run.values)):
+        run.not_evidence, run.absence = ABSENCE_NOT_EVIDENCE, True
+        return
+    run.evidence = True
+
+
+def rerun(con, cited: Cited, hide: tuple[str, ...] = (), limit_s: float = QUERY_LIMIT_S) -> QueryCheck:
+    """Re-run one cited query on a confined read-only connection; never raises."""
     run = QueryCheck(cited)
-    client = _ReadOnlyClient(con)
+    client = _ReadOnlyClient(con, hide, limit_s)
     try:
         if _SQL_START.match(cited.text):
-            res = client.sql(cited.text, limit=obs_store.BIG_LIMIT)
+            res = client.sql(cited.text, limit=ROW_CAP)
             _judge(run, res.rows, [n for r in res.rows for v in r if (n := _number(v)) is not None and v is not None])
         else:
             argv = _argv(cited.text)[1:]
@@ -236,7 +320,7 @@ def rerun(con, cited: Cited) -> QueryCheck:
             if getattr(args, "since", None) is not None:
                 args.since = None  # relative to now: no window once the run is over
             if args.func is obs.sql_cmd:
-                res = client.sql(args.query, limit=obs_store.BIG_LIMIT)
+                res = client.sql(args.query, limit=ROW_CAP)
                 _judge(run, res.rows, [n for r in res.rows for v in r
                                        if v is not None and (n := _number(v)) is not None])
             else:
@@ -246,20 +330,21 @@ def rerun(con, cited: Cited) -> QueryCheck:
     except (obs_store.QueryFailed, ValueError) as exc:
         run.ok, run.result = False, f"error: {exc}"
         run.why = f"the cited query could not be re-run ({exc})"
-    for sql in client.issued:
-        run.tables |= {t.lower() for t in _TABLE.findall(sql) if t.lower() in SIGNAL_TABLES}
-        run.literals |= literals_of(sql)
+    except Exception as exc:  # noqa: BLE001 - an obs formatter meeting odd data: the query's problem
+        run.ok, run.result = False, f"error: {type(exc).__name__}"
+        run.why = f"the cited query could not be re-run ({type(exc).__name__})"
+    for shape in client.shapes:
+        run.tables |= shape.signal_tables
+        run.literals |= _identifying(shape)
+    _classify(run, client.shapes)
     return run
 
 
 # --- what a query looks at --------------------------------------------------------------
 
-def literals_of(sql: str) -> set[str]:
-    """The identifying literals of a query: string literals (lower-cased, LIKE's `%` stripped)
-    and the attribute keys of its JSON paths; kinds, statuses and numbers left out."""
+def _identifying(shape: sqlread.Shape) -> set[str]:
     out: set[str] = set()
-    for raw in _LITERAL.findall(sql or ""):
-        text = raw.replace("''", "'")
+    for text in shape.literals - shape.service_literals:
         keys = _JSON_KEY.findall(text)
         if keys:
             out |= {k.lower() for k in keys}
@@ -271,8 +356,17 @@ def literals_of(sql: str) -> set[str]:
     return out
 
 
+def literals_of(sql: str) -> set[str]:
+    """The identifying literals of a query, read off DuckDB's parse tree: string literals
+    (lower-cased, LIKE's `%` stripped) and the attribute keys of its JSON paths; service names
+    (literals compared with a `service` column), kinds, statuses and numbers left out.
+    Comments are not part of a query: the parser drops them."""
+    return _identifying(sqlread.parse(sql or ""))
+
+
 def tables_of(sql: str) -> set[str]:
-    return {t.lower() for t in _TABLE.findall(sql or "") if t.lower() in SIGNAL_TABLES}
+    """The telemetry tables a query reads, from its parse tree (CTE names resolved away)."""
+    return sqlread.parse(sql or "").signal_tables
 
 
 def literals_meet(mine: set[str], theirs: set[str]) -> set[str]:
@@ -289,9 +383,17 @@ def literals_meet(mine: set[str], theirs: set[str]) -> set[str]:
 # --- the accused code -------------------------------------------------------------------
 
 _FILE = re.compile(r"((?:[\w.-]+/)*[\w-]+\.py)\b")
-_CALLED = re.compile(r"\b([A-Za-z_]\w*)\(\)")
-_COLON_FN = re.compile(r"\.py[:#]\s*([A-Za-z_]\w*)")
-_CODEISH = re.compile(r"`([A-Za-z_]\w*)`|\b([a-z]+_[a-z0-9_]+)\b|\b(?:function|def|handler|method)\s+`?([A-Za-z_]\w*)")
+# `name()` written as a call of the mission's own code: not a method or library call (`db.query()`,
+# `httpx.AsyncClient()`), which names no function of the sources by itself.
+_CALLED = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\(\)")
+# `app.py:stats`, `app.py::stats`, `app.py#stats`, `app.py: the stats handler`, `app.py (stats)`
+_FILE_FN = re.compile(r"([\w-]+\.py)\s*(?:::|[:#]|,)?\s*(?:\(\s*)?(?:(?:the|a|an|its|in|function|def|method|handler|"
+                      r"route|tool|endpoint)\s+)*`?([A-Za-z_]\w*)`?(?:\(\))?", re.IGNORECASE)
+_ROLE = r"(?:handler|function|def|method|route|tool|endpoint|coroutine)"
+_NAMED = re.compile(rf"`([A-Za-z_]\w*)(?:\(\))?`|\b([a-z]+_[a-z0-9_]+)\b|\b{_ROLE}\s+`?([A-Za-z_]\w*)|"
+                    rf"\b(?:the\s+)?`?([A-Za-z_]\w*)`?\s+{_ROLE}\b|\bin\s+`?([A-Za-z_]\w*)`?\s*\(", re.IGNORECASE)
+_NOT_NAMES = {"the", "a", "an", "its", "in", "of", "function", "def", "method", "handler", "route", "tool",
+              "endpoint", "this", "that", "each", "every", "one", "async", "sync", "http", "get", "post", "api"}
 
 
 @cache
@@ -315,30 +417,72 @@ class Accused:
     files: set[str] = field(default_factory=set)  # relative to the sources, existing
     functions: set[str] = field(default_factory=set)  # defined in the sources
     missing: list[str] = field(default_factory=list)  # named, but not in the sources
+    # file -> the accused functions that file defines: what "file AND function" is checked on
+    in_file: dict[str, set[str]] = field(default_factory=dict)
+
+    def accuses(self, file: str, functions: set[str]) -> bool:
+        """The defect's code: its file, and one of its functions as defined in that file."""
+        return bool(self.in_file.get(file, set()) & functions)
+
+
+def prose(text: str) -> str:
+    """A finding's words without the queries it cites: SQL's `now()`, `count(*)` or table names
+    accuse no code."""
+    text = text or ""
+    for c in cited_queries(text):
+        text = text.replace(c.text, " ")
+    out = []
+    for m in re.split(r"(`[^`]*`)", text):
+        body = m[1:-1].strip() if m.startswith("`") and m.endswith("`") and len(m) > 1 else None
+        if body is not None and (_SQL_START.match(body) or body.startswith("obs ")
+                                 or re.search(r"\b(from|where|select)\b", body, re.IGNORECASE)):
+            out.append(" ")
+        else:
+            out.append(m)
+    return "".join(out)
 
 
 def accused_code(text: str, sources: Path | None) -> Accused:
-    """The files and functions a finding names that the mission's sources hold, and those
-    it names explicitly (`x.py`, `name()`, `file.py:name`) that they lack."""
+    """The files and functions a finding names that the mission's sources hold, and those it
+    names explicitly (`x.py`, `name()`, `file.py:name`) that they lack. The cited queries are
+    taken out first; `file.py: the stats handler` names `stats` in that file."""
     acc = Accused()
     if sources is None or not Path(sources).is_dir():
         return acc
+    text = prose(text)
     defs = _defs(Path(sources))
     every = set().union(*defs.values()) if defs else set()
-    for name in _FILE.findall(text):
+
+    def files_named(name: str) -> list[str]:
         name = name.removeprefix("./").removeprefix("workspace/")
-        hits = [f for f in defs if f == name or f.endswith("/" + name)]
+        return [f for f in defs if f == name or f.endswith("/" + name)]
+
+    for name in _FILE.findall(text):
+        hits = files_named(name)
         if hits:
             acc.files.update(hits)
         elif name not in acc.missing:
             acc.missing.append(name)
-    explicit = set(_CALLED.findall(text)) | set(_COLON_FN.findall(text))
-    loose = {g for m in _CODEISH.finditer(text) for g in m.groups() if g}
+    explicit = set(_CALLED.findall(text))
+    for m in _FILE_FN.finditer(text):
+        fn = m.group(2)
+        if fn.lower() in _NOT_NAMES or fn.endswith("py"):
+            continue
+        hits = files_named(m.group(1))
+        if hits and not any(fn in defs[h] for h in hits) and (fn in every or "_" in fn or m.group(0).rstrip().endswith(")")):
+            label = f"{m.group(1)}:{fn}"
+            if label not in acc.missing:
+                acc.missing.append(f"{fn}() in {m.group(1)}")
+        if fn in every:
+            acc.functions.add(fn)
+    loose = {g for m in _NAMED.finditer(text) for g in m.groups() if g and g.lower() not in _NOT_NAMES}
     for name in explicit | loose:
         if name in every:
             acc.functions.add(name)
         elif name in explicit and f"{name}()" not in acc.missing:
             acc.missing.append(f"{name}()")
+    for f in acc.files:
+        acc.in_file[f] = set(defs[f]) & acc.functions
     return acc
 
 

@@ -1,0 +1,311 @@
+"""Control stores: the mission's scenario driven against its own stack with ONE planted defect
+fixed, so that a finding's cited query can be asked whether it reads differently had that
+defect not been planted.
+
+A mission that ships `key/fixes.yaml` (each defect's fix as small find/replace edits of the
+workspace sources, hidden from the agent like the rest of `key/`) gets, per mission version:
+
+- `baseline-1`, `baseline-2`: the unfixed stack, driven twice (the run-to-run noise);
+- one store per defect, `<defect id>`: that defect's fix applied, nothing else.
+
+Each is the mission's own services (`infra/setup.py start`), driven by the scenario's short
+mode (10 s, 2 virtual users: the key says every defect shows in it), stopped, and its
+`telemetry.duckdb` kept under `~/.cache/llms-benchmark/controls/<mission>-<hash>/`, the folder's
+hash over the mission's workspace, infra and manifest (a changed mission is a new set), each
+control's file name also over its own fix (a changed fix rebuilds that control only). The set's
+`manifest.json` records how long each took and its size.
+
+    python -m harness.verdicts.controls build [--mission observability] [--only ID ...]
+    python -m harness.verdicts.controls table [--mission observability] [--store RUN.duckdb]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from harness.errors import UserError
+
+BASELINES = ("baseline-1", "baseline-2")
+DRIVE = ("--duration", "10", "--vus", "2")
+_HASHED = ("workspace", "infra", "mission.yaml")  # what every store of the set is driven from
+
+
+@dataclass
+class Fix:
+    file: str
+    find: str
+    replace: str
+
+
+def cache_root() -> Path:
+    base = os.environ.get("LLMS_BENCHMARK_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache"), "llms-benchmark")
+    return Path(base) / "controls"
+
+
+def load_fixes(mission: Path) -> dict[str, list[Fix]]:
+    """The mission's fixes, each checked against its sources (every `find` exactly once)."""
+    path = Path(mission) / "key" / "fixes.yaml"
+    if not path.is_file():
+        return {}
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        raise UserError(f"the fixes are not valid YAML: {exc}", file=path) from None
+    raw = data.get("fixes") if isinstance(data, dict) else None
+    if not isinstance(raw, dict):
+        raise UserError("the fixes file has no `fixes` mapping (defect id -> list of edits)", file=path)
+    out: dict[str, list[Fix]] = {}
+    workspace = Path(mission) / "workspace"
+    for defect, edits in raw.items():
+        if not isinstance(edits, list) or not edits:
+            raise UserError(f"fix of {defect} is not a list of edits", file=path, field=f"fixes.{defect}")
+        fixes = []
+        for i, e in enumerate(edits):
+            if not isinstance(e, dict) or not all(isinstance(e.get(k), str) for k in ("file", "find", "replace")):
+                raise UserError(f"edit {i + 1} of {defect} needs file, find and replace (text)", file=path,
+                                field=f"fixes.{defect}[{i}]")
+            fixes.append(Fix(e["file"], e["find"], e["replace"]))
+        for f in fixes:
+            source = workspace / f.file
+            n = source.read_text(encoding="utf-8").count(f.find) if source.is_file() else -1
+            if n != 1:
+                raise UserError(f"the fix of {defect} finds its text {n if n >= 0 else 'in no such file'} "
+                                f"time(s) in {f.file}, not once", file=path, field=f"fixes.{defect}",
+                                fix="update the fix to the mission's current sources")
+        out[str(defect)] = fixes
+    return out
+
+
+def apply(workspace: Path, fixes: list[Fix]) -> None:
+    for f in fixes:
+        path = Path(workspace) / f.file
+        text = path.read_text(encoding="utf-8")
+        if text.count(f.find) != 1:
+            raise RuntimeError(f"fix text not found once in {f.file}")
+        path.write_text(text.replace(f.find, f.replace), encoding="utf-8")
+
+
+def mission_hash(mission: Path) -> str:
+    h = hashlib.sha256()
+    for name in _HASHED:
+        root = Path(mission) / name
+        paths = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+        for p in paths:
+            if "__pycache__" in p.parts or p.suffix in (".pyc", ".duckdb") or p.name == "drive.json":
+                continue
+            h.update(p.relative_to(mission).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def controls_dir(mission: Path) -> Path:
+    return cache_root() / f"{Path(mission).name}-{mission_hash(mission)}"
+
+
+def fix_hash(fixes: list[Fix]) -> str:
+    h = hashlib.sha256()
+    for f in fixes:
+        h.update(f"{f.file}\0{f.find}\0{f.replace}\0".encode())
+    return h.hexdigest()[:12]
+
+
+def store_name(name: str, fixes: dict[str, list[Fix]]) -> str:
+    """A baseline is keyed by the mission's sources (the folder); a control also by its own fix,
+    so that editing one fix rebuilds that control only."""
+    return f"{name}.duckdb" if name in BASELINES else f"{name}.{fix_hash(fixes[name])}.duckdb"
+
+
+def _setup(mission: Path):
+    spec = importlib.util.spec_from_file_location(f"controls_setup_{Path(mission).name}",
+                                                  Path(mission) / "infra" / "setup.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def drive_one(mission: Path, fixes: list[Fix], out: Path) -> dict:
+    """Start the mission's services on a fixed copy of its workspace, drive the short scenario,
+    stop, and keep the store at `out`. Returns its figures."""
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="llms-benchmark-control-") as tmp:
+        run = Path(tmp)
+        workspace = run / "workspace"
+        shutil.copytree(Path(mission) / "workspace", workspace,
+                        ignore=shutil.ignore_patterns("__pycache__", "drive.json", ".obs"))
+        apply(workspace, fixes)
+        services = _setup(mission).start(workspace, run, src=workspace / "src")
+        try:
+            env = {**os.environ, **{k: v for k, v in services.env.items() if k != "PATH"}}
+            drive = subprocess.run([sys.executable, "-m", "scenario", "run", *DRIVE], cwd=workspace, env=env,
+                                   capture_output=True, text=True, timeout=300)
+        finally:
+            services.stop()
+        if drive.returncode != 0:
+            raise RuntimeError(f"the scenario failed on a control ({drive.stderr.strip()[-500:]})")
+        _check_store(run / "telemetry.duckdb")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp_out = out.with_suffix(".tmp")
+        shutil.copy2(run / "telemetry.duckdb", tmp_out)
+        os.replace(tmp_out, out)
+    return {"seconds": round(time.monotonic() - t0, 1), "bytes": out.stat().st_size}
+
+
+SERVICES = ("shop-api", "shop-mcp", "shop-agent")
+
+
+def _check_store(path: Path) -> None:
+    """A control is a drive of the whole stack: every service wrote spans (a fix that breaks a
+    service would otherwise make a store that shows every defect 'fixed')."""
+    import duckdb
+
+    with duckdb.connect(str(path), read_only=True) as con:
+        seen = {r[0] for r in con.execute("SELECT DISTINCT service FROM spans").fetchall()}
+    missing = [s for s in SERVICES if s not in seen]
+    if missing:
+        raise RuntimeError(f"the control drive has no spans of {', '.join(missing)}: the fix broke a service")
+
+
+def build(mission: Path, only: list[str] | None = None, say=print) -> Path:
+    """Every control store of the mission (cached: a store already there is kept)."""
+    mission = Path(mission)
+    fixes = load_fixes(mission)
+    if not fixes:
+        raise UserError("the mission ships no fixes, so it has no control stores", file=mission / "key" / "fixes.yaml")
+    folder = controls_dir(mission)
+    manifest_path = folder / "manifest.json"
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {"stores": {}}
+    manifest.update(mission=mission.name, hash=mission_hash(mission))
+    names = [*BASELINES, *fixes]
+    for name in names:
+        if only and name not in only:
+            continue
+        out = folder / store_name(name, fixes)
+        if out.is_file() and manifest["stores"].get(name, {}).get("file") == out.name:
+            continue
+        say(f"control store {name}: driving the scenario ({' '.join(DRIVE)})")
+        manifest["stores"][name] = {"file": out.name,
+                                    **drive_one(mission, [] if name in BASELINES else fixes[name], out)}
+        folder.mkdir(parents=True, exist_ok=True)
+        manifest_path.write_text(json.dumps(manifest, indent=2))
+    return folder
+
+
+class Controls:
+    """The control stores of one mission version, opened lazily and confined like the run's."""
+
+    def __init__(self, folder: Path, fixes: dict[str, list[Fix]]) -> None:
+        self.folder = Path(folder)
+        self.fixes = fixes
+        self._cons: dict[str, object] = {}
+
+    @classmethod
+    def for_mission(cls, mission: Path) -> Controls | None:
+        """The mission's control stores on this machine, for its current sources and fixes; None
+        when it ships no fixes or the baselines were never made (`make setup` makes them)."""
+        fixes = load_fixes(mission)
+        folder = controls_dir(mission)
+        if not fixes or not all((folder / f"{b}.duckdb").is_file() for b in BASELINES):
+            return None
+        return cls(folder, fixes)
+
+    def path(self, name: str) -> Path | None:
+        if name not in BASELINES and name not in self.fixes:
+            return None
+        return self.folder / store_name(name, self.fixes)
+
+    def has(self, name: str) -> bool:
+        path = self.path(name)
+        return path is not None and path.is_file()
+
+    def connection(self, name: str):
+        from harness.verdicts.evidence import open_store
+
+        if name not in self._cons:
+            self._cons[name] = open_store(self.path(name))
+        return self._cons[name]
+
+    def close(self) -> None:
+        for con in self._cons.values():
+            con.close()
+        self._cons.clear()
+
+
+def _first(con, sql: str):
+    try:
+        row = con.execute(sql).fetchone()
+        return None if row is None else row[0]
+    except Exception as exc:  # noqa: BLE001
+        return f"error: {str(exc).splitlines()[0]}"
+
+
+def table(mission: Path, store: Path | None = None) -> list[dict]:
+    """Each planted defect's key queries on the run's store (when given), both baselines and
+    the defect's own control store."""
+    from harness.verdicts.evidence import open_store
+
+    controls = Controls(controls_dir(mission), load_fixes(mission))
+    key = yaml.safe_load((Path(mission) / "key" / "defects.yaml").read_text())["defects"]
+    cons = {name: open_store(controls.path(name)) for name in BASELINES if controls.has(name)}
+    run = open_store(store) if store else None
+    rows = []
+    try:
+        for d in key:
+            control = open_store(controls.path(d["id"])) if controls.has(d["id"]) else None
+            try:
+                for i, e in enumerate(d.get("evidence") or []):
+                    sql = " ".join(str(e["sql"]).split())
+                    rows.append({"defect": d["id"], "query": i + 1, "expect": e["expect"],
+                                 "run": _first(run, sql) if run else None,
+                                 **{b: _first(c, sql) for b, c in cons.items()},
+                                 "control": _first(control, sql) if control else None})
+            finally:
+                if control is not None:
+                    control.close()
+    finally:
+        for c in cons.values():
+            c.close()
+        if run is not None:
+            run.close()
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    root = Path(__file__).resolve().parents[2]
+    p = argparse.ArgumentParser(prog="python -m harness.verdicts.controls")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build")
+    b.add_argument("--mission", default="observability")
+    b.add_argument("--only", nargs="*")
+    t = sub.add_parser("table")
+    t.add_argument("--mission", default="observability")
+    t.add_argument("--store", type=Path)
+    a = p.parse_args(argv)
+    mission = root / "missions" / a.mission
+    if a.cmd == "build":
+        t0 = time.monotonic()
+        folder = build(mission, a.only, say=lambda m: print(m, file=sys.stderr, flush=True))
+        manifest = json.loads((folder / "manifest.json").read_text())
+        total = sum(s["bytes"] for s in manifest["stores"].values())
+        print(f"{folder}: {len(manifest['stores'])} stores, {total / 1e6:.1f} MB, built in "
+              f"{time.monotonic() - t0:.0f} s")
+        return 0
+    for r in table(mission, a.store):
+        print(json.dumps(r))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
