@@ -70,6 +70,10 @@ def dump(out: str, err: str) -> str:
 # -- 1. the acceptance test -------------------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.timeout(300)
+def served_median_of(served: list[dict]) -> float:
+    return statistics.median(s["finished"] - s["started"] for s in served)
+
+
 def test_replay_hello_records_what_was_served(project: Project):
     # replay-hello plays replay/hello.yaml of the project root: here, the timed test copy.
     project.add_trajectory("hello", TEST_TRAJECTORIES / "hello-timed.yaml")
@@ -107,6 +111,14 @@ def test_replay_hello_records_what_was_served(project: Project):
     assert session["tokens"]["cache"] == sum(s["usage"]["prompt_tokens_details"]["cached_tokens"] for s in served)
     assert session["turns"] == len(served) == 3
     assert session["sessions"] == 1 and session["compactions"] == 0
+    # The sandbox's bridge saw the same calls on the wire: the row's figures are the wire's,
+    # and an honest store agrees with them to the token.
+    wire = rec["wire"]
+    assert rec["artifacts"]["wire_log"] == "wire.jsonl" and (run_dir / "wire.jsonl").is_file()
+    assert wire["tokens"] == {k: session["tokens"][k] for k in ("input", "output", "cache", "reasoning")}
+    assert wire["turns"] == len(served) and wire["failed"] == 0 and wire["without_usage"] == 0
+    assert wire["store_disagrees"] == [] and wire["tool_calls"] == {"bash": 1, "write": 1}
+    assert served_median_of(served) <= wire["median_turn_s"] <= served_median_of(served) + 1.0, wire
 
     # opencode times a turn from message created to completed: the scripted stream plus its
     # own overhead and the tool's run, so never less than served and (steps 0.5/3/6 s far
