@@ -47,11 +47,22 @@ def _argv() -> list[str]:
     return argv
 
 
-def _limits(cpu_s: int) -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_BYTES, FILE_BYTES))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+# Set in a tiny exec shim, never in `preexec_fn`: a forked child of a threaded process (the
+# fitness API, a test worker with servers on threads) that runs Python before exec can crash
+# on a lock another thread held. Seen: a full parallel test run where every confined item
+# exited -11 (SIGSEGV) while the same test alone passed.
+_LIMITS_SHIM = ("import os, resource, sys\n"
+                "m, c, f = (int(v) for v in sys.argv[1:4])\n"
+                "for name, limit in ((resource.RLIMIT_AS, m), (resource.RLIMIT_CPU, c), "
+                "(resource.RLIMIT_FSIZE, f), (resource.RLIMIT_CORE, 0)):\n"
+                "    resource.setrlimit(name, (limit, limit + 1 if name == resource.RLIMIT_CPU else limit))\n"
+                "os.execv(sys.argv[5], sys.argv[5:])\n")
+
+
+def _limited(argv: list[str], cpu_s: int) -> list[str]:
+    """`argv` run under the memory, CPU, file-size and core limits."""
+    return [os.path.realpath(sys.executable), "-I", "-S", "-c", _LIMITS_SHIM, str(MEMORY_BYTES), str(cpu_s),
+            str(FILE_BYTES), "--", *argv]
 
 
 def run_python(code: str, timeout_s: float, *, confined: bool = True) -> Outcome:
@@ -59,10 +70,10 @@ def run_python(code: str, timeout_s: float, *, confined: bool = True) -> Outcome
     if confined:
         argv = _argv()
     else:
-        argv = [sys.executable, "-I", "-S", "-"]
+        argv = [os.path.realpath(sys.executable), "-I", "-S", "-"]
     cpu = max(1, int(timeout_s) + 1)
-    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            start_new_session=True, preexec_fn=lambda: _limits(cpu), env={"PATH": "/usr/bin:/bin"})
+    proc = subprocess.Popen(_limited(argv, cpu), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, start_new_session=True, env={"PATH": "/usr/bin:/bin"})
     try:
         _, err = proc.communicate(code.encode(), timeout=timeout_s)
     except subprocess.TimeoutExpired:
