@@ -35,7 +35,11 @@ class Cmdlines:
             try:
                 procs = [psutil.Process(self.proc.pid), *psutil.Process(self.proc.pid).children(recursive=True)]
             except psutil.NoSuchProcess:
-                return
+                # A child that ended during the walk (the launch starts many short ones: the
+                # sandbox's probes, enter.py) is no reason to stop sampling; the launch ending is.
+                if self.proc.poll() is not None:
+                    return
+                procs = []
             # The unit by the pid its ledger entry names, too (a busy box can starve the tree walk).
             for unit in self.project.ledger().values():
                 try:

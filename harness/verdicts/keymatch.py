@@ -406,8 +406,12 @@ def general_problems(finding: Finding, checks: list[ev.QueryCheck], citing: list
 # observability mission (short drive, 2 cores shared with other jobs): the two unfixed baselines
 # agree exactly on every count of spans, logs and metrics and differ by ~8 % on profile samples,
 # while a loaded machine drove ~22 % fewer requests in one control (GET /products with a child:
-# 109 vs 85): hence half the larger reading, not only the baselines' spread.
-NOISE_FACTOR = 3.0  # three times the two baselines' own difference,
+# 109 vs 85): hence half the larger reading, not only the baselines' spread. The spread is
+# taken relative (|b1 - b2| / the larger) and applied at the readings' own scale: a run on a
+# busier machine reads fewer profile samples than its baselines did (measured in a parallel
+# test run: P04's samples 47 on the run, 0 with it fixed, baselines 88/71 -- an absolute
+# spread of 17 x 3 = 51 would have hidden a defect that reads 47 vs 0).
+NOISE_FACTOR = 3.0  # three times the two baselines' own relative difference,
 MIN_RELATIVE = 0.5  # half the larger of the two readings,
 MIN_ABSOLUTE = 1.0  # and one (a single rejected order, 1 vs 0, is a difference; 1 vs 1 is not)
 
@@ -415,7 +419,7 @@ MIN_ABSOLUTE = 1.0  # and one (a single rejected order, 1 vs 0, is a difference;
 class Discriminator:
     """Item 1 of issue 20: a cited query is evidence of a planted defect only when it reads
     differently on that defect's control store (the stack with only that defect fixed) than on
-    the run's store, by more than the run-to-run noise (the two unfixed baselines' difference)."""
+    the run's store, by more than the run-to-run noise (the two unfixed baselines' relative difference)."""
 
     def __init__(self, controls) -> None:
         self.controls = controls
@@ -442,9 +446,10 @@ class Discriminator:
         b1, b2 = (self._value(b, check.cited) for b in BASELINES)
         if control is None or b1 is None or b2 is None:
             return False
-        noise = abs(b1 - b2)
+        spread = abs(b1 - b2) / max(abs(b1), abs(b2)) if max(abs(b1), abs(b2)) else 0.0
+        larger = max(abs(run), abs(control))
         diff = abs(run - control)
-        bar = max(NOISE_FACTOR * noise, MIN_RELATIVE * max(abs(run), abs(control)), MIN_ABSOLUTE)
+        bar = max(NOISE_FACTOR * spread * larger, MIN_RELATIVE * larger, MIN_ABSOLUTE)
         self.notes[(index, defect.id)] = (f"reads {ev._fmt(run)} on this run and {ev._fmt(control)} with that defect "
                                           f"fixed, baselines {ev._fmt(b1)}/{ev._fmt(b2)}")
         return diff >= bar
