@@ -9,7 +9,7 @@ from harness.errors import UserError
 from harness.opencode import config as oc_config
 from harness.opencode.store import collect as collect_store
 from harness.opencode.store import session_tree
-from harness.record import RunRecord, Status, Tokens, WireFigures
+from harness.record import RunRecord, Status, WireFigures
 from harness.sandbox import wirelog
 from harness.serving.collect import collect_serving
 from harness.stages.context import LaunchContext
@@ -45,9 +45,7 @@ def _wire(rec: RunRecord, ctx: LaunchContext) -> None:
     if not path.is_file():
         return
     seen = wirelog.figures(wirelog.read_log(path))
-    rec.wire = WireFigures(requests=seen["requests"], turns=seen["turns"], failed=seen["failed"],
-                           without_usage=seen["without_usage"], tokens=Tokens(**seen["tokens"]),
-                           median_turn_s=seen["median_turn_s"], tool_calls=seen["tool_calls"])
+    rec.wire = WireFigures(**seen)  # the same fields (pydantic builds its Tokens)
     rec.artifacts.wire_log = str(path)
     if rec.session is not None:
         t = rec.session.tokens

@@ -107,6 +107,7 @@ class LaunchContext:
         who = agent_identity()
         with self.network(record, urls, who, wire_log) as net:
             view = self.view(workdir, home, net)
+            view.who = who  # the one the bridge's sockets were handed to
             if self.sandbox.kind == "bwrap":
                 view.cgroup = make_cgroup(cgroup_name(self.paths.dir.name), view.caps)
             disk = DiskWatch(view.writable, view.caps.disk_bytes)
