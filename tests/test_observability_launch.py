@@ -40,6 +40,13 @@ def test_scripted_observation_records_phases_and_signals(project: Project):
     assert 9 <= phases["drive_s"] <= 90
     assert phases["preflight_s"] >= 0 and phases["observation_s"] >= 0
     assert rec["times"]["mission_start"] < phases["drive_start"] < phases["drive_end"] < rec["times"]["mission_end"]
+    # The drive is the harness's (`obs drive` through the sandbox's bridge), its traces tagged
+    # with the run's key; the trajectory sent nothing of its own.
+    drive = rec["drive"]
+    assert (drive["tagged_by"], drive["harness_drives"], drive["own_requests"]) == ("harness key", 1, 0)
+    assert drive["requests"] >= 20 and drive["problem"] is None
+    assert json.loads((run_dir / "harness-drive-1.json").read_text())["vus"] == 2
+    assert json.loads((run_dir / "workspace" / "scenario" / "drive.json").read_text())["vus"] == 2  # by `obs drive`
 
     report = parse_report_file(run_dir / "report.md")
     assert [f.number for f in report.findings] == ["1", "2", "G1"]
@@ -72,7 +79,8 @@ def test_scripted_observation_records_phases_and_signals(project: Project):
     assert draft["recall"] == {"found": ["T01-orders-bypass-db-span"], "planted": 15}
 
     # A grader model (a scripted one on loopback, over the real wire) re-checks each
-    # finding with its tools and holds finding 2 up; --accept makes the proposals final.
+    # finding with its tools; it would hold finding 2 up, which a grader cannot do (only the
+    # mechanical check's discriminating evidence raises a finding); --accept makes it final.
     grader = start_grader(project.root / "grader")
     try:
         code, out, err = project.run_cli(["rule", rec["run_id"], "--accept", "--json", "--grader", "lab/judge",
@@ -81,13 +89,14 @@ def test_scripted_observation_records_phases_and_signals(project: Project):
         stop_replay(grader)
     assert code == 0, err[-3000:]
     summary = json.loads(out)
-    assert summary["grader_disagreed"] == {"2": "did not hold up"} and summary["grader_failed"] == {}
+    assert summary["grader_disagreed"] == {} and summary["grader_failed"] == {}
+    assert list(summary["grader_refused"]) == ["2"] and "only move a finding down" in summary["grader_refused"]["2"]
     rulings = yaml.safe_load(rulings_file.read_text())
     assert rulings["final"] is True
     by_number = {f["number"]: f for f in rulings["findings"]}
-    assert [by_number[n]["ruled_by"] for n in ("1", "2", "G1")] == ["grader:lab/judge"] * 3
-    assert by_number["2"]["verdict"] == "held up" and by_number["2"]["kind"] == "Perf"
-    assert by_number["2"]["evidence"][0]["query"].startswith("SELECT service")
+    assert [by_number[n]["ruled_by"] for n in ("1", "2", "G1")] == ["grader:lab/judge", "key-matcher",
+                                                                    "grader:lab/judge"]
+    assert by_number["2"]["verdict"] == "did not hold up"
     assert by_number["G1"]["verdict"] == "did not hold up"
     assert rulings["recall"] == {"found": ["T01-orders-bypass-db-span"], "planted": 15}
     served = [json.loads(line) for line in grader.served_log.read_text().splitlines()]
@@ -105,8 +114,7 @@ def test_scripted_observation_records_phases_and_signals(project: Project):
     seconds = int((datetime.fromisoformat(record["times"]["mission_end"])
                    - datetime.fromisoformat(record["times"]["mission_start"])).total_seconds() + 0.5)
     assert head[1].startswith("[`replay-observability`](") and head[4] == record["key"]["gpu"]
-    assert head[7:12] == ["2 / 3", "1 / 1 / 0", f"{seconds // 60}m{seconds % 60:02d}s", "67%",
-                          f"{int(seconds / 2 + 0.5)}s"]
+    assert head[7:12] == ["1 / 3", "1 / 0 / 0", f"{seconds // 60}m{seconds % 60:02d}s", "33%", f"{seconds}s"]
     assert detail[8] == str(record["session"]["turns"]) and detail[13:15] == ["4/4", "1/15"]
     assert detail[10] == f"{int(record['session']['tokens']['input'] / 1000 + 0.5)}k"
     assert page.read_text().endswith("\n\nprose\n")
@@ -152,3 +160,41 @@ def start_grader(folder: Path):
     replay = start_replay(folder, trajectory_text=GRADER, model="judge")
     replay.url += "/v1"
     return replay
+
+
+FAKE_DRIVE = ("python -c \"import httpx, os; [httpx.get(os.environ['SHOP_API_URL'] + '/products', "
+              "headers={'User-Agent': 'llms-benchmark-scenario/20261202T100000Z'}) for _ in range(25)]\" "
+              "&& python -m scenario run --duration 10 --vus 2 > /dev/null && echo sent")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_drive_the_harness_did_not_run_is_void(project: Project):
+    """The issue's forged drive, from inside the sandbox: 25 requests with the scenario's
+    User-Agent, then the scenario itself run by hand (its source is in the workspace) -
+    everything but `obs drive`. No tagged trace: void with the gate's reason, the traffic on
+    the record as the agent's own."""
+    shutil.copytree(REPO / "missions" / "observability", project.root / "missions" / "observability",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.db", "drive.json", ".obs"))
+    trajectory = yaml.safe_load((REPO / "replay" / "observability.yaml").read_text())
+    report = trajectory["trajectories"][1]["steps"][-2]  # the trajectory's own report
+    trajectory["trajectories"][1]["steps"] = [
+        {"tool_calls": [{"name": "bash", "arguments": {"command": FAKE_DRIVE, "description": "Drive",
+                                                       "timeout": 120000}}]},
+        report, {"text": "DONE"}]
+    project.add_trajectory("forged-drive", trajectory)
+    preset = yaml.safe_load((REPO / ".vot" / "presets" / "replay-observability.yaml").read_text())
+    project.add_preset("replay-forged-drive", yaml.safe_dump({
+        **preset, "name": "replay-forged-drive", "served_model_name": "replay-forged-drive",
+        "model": "replay/forged-drive.yaml"}))
+    code, out, err = project.run_cli(["launch", "local", "replay", "replay-forged-drive", "--mission",
+                                      "observability", "--probe-long-tokens", "2000"], timeout=480)
+    run_dir, rec = project.only_run()
+    assert code == 1 and rec["status"] == "void", (code, rec.get("reason"), err[-2000:])
+    assert "sent" in (run_dir / "opencode-events.jsonl").read_text()  # the fake drive did run
+    drive = rec["drive"]
+    assert drive["tagged_by"] == "harness key" and drive["harness_drives"] == 0 and drive["requests"] == 0
+    assert drive["forged"] >= 25 and drive["own_requests"] >= drive["forged"]
+    assert "never drove the stack" in rec["reason"] and "without the harness's tag" in rec["reason"]
+    assert "obs drive" in rec["reason"]
+    assert project.ledger() == {}

@@ -15,8 +15,6 @@ import json
 from datetime import UTC, datetime, timedelta
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import duckdb
@@ -54,14 +52,21 @@ def store(tmp_path_factory) -> Path:
     WINDOW["start"] = datetime.now(UTC)
     try:
         env = {**os.environ, **{k: v for k, v in services.env.items() if k != "PATH"}}
-        drive = subprocess.run([sys.executable, "-m", "scenario", "run", "--duration", "10", "--vus", "2"],
-                               cwd=workspace, env=env, capture_output=True, text=True, timeout=200)
-        assert drive.returncode == 0, drive.stderr[-2000:]
+        services.drive.drive({"duration": 10, "vus": 2})  # what `obs drive` asks the harness for
+        WINDOW["forge"] = datetime.now(UTC)
         FORGED.update(_forge(services, env))
+        for _ in range(CURLS):  # a drive faked with the User-Agent the agent reads in scenario/run.py
+            httpx.get(f"{env['SHOP_API_URL']}/products", params={"category": "toys"}, timeout=10,
+                      headers={"User-Agent": "llms-benchmark-scenario/20261202T100000Z"})
         WINDOW["end"] = datetime.now(UTC)
     finally:
         services.stop()
+    DRIVE.update(key=services.drive.key, windows=services.drive.windows())
     return run / "telemetry.duckdb"
+
+
+CURLS = 25
+DRIVE: dict = {}
 
 
 WINDOW: dict[str, datetime] = {}  # the "mission" around the drive
@@ -174,10 +179,16 @@ def test_an_empty_report_scores_0_below_one_confirmed(store: Path, tmp_path: Pat
 
 def test_the_drive_gate_reads_the_store_not_drive_json(store: Path, tmp_path: Path):
     ua = "llms-benchmark-scenario/"
-    drove = measure_drive(store, ua, WINDOW["start"], WINDOW["end"])
-    assert drove.problem is None and drove.requests >= MIN_REQUESTS
-    assert WINDOW["start"] <= drove.start < drove.end <= WINDOW["end"]
+    drove = measure_drive(store, ua, WINDOW["start"], WINDOW["end"], **DRIVE)
+    assert drove.problem is None and drove.requests >= MIN_REQUESTS and drove.tagged_by == "harness key"
+    assert WINDOW["start"] <= drove.start < drove.end <= WINDOW["forge"]
     assert 5 <= (drove.end - drove.start).total_seconds() <= 60  # a 10 s scenario, stopping at its duration
+    # Every trace the real stack served for the harness's drive carries its tag (the services'
+    # calls to each other included); the faked ones are the agent's own traffic, and only they.
+    assert (drove.own_requests, drove.forged) == (CURLS, CURLS)
+    # The faked drive alone (its window): not a drive, with the gate's reason.
+    faked = measure_drive(store, ua, WINDOW["forge"], WINDOW["end"], **DRIVE)
+    assert faked.requests == 0 and faked.forged == CURLS and "without the harness's tag" in faked.problem
     # A mission whose agent skipped the scenario (and perhaps wrote a drive.json of its own):
     # the store shows no scenario request inside that mission's window, so no row.
     later = WINDOW["end"] + timedelta(seconds=1)

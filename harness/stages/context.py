@@ -61,6 +61,7 @@ class LaunchContext:
     secret_names: list[str] = field(default_factory=list)  # the preset's env names: their values are secrets
     untrusted: list[str] = field(default_factory=list)  # agent-written files the harness refused to read
     services: MissionServices | None = None
+    drive: object | None = None  # the services' drive server (`obs drive`), kept past their stop for the gate
     provider_file: Path | None = None
     argv_base: list[str] = field(default_factory=list)  # opencode's argv without its title
     workspace: Path | None = None
@@ -154,6 +155,7 @@ class LaunchContext:
     def stop_services(self) -> None:
         services, self.services = self.services, None
         if services is not None:
+            self.drive = getattr(services, "drive", None) or self.drive
             try:
                 services.stop()
             except Exception as exc:  # never let it stand between us and destroy

@@ -10,6 +10,12 @@
                     [--attr k=v ...] [--since 5m] [--limit 50]
     obs profiles top [--service S] [--by self|total] [--since 5m] [--limit 20]
     obs sql "SELECT ..." [--limit 1000]
+    obs drive [--duration 120] [--vus 5] [--no-ask]
+
+`obs drive` asks the harness to run the mission's scenario against the services (the
+drive that counts: the harness tags its requests; `python -m scenario run` by hand is
+your own traffic) and waits for it; the scenario's record is written to
+scenario/drive.json and its window printed.
 
 The store URL comes from OBS_URL (default http://127.0.0.1:4318). Output longer than
 60 lines is written in full under OBS_SPILL_DIR (default ./.obs/) and only its head is
@@ -254,6 +260,32 @@ def sql_cmd(client: Client, a: argparse.Namespace) -> Output:
     return Output(lines, len(res.rows))
 
 
+# -- drive ------------------------------------------------------------------------------
+DRIVE_RECORD = Path("scenario") / "drive.json"
+
+
+def drive_cmd(client: Client, a: argparse.Namespace) -> Output:
+    url = os.environ.get("OBS_DRIVE_URL")
+    if not url:
+        raise QueryFailed("no drive endpoint: OBS_DRIVE_URL is not set (the harness sets it in a launch)")
+    ask = {"duration": a.duration, "vus": a.vus, "ask": not a.no_ask}
+    print(f"obs: the harness is driving the scenario ({a.duration:g} s, {a.vus} users); "
+          "this waits until it has ended", file=sys.stderr, flush=True)
+    record = Client(url).post("/drive", ask, timeout=a.duration + 240)
+    lines = [f"drive: {record.get('start')} -> {record.get('end')} ({record.get('duration_s')} s, "
+             f"{record.get('vus')} users)"]
+    requests, errors = record.get("requests") or {}, record.get("errors") or {}
+    lines += table(["operation", "requests", "errors"], [[op, str(n), str(errors.get(op, 0))]
+                                                         for op, n in sorted(requests.items())])
+    target = DRIVE_RECORD if DRIVE_RECORD.parent.is_dir() else Path("drive.json")
+    try:
+        target.write_text(json.dumps(record, indent=2) + "\n")
+        lines.append(f"(record written to {target})")
+    except OSError as exc:
+        lines.append(f"(could not write {target}: {exc})")
+    return Output(lines, sum(requests.values()))
+
+
 # -- CLI --------------------------------------------------------------------------------
 def _common(p: argparse.ArgumentParser, service: bool = True, since: bool = True) -> None:
     if service:
@@ -316,6 +348,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("query")
     p.add_argument("--limit", type=int, default=1000)
     p.set_defaults(func=sql_cmd)
+
+    p = sub.add_parser("drive", help="have the harness run the scenario (the drive that counts) and wait")
+    p.add_argument("--duration", type=float, default=120.0, help="seconds (default 120)")
+    p.add_argument("--vus", type=int, default=5, help="virtual users (default 5)")
+    p.add_argument("--no-ask", action="store_true", help="skip the assistant questions")
+    p.set_defaults(func=drive_cmd)
     return parser
 
 

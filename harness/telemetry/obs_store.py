@@ -47,26 +47,30 @@ class Client:
         self.url = url.rstrip("/")
 
     def sql(self, sql: str, limit: int = 1000) -> Result:
-        body = json.dumps({"sql": sql, "limit": limit}).encode()
-        req = urllib.request.Request(f"{self.url}/query", data=body,
+        doc = self.post("/query", {"sql": sql, "limit": limit})
+        return Result(doc["columns"], doc["rows"], bool(doc.get("truncated")))
+
+    def post(self, path: str, payload: dict, timeout: float = HTTP_TIMEOUT_S) -> dict:
+        body = json.dumps(payload).encode()
+        req = urllib.request.Request(f"{self.url}{path}", data=body,
                                      headers={"Content-Type": "application/json"})
         try:
-            with urllib.request.urlopen(req, timeout=HTTP_TIMEOUT_S) as resp:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
                 doc = json.loads(resp.read())
         except urllib.error.HTTPError as exc:
             raise QueryFailed(_error_text(exc)) from None
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
-            raise StoreDown(f"telemetry store not reachable at {self.url} ({reason}); "
-                            "is it running, and is OBS_URL right?") from None
+            raise StoreDown(f"{self.url} not reachable ({reason}); is the launch's telemetry running, and "
+                            "are OBS_URL / OBS_DRIVE_URL right?") from None
         except ValueError as exc:
             raise QueryFailed(f"store answered something that is not JSON: {exc}") from None
-        return Result(doc["columns"], doc["rows"], bool(doc.get("truncated")))
+        return doc
 
 
 def _error_text(exc: urllib.error.HTTPError) -> str:
     try:
-        return f"store refused the query (HTTP {exc.code}): {json.loads(exc.read())['error']}"
+        return f"refused (HTTP {exc.code}): {json.loads(exc.read())['error']}"
     except Exception:
         return f"store answered HTTP {exc.code}"
 

@@ -1,37 +1,64 @@
 """The drive gate, kept by the harness: did the mission's scenario really drive the stack?
 
 The scenario's own record (`scenario/drive.json`) lies in the agent's workspace, where
-the agent can write it, so it proves nothing. The harness reads the drive from the run's
-telemetry store instead, which only the services write (their ingest token): the server
-spans whose `user_agent.original` starts with the scenario's User-Agent prefix, started
-inside the mission's window. Their first start and last end are the drive's window; too
-few of them and the run yields no row, its record saying why.
+the agent can write it, so it proves nothing; nor does a User-Agent, which anyone can
+send. The harness runs the scenario itself when the agent asks (`obs drive`, see
+`drive_server`), with a per-run key the agent never sees: every trace id the drive sends
+is a user and request number followed by an HMAC of them under that key. The gate reads
+the run's telemetry store, which only the services write (their ingest token), and counts
+the distinct traces whose ids carry a valid tag, started inside the mission's window.
+Their first start and last end are the drive's window; too few of them and the run yields
+no row, its record saying why. Every other trace the services served inside the window
+is the agent's own traffic: counted on the record, never part of the drive.
+
+A mission run without a key (an older caller) falls back to the User-Agent prefix.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from datetime import UTC, datetime
 from pathlib import Path
 
 from pydantic import BaseModel
 
-MIN_REQUESTS = 20  # a 10-second, 2-user drive sends about 50; a handful of curls is not a drive
+MIN_REQUESTS = 20  # a 10-second, 2-user drive sends about 80; a handful of curls is not a drive
+TAG_HEAD = 12  # hex digits of user and request number before the tag
+TAG_LEN = 20  # hex digits of HMAC-SHA256
 
-_SQL = """
-SELECT count(*), min(start_ns), max(end_ns) FROM spans
-WHERE kind = 'SERVER' AND starts_with(attributes->>'$."user_agent.original"', ?)
-  AND start_ns >= ? AND start_ns <= ?
+# Every server span the services recorded inside the mission's window: its trace, whether it
+# carries the scenario's User-Agent, its start and end.
+_SPANS = """
+SELECT trace_id, coalesce(starts_with(attributes->>'$."user_agent.original"', ?), false), start_ns, end_ns
+FROM spans WHERE kind = 'SERVER' AND trace_id IS NOT NULL AND start_ns >= ? AND start_ns <= ?
 """
+SLACK_NS = 2_000_000_000  # clocks of one machine; a span starts a little after the harness sent its request
 
 
 class DriveFigures(BaseModel):
     """What the store shows of the scenario's drive (measured by the harness)."""
 
-    user_agent: str  # the prefix looked for
-    requests: int = 0  # scenario-tagged server spans inside the mission window
+    user_agent: str  # the scenario's User-Agent prefix
+    tagged_by: str = "user-agent"  # "harness key": traces tagged by the harness's drive; else the UA prefix
+    requests: int = 0  # the drive's traces inside the mission window
+    harness_drives: int | None = None  # drives the harness ran for the agent (`obs drive`); None: no drive server
+    own_requests: int = 0  # traces served inside the window that are not the drive's: the agent's own traffic
+    forged: int = 0  # of those, traces sent with the scenario's User-Agent but no valid tag
     start: datetime | None = None
     end: datetime | None = None
     problem: str | None = None  # why the run yields no row; None: the drive happened
+
+
+def tag(key: bytes, head: str) -> str:
+    """The trace id the harness's drive sends for `head` (user and request number, 12 hex)."""
+    return head + hmac.new(key, head.encode(), hashlib.sha256).hexdigest()[:TAG_LEN]
+
+
+def tagged(key: bytes, trace_id: str) -> bool:
+    if len(trace_id) != TAG_HEAD + TAG_LEN:
+        return False
+    return hmac.compare_digest(tag(key, trace_id[:TAG_HEAD]), trace_id.lower())
 
 
 def _ns(when: datetime) -> int:
@@ -42,8 +69,13 @@ def _when(ns: int | None) -> datetime | None:
     return None if ns is None else datetime.fromtimestamp(ns / 1e9, tz=UTC)
 
 
-def measure_drive(store: Path | None, user_agent: str, mission_start: datetime, mission_end: datetime) -> DriveFigures:
-    figures = DriveFigures(user_agent=user_agent)
+def measure_drive(store: Path | None, user_agent: str, mission_start: datetime, mission_end: datetime,
+                  key: bytes | None = None, windows: list[tuple[datetime, datetime]] | None = None) -> DriveFigures:
+    """With `key` (the harness ran the drives, in `windows`): a trace is the drive's when its id
+    carries the key's tag and its spans start inside one of those drives; every other trace
+    is the agent's own traffic (a tagged id replayed later included). Without: the UA prefix."""
+    figures = DriveFigures(user_agent=user_agent, tagged_by="harness key" if key else "user-agent",
+                           harness_drives=None if windows is None else len(windows))
     if store is None or not Path(store).is_file():
         figures.problem = "the run kept no telemetry store, so the scenario's drive cannot be shown"
         return figures
@@ -51,13 +83,38 @@ def measure_drive(store: Path | None, user_agent: str, mission_start: datetime, 
         import duckdb
 
         with duckdb.connect(str(store), read_only=True) as con:
-            n, first, last = con.execute(_SQL, [user_agent, _ns(mission_start), _ns(mission_end)]).fetchone()
+            spans = con.execute(_SPANS, [user_agent, _ns(mission_start), _ns(mission_end)]).fetchall()
     except Exception as exc:  # noqa: BLE001 - an unreadable store is a run without a shown drive, not a crash
         figures.problem = f"the telemetry store could not be read: {str(exc).splitlines()[0] if str(exc) else exc}"
         return figures
-    figures.requests, figures.start, figures.end = int(n or 0), _when(first), _when(last)
+    spans_ns = [(_ns(a) - SLACK_NS, _ns(b) + SLACK_NS) for a, b in windows or []]
+    drive: dict[str, tuple[int, int]] = {}
+    own: dict[str, bool] = {}
+    for trace_id, with_agent, first, last in spans:
+        if key:
+            ours = tagged(key, trace_id) and any(a <= first <= b for a, b in spans_ns)
+        else:
+            ours = with_agent
+        if ours:
+            a, b = drive.get(trace_id, (first, last))
+            drive[trace_id] = (min(a, first), max(b, last))
+        else:
+            own[trace_id] = own.get(trace_id, False) or with_agent
+    if not key:  # by User-Agent, a trace is the drive's when any of its spans is (the services' own calls carry theirs)
+        own = {t: ua for t, ua in own.items() if t not in drive}
+    figures.requests, figures.own_requests, figures.forged = len(drive), len(own), sum(own.values())
+    if drive:
+        figures.start = _when(min(a for a, _ in drive.values()))
+        figures.end = _when(max(b for _, b in drive.values()))
     if figures.requests < MIN_REQUESTS:
-        figures.problem = (f"the scenario never drove the stack inside the mission: {figures.requests} request(s) "
-                           f"tagged {user_agent}* in the store (at least {MIN_REQUESTS} needed); "
-                           "scenario/drive.json, which the agent can write, is not evidence")
+        if key:
+            how = (f"{figures.requests} trace(s) tagged by the harness's drive in the store (at least "
+                   f"{MIN_REQUESTS} needed; the harness ran {figures.harness_drives or 0} drive(s) for the agent)")
+            if figures.forged:
+                how += f"; {figures.forged} trace(s) carried the scenario's User-Agent without the harness's tag"
+            fix = "the drive counts only when the harness runs it (`obs drive`)"
+        else:
+            how = f"{figures.requests} request(s) tagged {user_agent}* in the store (at least {MIN_REQUESTS} needed)"
+            fix = "scenario/drive.json, which the agent can write, is not evidence"
+        figures.problem = f"the scenario never drove the stack inside the mission: {how}; {fix}"
     return figures

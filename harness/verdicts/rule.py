@@ -116,16 +116,26 @@ def finish(rulings: Rulings, ask: Ask | None) -> Rulings:
 @dataclass
 class GraderNotes:
     """What the grader did beside its proposals: where it disagreed with the key-matcher
-    (number → the key-matcher's verdict) and where it gave no proposal (number → why)."""
+    (number → the key-matcher's verdict), where it gave no proposal (number → why), and where
+    it would have held up what the mechanical check did not (number → why that was refused)."""
 
     disagreed: dict[str, str] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
+    refused: dict[str, str] = field(default_factory=dict)
+
+
+# A grader is a model reading text the agent wrote: it may be talked into a verdict. It can
+# therefore only move a finding down; up takes discriminating evidence, which only the
+# mechanical check (or a person, with `rule set`) establishes.
+UP_REFUSED = ("the grader would hold it up, but the mechanical check found no discriminating evidence for it; "
+              "a grader can only move a finding down")
 
 
 def grade(root: Path, run_id: str, rulings: Rulings, endpoint, say: Callable[[str], None] = lambda _: None,
           notes: GraderNotes | None = None) -> tuple[Rulings, GraderNotes]:
-    """The grader model's proposal replaces the key-matcher's verdict, reason and kind;
-    its evidence comes first, the key's re-runs after. Restatements are not re-graded."""
+    """The grader model's proposal replaces the key-matcher's verdict, reason and kind, unless it
+    would move the finding up (refused: `UP_REFUSED`); its evidence comes first, the key's re-runs
+    after. Restatements are not re-graded."""
     from harness.grader.session import Grader, workspace_and_store
     from harness.grader.tools import GraderTools
 
@@ -152,6 +162,10 @@ def grade(root: Path, run_id: str, rulings: Rulings, endpoint, say: Callable[[st
             kind = p.kind or ruled.kind
             if p.verdict == HELD_UP and kind is None:
                 notes.failed[ruled.number] = "the grader held it up without a kind"
+                findings.append(ruled)
+                continue
+            if p.verdict == HELD_UP and ruled.verdict != HELD_UP:
+                notes.refused[ruled.number] = UP_REFUSED
                 findings.append(ruled)
                 continue
             if p.verdict != ruled.verdict:

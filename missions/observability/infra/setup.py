@@ -18,6 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from stack import start_stack  # noqa: E402  (a sibling file, not a package)
 
 from harness.mission_services import service_env  # noqa: E402
+from harness.verdicts.drive_server import DriveServer  # noqa: E402
+from harness.verdicts.drive_server import Refused as DriveRefused  # noqa: E402
 
 STORE_START_TIMEOUT_S = 30
 INGEST_TOKEN_ENV = "TELEMETRY_INGEST_TOKEN"  # harness.telemetry.receiver reads it
@@ -25,13 +27,17 @@ INGEST_TOKEN_ENV = "TELEMETRY_INGEST_TOKEN"  # harness.telemetry.receiver reads 
 
 class MissionServices:
     """`env` is the agent's: the query-only endpoint, never the ingest token (only the
-    services get it), so the agent can read the evidence but not write it."""
+    services get it), so the agent can read the evidence but not write it; and the
+    harness's drive endpoint (`obs drive`), never the drive's tag key."""
 
-    def __init__(self, store: subprocess.Popen, store_url: str, query_url: str, stack, workspace: Path) -> None:
+    def __init__(self, store: subprocess.Popen, store_url: str, query_url: str, stack, workspace: Path,
+                 drive: DriveServer | None = None) -> None:
         self.store, self.store_url, self.query_url, self.stack = store, store_url, query_url, stack
+        self.drive = drive
         obs = workspace / ".obs"
         self.env = {
             "OBS_URL": query_url,
+            **({"OBS_DRIVE_URL": drive.url} if drive else {}),
             "OBS_LOG": str(obs / "calls.jsonl"),
             "OBS_SPILL_DIR": str(obs),
             **stack.env(),
@@ -41,6 +47,8 @@ class MissionServices:
 
     def stop(self) -> None:
         try:
+            if self.drive is not None:
+                self.drive.close()  # ends a drive under way before its targets go
             self.stack.stop()  # the services flush their telemetry as they shut down
         finally:
             _stop(self.store)
@@ -90,7 +98,16 @@ def start(workspace: Path, run_dir: Path, src: Path | None = None) -> MissionSer
     except BaseException:
         _stop(store)
         raise
-    return MissionServices(store, url, query_url, stack, workspace)
+    # The drive runs the mission's own scenario (a control's copy when `src` is given), never
+    # the agent's workspace copy: it runs outside the sandbox.
+    scenario_root = (src.parent if src is not None else Path(__file__).resolve().parents[1] / "workspace")
+    try:
+        drive = DriveServer(scenario_root, stack.env(), run_dir)
+    except BaseException:
+        stack.stop()
+        _stop(store)
+        raise
+    return MissionServices(store, url, query_url, stack, workspace, drive)
 
 
 SIGNAL_TABLES = {"traces": "spans", "metrics": "metrics", "logs": "logs", "profiles": "profiles"}
@@ -116,9 +133,12 @@ def check(workspace: Path, run_dir: Path, duration: float) -> dict:
 
     services = start(workspace, run_dir)
     try:
-        env = {**os.environ, **{k: v for k, v in services.env.items() if k != "PATH"}}
-        drive = subprocess.run([sys.executable, "-m", "scenario", "run", "--duration", str(duration), "--vus", "5"],
-                               cwd=workspace, env=env, capture_output=True, text=True, timeout=duration + 300)
+        try:  # the harness's drive, as `obs drive` runs it in a launch
+            services.drive.drive({"duration": duration, "vus": 5})
+            drive = {"exit_code": 0, "stderr_tail": ""}
+        except DriveRefused as exc:
+            drive = {"exit_code": 1, "stderr_tail": str(exc)[-1000:]}
+        services.drive.close()
         services.stack.stop()
         found: dict[str, dict[str, int]] = {}
         for signal_name, table in SIGNAL_TABLES.items():
@@ -135,9 +155,9 @@ def check(workspace: Path, run_dir: Path, duration: float) -> dict:
         services.stop()
     complete = all(n > 0 for per in found.values() for n in per.values())
     return {
-        "drive": {"exit_code": drive.returncode, "stderr_tail": drive.stderr[-1000:]},
+        "drive": drive,
         "signals": found,
         "defects": evidence,
         "workspace_hits": hits,
-        "ok": drive.returncode == 0 and complete and all(d["found"] for d in evidence) and not hits,
+        "ok": drive["exit_code"] == 0 and complete and all(d["found"] for d in evidence) and not hits,
     }

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import hashlib
+import hmac
 import itertools
 import json
 import os
@@ -68,19 +69,35 @@ class Recorder:
 
 
 class Identity:
-    """User-Agent and W3C traceparent for every request: one trace per request."""
+    """User-Agent and W3C traceparent for every request: one trace per request.
 
-    def __init__(self, run_id: str, vu: int) -> None:
+    When the harness runs the drive (`obs drive`) it passes a per-run key in DRIVE_TAG_KEY:
+    each trace id is then the user and request number followed by an HMAC of them, which
+    the harness checks in the store. The key never reaches the workspace, so only the
+    harness's drive can make such ids; a drive run by hand uses the plain form."""
+
+    def __init__(self, run_id: str, vu: int, key: bytes | None = None) -> None:
         self.user_agent = f"llms-benchmark-scenario/{run_id}"
         self.prefix = hashlib.sha256(run_id.encode()).hexdigest()[:8]
         self.vu = vu
+        self.key = key
         self.seq = itertools.count(1)
+
+    def trace_id(self, n: int) -> str:
+        if self.key is None:
+            return f"0dd5ce4e{self.prefix}{self.vu:08x}{n:08x}"
+        head = f"{self.vu:04x}{n:08x}"
+        return head + hmac.new(self.key, head.encode(), hashlib.sha256).hexdigest()[:20]
 
     def headers(self) -> dict[str, str]:
         n = next(self.seq)
-        trace_id = f"0dd5ce4e{self.prefix}{self.vu:08x}{n:08x}"
         span_id = f"{self.vu:04x}{n:012x}"
-        return {"User-Agent": self.user_agent, "traceparent": f"00-{trace_id}-{span_id}-01"}
+        return {"User-Agent": self.user_agent, "traceparent": f"00-{self.trace_id(n)}-{span_id}-01"}
+
+
+def tag_key() -> bytes | None:
+    value = os.environ.get("DRIVE_TAG_KEY")
+    return bytes.fromhex(value) if value else None
 
 
 class Shopper:
@@ -88,7 +105,7 @@ class Shopper:
         self.vu = vu
         self.args = args
         self.rec = rec
-        self.ident = Identity(args.run_id, vu)
+        self.ident = Identity(args.run_id, vu, tag_key())
         self.http = httpx.Client(timeout=TIMEOUT_S)
         self.mcp_session: str | None = None
         self.mcp_ids = itertools.count(1)
@@ -212,7 +229,7 @@ class Shopper:
 
 
 def assistant(args, rec: Recorder, t0: float, end: float, asked: list) -> None:
-    ident = Identity(args.run_id, 0xFFFF)
+    ident = Identity(args.run_id, 0xFFFF, tag_key())
     with httpx.Client(timeout=120) as http:
         for i in itertools.count():
             at = t0 + i * ASK_EVERY_S
