@@ -174,7 +174,8 @@ class Shopper:
         )
         if init is None:
             return False
-        self.mcp("mcp notifications/initialized", "notifications/initialized", notify=True)
+        # With (empty) params, so that it carries its trace context in _meta like every other call.
+        self.mcp("mcp notifications/initialized", "notifications/initialized", {}, notify=True)
         self.mcp("mcp tools/list", "tools/list", {})
         return True
 
