@@ -56,7 +56,7 @@ def test_a_fix_that_no_longer_matches_fails_loudly(tmp_path: Path):
 
 
 NEEDED = [*ctl.BASELINES, "T01-orders-bypass-db-span", "T04-retired-http-attribute-names",
-          "T06-mcp-call-logs-unexported", "P03-stats-reads-whole-table"]
+          "T06-mcp-call-logs-unexported", "P03-stats-reads-whole-table", "B01-order-ref-count-collision"]
 
 
 @pytest.fixture(scope="module")
@@ -123,8 +123,14 @@ CONTRAST = ("`SELECT count(*) FROM spans s WHERE s.name = 'GET /products/{produc
      "`SELECT max(CAST(attributes->>'$.\"db.response.returned_rows\"' AS INTEGER)) FROM spans WHERE name LIKE "
      "'SELECT%' AND trace_id IN (SELECT trace_id FROM spans WHERE name = 'GET /stats')` → 3000", True,
      "with that defect fixed"),
+    # Colliding order refs: a few in every unfixed drive (the scenario's rushes), their number
+    # noisy (1 or 2 or 3), none with the fix; the fix switches the thing off, whatever the spread.
+    ("Concurrent orders get the same order_ref: place_order in src/shop_api/app.py computes it from COUNT(*)",
+     "`SELECT count(*) FROM (SELECT attributes->>'$.\"shop.order.ref\"' AS r FROM logs WHERE body = 'order placed' "
+     "GROUP BY r HAVING count(*) > 1)`", True, "with that defect fixed"),
 ])
 def test_a_cited_query_counts_only_where_it_discriminates(stores, tmp_path: Path, text, evidence, holds, why):
     run, controls = stores
-    f = _rule(run, tmp_path, controls, text, evidence, "Perf" if "stats" in text else "Telemetry")
+    kind = "Perf" if "stats" in text else "Behavior" if "order_ref" in text else "Telemetry"
+    f = _rule(run, tmp_path, controls, text, evidence, kind)
     assert (f.verdict == HELD_UP) is holds and why in f.reason, f.reason

@@ -282,6 +282,19 @@ def test_a_run_whose_scenario_never_drove_gets_no_row(root: Path):
     assert "odd-skipped" in _page(root).read_text()
 
 
+def test_a_hello_run_with_final_rulings_is_not_on_the_observability_table(root: Path):
+    """The issue's case: a final rulings file for a `hello` run rendered as #1 (60.8)."""
+    _run(root, "hello-run", "odd-hello", T0 + timedelta(days=3), 120, ["Perf"] * 6, 0)
+    path = root / ".llms-benchmark" / "runs" / "hello-run" / "run.json"
+    record = RunRecord.load(path)
+    render_page(root)
+    assert "odd-hello" in _page(root).read_text()  # an observability run of that key makes its row
+    record.mission = "hello"
+    record.save(path.parent)
+    render_page(root)
+    assert "odd-hello" not in _page(root).read_text()
+
+
 def test_digest_local_cells_reproduce_9_0():
     assert score_local("1286s", "150m02s", "64%", "7 / 11").score == 9.0
 

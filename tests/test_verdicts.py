@@ -380,21 +380,19 @@ def test_honest_findings_hold_up_each_counted_once(store: Path, tmp_path: Path, 
     rulings = rule_report(store, tmp_path, "honest_all", controls, honest=True)
     by = {f.number: f for f in rulings.findings}
     anomalies = [f for f in rulings.findings if not f.number.startswith("G")]
-    assert len(anomalies) == 13 and all(f.counts == 1 and len(f.defects) == 1 for f in anomalies)
-    assert len({f.defects[0] for f in anomalies}) == 13
-    # A defect this drive did not show (on a loaded machine the short drive may place no order
-    # that runs out of stock: T02) cannot be found: its finding fails on the key's own evidence.
+    assert len(anomalies) == 14 and all(f.counts == 1 and len(f.defects) == 1 for f in anomalies)
+    assert len({f.defects[0] for f in anomalies}) == 14
+    # Every planted defect shows in every drive, short and loaded ones too: an order that runs
+    # out of stock (T02) and colliding order refs (B01, the scenario's rushes) are on schedule.
     unseen = [f for f in anomalies if f.verdict != HELD_UP]
-    for f in unseen:
-        assert "the key's evidence does not hold in this run's telemetry" in f.reason, (f.number, f.reason)
-    assert len(unseen) <= 1, [(f.number, f.reason) for f in unseen]
+    assert unseen == [], [(f.number, f.reason) for f in unseen]
     # T06 is an absence only (its logs never reach the store). Without control stores an absence
     # is not evidence, so the honest gap does not hold up -- said so, not hidden; with them, the
     # T06 control holds the logger's lines, so the absence discriminates and holds.
     if controls is None:
         assert by["G1"].verdict != HELD_UP and "claims an absence" in by["G1"].reason
-        assert (rulings.confirmed, rulings.reported) == (13 - len(unseen), 14)
+        assert (rulings.confirmed, rulings.reported) == (14, 15)
     else:
         assert by["G1"].verdict == HELD_UP and "with that defect fixed" in by["G1"].reason, by["G1"].reason
-        assert (rulings.confirmed, rulings.reported) == (14 - len(unseen), 14)
+        assert (rulings.confirmed, rulings.reported) == (15, 15)
         assert all("with that defect fixed" in f.reason for f in rulings.findings if f.verdict == HELD_UP)

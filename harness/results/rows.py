@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from harness.errors import UserError
+from harness.mission import DEFAULT_MISSION
 from harness.paths import RUN_RECORD, ProjectPaths
 from harness.record import RunRecord, Status
 from harness.results.columns import DASH, REMOTE_CELLS, REMOTE_REQUIRED
@@ -164,8 +165,11 @@ def key_matcher_only(rulings: Rulings) -> bool:
     return bool(rulings.findings) and all(f.ruled_by == "key-matcher" for f in rulings.findings)
 
 
+RESULTS_MISSION = DEFAULT_MISSION  # the only mission whose runs make a row
+
+
 def load_local_rows(root: Path, include_scripted: bool = False) -> list[Row]:
-    """The local rows: ok, unscripted runs with final rulings; the latest run per key.
+    """The local rows: ok, unscripted observability-mission runs with final rulings; the latest run per key.
     `include_scripted` admits replay runs too (their GPU cell says scripted): for demos and
     tests on a page of their own, never the published one."""
     root = Path(root)
@@ -180,6 +184,8 @@ def load_local_rows(root: Path, include_scripted: bool = False) -> list[Row]:
                             field="run_id", fix=f"set run_id to {path.parent.name}")
         if record.status != Status.ok or (record.scripted and not include_scripted):
             continue
+        if record.mission != RESULTS_MISSION:
+            continue  # the tables rank the observability mission; a hello run is a smoke of the plumbing
         if record.drive is not None and record.drive.problem:
             continue  # the harness's drive gate: the scenario never drove the stack (record.drive.problem says why)
         rulings_path = ProjectPaths(root).rulings_file(record.run_id)

@@ -452,7 +452,11 @@ class Discriminator:
         bar = max(NOISE_FACTOR * spread * larger, MIN_RELATIVE * larger, MIN_ABSOLUTE)
         self.notes[(index, defect.id)] = (f"reads {ev._fmt(run)} on this run and {ev._fmt(control)} with that defect "
                                           f"fixed, baselines {ev._fmt(b1)}/{ev._fmt(b2)}")
-        return diff >= bar
+        # Present in every unfixed drive (the run and both baselines) and absent with the fix, or
+        # the reverse: the fix switched the thing off or on, whatever the counts' spread (two
+        # colliding orders in one drive, one in another, none fixed).
+        split = (control == 0) != (run == 0) and (b1 == 0) == (b2 == 0) == (run == 0)
+        return diff >= bar or split
 
 
 def defect_problems(d: Defect, checks: list[ev.QueryCheck], accused: ev.Accused, sources: Path | None,

@@ -5,7 +5,8 @@
 Targets come from SHOP_API_URL, SHOP_MCP_URL and SHOP_AGENT_URL (or --api/--mcp/--agent).
 Each virtual user walks the same shopper path on a fixed pace: list a category,
 open a product, order it, read the order back, search, read the category stats; then the same
-through the MCP tools. One assistant question is asked every 15 s from the start. As in k6, no iteration starts
+through the MCP tools. One assistant question is asked every 15 s from the start, and twice a
+rush of ten shoppers orders at the same instant (2 s and 5 s in). As in k6, no iteration starts
 after the duration (a loaded machine runs fewer, never longer), and the ones under way get
 30 s to finish.
 Writes scenario/drive.json: UTC start/end, requests and errors by operation.
@@ -249,6 +250,50 @@ def assistant(args, rec: Recorder, t0: float, end: float, asked: list) -> None:
             asked.append(question)
 
 
+RUSH_AT_S = (2.0, 5.0)  # a sale opens: from the start, inside even a 10-second drive
+RUSH_ORDERS = 10
+RUSH_PRODUCTS = range(1001, 1001 + RUSH_ORDERS)
+
+
+def rush(args, rec: Recorder, t0: float, end: float) -> None:
+    """Twice, at fixed times, RUSH_ORDERS shoppers order one unit each at the same instant
+    (released together, on connections opened beforehand)."""
+    ident = Identity(args.run_id, 0xFFFE, tag_key())
+    clients = [httpx.Client(timeout=TIMEOUT_S) for _ in range(RUSH_ORDERS)]
+    try:
+        for i, client in enumerate(clients):
+            try:
+                client.get(f"{args.api}/products/{RUSH_PRODUCTS[i]}", headers=ident.headers())
+            except httpx.HTTPError:
+                pass
+        for at in RUSH_AT_S:
+            delay = t0 + at - time.monotonic()
+            if t0 + at >= end:
+                break
+            if delay > 0:
+                time.sleep(delay)
+            gate = threading.Barrier(RUSH_ORDERS)
+
+            def order(i: int, headers: dict[str, str]) -> None:
+                gate.wait()
+                try:
+                    r = clients[i].post(f"{args.api}/orders", json={"product_id": RUSH_PRODUCTS[i], "quantity": 1},
+                                        headers=headers)
+                    rec.add("POST /orders (rush)", r.status_code < 400)
+                except httpx.HTTPError:
+                    rec.add("POST /orders (rush)", False)
+
+            buyers = [threading.Thread(target=order, args=(i, ident.headers()), daemon=True)
+                      for i in range(RUSH_ORDERS)]
+            for b in buyers:
+                b.start()
+            for b in buyers:
+                b.join(timeout=TIMEOUT_S + 5)
+    finally:
+        for client in clients:
+            client.close()
+
+
 def run(args) -> dict:
     rec = Recorder()
     asked: list[str] = []
@@ -259,6 +304,7 @@ def run(args) -> dict:
         threading.Thread(target=Shopper(vu, args, rec).run, args=(t0, end), daemon=True)
         for vu in range(1, args.vus + 1)
     ]
+    threads.append(threading.Thread(target=rush, args=(args, rec, t0, end), daemon=True))
     if not args.no_ask:
         threads.append(threading.Thread(target=assistant, args=(args, rec, t0, end, asked), daemon=True))
     for t in threads:
