@@ -55,3 +55,21 @@ def test_isolated_env_has_its_own_home_and_xdg_and_no_user_secrets(tmp_path, mon
     assert env["VOT_API_KEY"] == "unit-secret-value"  # handed over through the environment only
     assert "unit-secret-value" not in provider.read_text()
     assert isolated_env(tmp_path / "oc2", provider, None)["VOT_API_KEY"] == "none"
+
+
+def test_preflight_refuses_an_opencode_that_is_not_the_pinned_version(tmp_path):
+    """The issue's case: a stand-in answering 1.18.32 passed as "installed at the pinned version"."""
+    import pytest
+
+    from harness.errors import PreflightError
+    from harness.opencode.binary import PINNED_VERSION, opencode_version
+
+    fake = tmp_path / "opencode"
+    fake.write_text("#!/bin/sh\necho 1.18.32\n")
+    fake.chmod(0o755)
+    with pytest.raises(PreflightError) as caught:
+        opencode_version(fake)
+    assert f"opencode 1.18.32, not the pinned {PINNED_VERSION}" in caught.value.message
+    assert "make setup" in caught.value.fix and "LLMS_BENCHMARK_OPENCODE" in caught.value.fix
+    fake.write_text(f"#!/bin/sh\necho {PINNED_VERSION}\n")
+    assert opencode_version(fake) == PINNED_VERSION

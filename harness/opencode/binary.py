@@ -35,4 +35,11 @@ def opencode_version(binary: Path) -> str:
     version = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
     if out.returncode != 0 or not version:
         raise PreflightError(f"{binary} --version failed: {out.stderr.strip()[:200]}", fix="reinstall with `make setup`")
+    if version.removeprefix("v") != PINNED_VERSION:
+        # Every figure is read from this version's session store and event stream: another one
+        # would be measured with readers written for a different schema.
+        raise PreflightError(
+            f"{binary} is opencode {version}, not the pinned {PINNED_VERSION}",
+            fix=f"run `make setup` (npm installs opencode-ai@{PINNED_VERSION} into node_modules/), or point "
+                f"LLMS_BENCHMARK_OPENCODE at an opencode {PINNED_VERSION}")
     return version
