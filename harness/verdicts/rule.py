@@ -77,7 +77,16 @@ def draft(root: Path, run_id: str) -> Rulings:
     # The mission's control stores (made by `make setup`), when this machine has them for this
     # mission version: then a cited query counts only where it reads differently with the defect fixed.
     controls = Controls.for_mission(root / "missions" / rec.mission)
-    return draft_rulings(folder, key, sources=root / "missions" / rec.mission / "workspace", controls=controls)
+    rulings = draft_rulings(folder, key, sources=root / "missions" / rec.mission / "workspace", controls=controls)
+    # The rulings file is committed: it names the report relative to the project, never by absolute path.
+    return rulings.model_copy(update={"report": _relative_to(Path(rulings.report), root)})
+
+
+def _relative_to(path: Path, root: Path) -> str:
+    try:
+        return path.resolve().relative_to(Path(root).resolve()).as_posix()
+    except ValueError:
+        return str(path)
 
 
 def with_recall(rulings: Rulings) -> Rulings:
@@ -140,8 +149,9 @@ def grade(root: Path, run_id: str, rulings: Rulings, endpoint, say: Callable[[st
     from harness.grader.tools import GraderTools
 
     folder, rec = run_folder(root, run_id)
-    report = parse_report_file(Path(rulings.report))
-    report_text = Path(rulings.report).read_text(encoding="utf-8")
+    report_path = rulings_report(folder, rec)  # the run's own copy, whatever the file says
+    report = parse_report_file(report_path)
+    report_text = report_path.read_text(encoding="utf-8")
     by_number = {f.number: f for f in report.findings}
     grader = Grader(endpoint, GraderTools(*workspace_and_store(folder, rec, root)))
     notes = notes if notes is not None else GraderNotes()
