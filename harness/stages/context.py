@@ -26,6 +26,7 @@ from harness.stacks.base import Unit
 from harness.stacks.local_process import AGENT_MARKER_VAR
 from harness.unitlog import UnitLogCollector
 from harness.units import UnitLife
+from harness.verdicts.drive_server import DriveServer
 
 Say = Callable[[str], None]
 
@@ -61,7 +62,7 @@ class LaunchContext:
     secret_names: list[str] = field(default_factory=list)  # the preset's env names: their values are secrets
     untrusted: list[str] = field(default_factory=list)  # agent-written files the harness refused to read
     services: MissionServices | None = None
-    drive: object | None = None  # the services' drive server (`obs drive`), kept past their stop for the gate
+    drive: DriveServer | None = None  # the services' drive server (`obs drive`), kept past their stop for the gate
     provider_file: Path | None = None
     argv_base: list[str] = field(default_factory=list)  # opencode's argv without its title
     workspace: Path | None = None

@@ -6,7 +6,7 @@ send. The harness runs the scenario itself when the agent asks (`obs drive`, see
 `drive_server`), with a per-run key the agent never sees: every trace id the drive sends
 is a user and request number followed by an HMAC of them under that key. The gate reads
 the run's telemetry store, which only the services write (their ingest token), and counts
-the distinct traces whose ids carry a valid tag, started inside the mission's window.
+the distinct traces whose ids carry a valid tag, started inside one of the harness's drives.
 Their first start and last end are the drive's window; too few of them and the run yields
 no row, its record saying why. Every other trace the services served inside the window
 is the agent's own traffic: counted on the record, never part of the drive.

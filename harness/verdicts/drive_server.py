@@ -155,7 +155,6 @@ class DriveServer:
             why = "timed out" if code is None else f"exited {code}"
             raise Refused(500, f"the scenario {why} after {entry['wall_s']:g} s: {tail.strip()}")
         record.pop("targets", None)  # host addresses: the agent has its own
-        entry["requests"] = sum(record.get("requests", {}).values())
         return record
 
     def windows(self) -> list[tuple[datetime, datetime]]:
