@@ -7,6 +7,7 @@
       missions/<name>/                a mission (manifest, prompt, workspace, key)
       rulings/<run-id>.yaml           one rulings file per ruled run
       .llms-benchmark/README.md       the results page
+      .llms-benchmark/*.yaml          the hand-kept rows (remote, oddyssey's local) and non-conclusive presets
       .llms-benchmark/runs/<run-id>/  RunPaths:
         run.json                      the run record (artifacts named relative to this folder)
         fault.txt                     a harness bug's traceback
@@ -24,6 +25,7 @@
         serving-timeline.jsonl        /metrics readings of the run window
         serving.jsonl                 per model call: store tokens joined with server figures
         wire.jsonl                    per model call, as the sandbox's bridge saw it (the run's figures)
+        stop-request                  `llms-benchmark stop`: end the run once its report is persisted
 
 Frozen, one property per file (Harbor's `TrialPaths` is the model): a file moves here or nowhere.
 """
@@ -104,6 +106,11 @@ class RunPaths:
     def wire_log(self) -> Path:
         return self.dir / "wire.jsonl"
 
+    @property
+    def stop_request(self) -> Path:
+        """`llms-benchmark stop <run>` writes it; the running launch ends the run once its report is persisted."""
+        return self.dir / "stop-request"
+
 
 @dataclass(frozen=True)
 class ProjectPaths:
@@ -145,6 +152,14 @@ class ProjectPaths:
     @property
     def remote_rows(self) -> Path:
         return self.bench / "remote-rows.yaml"
+
+    @property
+    def oddyssey_local_rows(self) -> Path:
+        return self.bench / "oddyssey-local-rows.yaml"
+
+    @property
+    def oddyssey_non_conclusive(self) -> Path:
+        return self.bench / "oddyssey-non-conclusive.yaml"
 
     @property
     def non_conclusive(self) -> Path:

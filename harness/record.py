@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 
 from harness.atomic import write_atomic
 from harness.verdicts.drive import DriveFigures
+from harness.serving.engine import EngineInfo
 from harness.serving.figures import ServingFigures
 from harness.unit_death import UnitDeath
 
@@ -105,6 +106,8 @@ class RunOutcome(BaseModel):
     ended_by: str | None = None  # None: it ended on its own; else "watchdog: ..." / "time cap" / "interrupted"
     events: int = 0
     report_found: bool = False
+    report_sha256: str | None = None  # the report as collected (for a stop after the report: as it stood then)
+    stopped_after_report: str | None = None  # "by the maintainer" / "N turns without changing it": ok, not void
 
 
 class WireFigures(BaseModel):
@@ -192,6 +195,7 @@ class RunRecord(BaseModel):
     # How the unit served (the stack's own words): flags, chat template and its sha256,
     # the server's build and what it reported at start (system_info, the tool-call format).
     serving_config: dict[str, str | list[str]] = Field(default_factory=dict)
+    engine: EngineInfo | None = None  # the serving engine and its version, as the server says them
     unit_death: UnitDeath | None = None  # the unit died on its own: status, signal, cause, log tail
     probe: Probe | None = None
     smoke: str | None = None

@@ -10,6 +10,8 @@ create), leftovers found through the ledger, and a failed `docker run` cleaned u
 
 from __future__ import annotations
 
+import hashlib
+
 import json
 import socket
 import subprocess
@@ -325,6 +327,10 @@ def test_launch_collects_the_container_log_and_destroys(box: DockerBox):
     run_dir, rec = box.project.only_run()
     assert rec["status"] == "ok" and rec["stack"] == "local-vllm-docker" and rec["unit"] == UNIT
     assert rec["key"]["gpu"] == "H100 80GB HBM3 80 GB"
+    # Provenance: the image as served and its id as docker reports it (the tag alone can move).
+    image = "vllm/vllm-openai:v0.30.0"
+    assert rec["engine"]["image"] == image
+    assert rec["engine"]["image_digest"] == "sha256:" + hashlib.sha256(image.encode()).hexdigest()
     unit_log = (run_dir / "unit.log").read_text()
     # The whole container log from creation, once, stamps stripped, in time order.
     assert unit_log.startswith("INFO vLLM API server version 0.30.0 (stand-in image vllm/vllm-openai:v0.30.0)\n")

@@ -88,6 +88,7 @@ def test_replay_hello_records_what_was_served(project: Project):
     assert rec["status"] == "ok" and rec["reason"] is None and rec["stopped_at"] is None
     assert rec["scripted"] is True
     assert rec["stack"] == "replay" and rec["unit"] == "vot-replay-hello"
+    assert rec["engine"]["name"] == "replay" and rec["versions"]["opencode"] == "1.18.33"
     assert rec["smoke"].startswith("passed")
     assert rec["run"]["exit_code"] == 0 and rec["run"]["ended_by"] is None and rec["run"]["report_found"]
     report = run_dir / "report.md"

@@ -4,6 +4,7 @@ idempotent, nothing written on a bad row), and `score check` on the Scoring cell
 
 from __future__ import annotations
 
+import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from harness.record import Phases, RowKey, RunRecord, SessionFigures, Status, Ti
 from harness.serving.figures import ServingFigures, ToolCallHealth
 from harness.results.check import check_page
 from harness.results.render import (
+    HAND_LOCAL_HEADERS,
     LOCAL_DETAIL_HEADERS,
     LOCAL_HEADERS,
     REMOTE_DETAIL_HEADERS,
@@ -24,6 +26,7 @@ from harness.results.render import (
     render_page,
 )
 from harness.results.rows import format_tokens
+from harness.serving.engine import EngineInfo
 from harness.verdicts.rulings import Recall, RuledFinding, Rulings, save_rulings
 from harness.verdicts.scoring import score_local
 
@@ -36,15 +39,20 @@ PAGE_TEXT = PROSE_TOP + "<!-- results:begin -->\nstale\n<!-- results:end -->" + 
 # reads our protocol revision.
 QWEN_ROW = ("| **#1** | [`odd-qwen3-8-27b`](../.vot/presets/odd-qwen3-8-27b.yaml) | default | opencode | A100 80 GB "
             "| llms-benchmark 1 | **9.0** | 7 / 11 | 4 / 3 / 0 | **150m02s** | **64%** | **1286s** |")
+# Its detail as the seed writes it: output 42,711 + reasoning 139,401, about 2.7 GPU-hours, then
+# the provenance (date, record, how it ended, engine and image, opencode, price and source).
 QWEN_DETAIL = ("| [`odd-qwen3-8-27b`](../.vot/presets/odd-qwen3-8-27b.yaml) | default | opencode | A100 80 GB "
-               "| llms-benchmark 1 | 12m13s | 2m04s | 135m45s | 56 | 65.7s | 5.0M | 182k | — | 4/4 | 5/15 "
+               "| llms-benchmark 1 | 12m13s | 2m04s | 135m45s | 56 | 65.7s | 5.0M | 43k + 139k | — | 4/4 | 5/15 "
+               "| 2026-11-02 | [run record](runs/new-qwen/run.json) | on its own "
+               "| vllm 0.30.0, image vllm/vllm-openai:v0.30.0@sha256:abc | 1.18.33 | 2.70 "
+               "| $3.40 (Azure price / page, read 2026-12-02) "
                "| 93% | 41 / 35 tok/s | 71% | 0 | 0.12s | 2 / 1 | $8.41 | $1.201 |")
 # The issue's example row: a preset that confirmed its findings while its prefix cache hit 93 %,
 # decode at its median context ran 41 tok/s, KV peaked at 71 %, nothing was preempted, 2 calls leaked.
 QWEN_SERVING = ServingFigures(prefix_cache_hit=0.9312, decode_tps_p50_context=41.2, decode_tps_p90_context=34.6,
                               kv_peak=0.7114, preemptions=0, queue_wait_p95_s=0.1234,
                               tool_calls=ToolCallHealth(leaked=2, malformed=1), gpu_hourly_usd=3.4,
-                              gpu_cost_usd=8.41)
+                              gpu_price_source="Azure price | page, read 2026-12-02", gpu_cost_usd=8.41)
 REMOTE_ROWS = [
     {"model": "openai/gpt-5.6-luna", "effort": "medium", "cli": "copilot", "provider": "Copilot",
      "oddyssey": "1.13.0", "confirmed_reported": "7 / 8", "by_kind": "3 / 2 / 2", "total": "6m29s",
@@ -53,14 +61,15 @@ REMOTE_ROWS = [
      "oddyssey": "1.13.0", "confirmed_reported": "16 / 16", "by_kind": "10 / 3 / 3", "total": "29m05s",
      "cost": "$0.16", "accuracy": "100%", "usd_per_confirmed": "$0.010", "seconds_per_confirmed": "109s",
      "preflight": "3m10s", "drive": "2m01s", "observation": "11m58s", "turns": "32", "median_turn": "13.3s",
-     "input": "2.3M", "output": "68k", "cache": "2.1M", "signals": "4/4"},
+     "input": "2.3M", "output": "68k", "cache": "2.1M", "signals": "4/4", "date": "2026-09-27",
+     "source": "https://github.com/using-system/oddyssey/pull/1"},
 ]
 T0 = datetime(2026, 11, 1, 10, 0, tzinfo=UTC)
 
 
 def _run(root: Path, run_id: str, preset: str, launch: datetime, total_s: int, held: list[str], missed: int,
          *, scripted=False, status=Status.ok, final=True, found=5, phases=(733, 124, 8145),
-         tokens=(5_012_000, 182_300, 0), versions=None, ruled_by="person", serving=None) -> None:
+         tokens=(5_012_000, 182_112, 0, 139_401), versions=None, ruled_by="person", serving=None) -> None:
     """A schema-valid run record and its rulings: `held` is the kind of each finding held up."""
     start = launch + timedelta(seconds=phases[0] and 60)
     record = RunRecord(
@@ -69,10 +78,13 @@ def _run(root: Path, run_id: str, preset: str, launch: datetime, total_s: int, h
         times=Timestamps(launch=launch, mission_start=start, mission_end=start + timedelta(seconds=total_s),
                          end=start + timedelta(seconds=total_s + 30)),
         session=SessionFigures(root_session="ses_1", sessions=1, tokens=Tokens(input=tokens[0], output=tokens[1],
-                                                                               cache=tokens[2]),
+                                                                               cache=tokens[2],
+                                                                               reasoning=tokens[3]),
                                turns=56, median_turn_s=65.7, compactions=0, opencode_version="1.18.33"),
         phases=Phases(preflight_s=phases[0], drive_s=phases[1], observation_s=phases[2]),
         signals=["metrics", "traces", "logs", "profiles"], versions=versions or {}, serving=serving,
+        gpu_hours=2.7, engine=EngineInfo(name="vllm", version="0.30.0", read_from="/version",
+                                         image="vllm/vllm-openai:v0.30.0", image_digest="sha256:abc"),
     )
     record.save(root / ".llms-benchmark" / "runs" / run_id)
     findings = [RuledFinding(number=str(i + 1), kind=kind, verdict="held up", reason="Its numbers check out.",
@@ -98,7 +110,7 @@ def root(tmp_path: Path) -> Path:
     _run(tmp_path, "old-qwen", "odd-qwen3-8-27b", T0, 1200, ["Telemetry"] * 3, 0)
     _run(tmp_path, "new-qwen", "odd-qwen3-8-27b", T0 + timedelta(days=1), 9002, qwen, 4, serving=QWEN_SERVING)
     # Another key, worse on every column.
-    _run(tmp_path, "other", "odd-qwen3-6-35b-a3b", T0, 10000, ["Behavior"] * 2, 2, found=0, tokens=(0, 900, 0))
+    _run(tmp_path, "other", "odd-qwen3-6-35b-a3b", T0, 10000, ["Behavior"] * 2, 2, found=0, tokens=(0, 900, 0, 0))
     # No row: a scripted replay, a draft ruling, a void run.
     _run(tmp_path, "scripted", "replay-observability", T0, 100, ["Perf"], 0, scripted=True)
     _run(tmp_path, "draft", "odd-draft", T0, 100, ["Perf"], 0, final=False)
@@ -131,8 +143,10 @@ def test_render_builds_both_tables(root: Path):
     assert ("| **#2** | [`odd-qwen3-6-35b-a3b`](../.vot/presets/odd-qwen3-6-35b-a3b.yaml) | default | opencode "
             "| A100 80 GB | llms-benchmark 1 | 1.4 | 2 / 4 | 0 / 0 / 2 | 166m40s | 50% | 5000s |") in lines
     assert ("| [`odd-qwen3-6-35b-a3b`](../.vot/presets/odd-qwen3-6-35b-a3b.yaml) | default | opencode "
-            "| A100 80 GB | llms-benchmark 1 | 12m13s | 2m04s | 135m45s | 56 | 65.7s | — | 900 | — | 4/4 | 0/15 "
-            "| — | — | — | — | — | — | — | — |") in lines  # a record from before the serving section
+            "| A100 80 GB | llms-benchmark 1 | 12m13s | 2m04s | 135m45s | 56 | 65.7s | — | 900 + 0 | — | 4/4 | 0/15 "
+            "| 2026-11-01 | [run record](runs/other/run.json) | on its own "
+            "| vllm 0.30.0, image vllm/vllm-openai:v0.30.0@sha256:abc | 1.18.33 | 2.70 | — "
+            "| — | — | — | — | — | — | — | — |") in lines  # a record from before the serving section: no price
     assert text.count("odd-qwen3-8-27b.yaml") == 2  # one headline row, one detail row: the old run is gone
     for absent in ("replay-observability", "odd-draft", "odd-void", "20m00s"):
         assert absent not in text
@@ -141,10 +155,12 @@ def test_render_builds_both_tables(root: Path):
             "| **6m29s** | **$0.11** | 88% | $0.016 | **56s** |") in lines
     assert ("| **#2** | `deepseek/deepseek-v4.1-flash` | default | opencode | OpenRouter | 1.13.0 | 70.9 "
             "| **16 / 16** | 10 / 3 / 3 | 29m05s | $0.16 | **100%** | **$0.010** | 109s |") in lines
-    assert ("| `openai/gpt-5.6-luna` | medium | copilot | Copilot | 1.13.0 | — | — | — | — | — | — | — | — | — |"
-            in lines)
+    assert ("| `openai/gpt-5.6-luna` | medium | copilot | Copilot | 1.13.0 | — | — | — | — | — | — | — | — | — "
+            "| — | — |" in lines)
+    # A remote row is dated and linked to where it was measured.
     assert ("| `deepseek/deepseek-v4.1-flash` | default | opencode | OpenRouter | 1.13.0 | 3m10s | 2m01s | 11m58s "
-            "| 32 | 13.3s | 2.3M | 68k | 2.1M | 4/4 |") in lines
+            "| 32 | 13.3s | 2.3M | 68k | 2.1M | 4/4 | 2026-09-27 "
+            "| [source](https://github.com/using-system/oddyssey/pull/1) |") in lines
     assert ("| [`cpu-smollm2-135m`](../.vot/presets/cpu-smollm2-135m.yaml) | `cpu` | 2026-11-30 "
             "| SmolLM2-135M answers in prose |") in lines
     # Prose outside the markers: byte for byte.
@@ -312,3 +328,60 @@ def test_the_committed_page_agrees():
     assert text.count("<!-- results:begin -->") == 1 and text.count("<!-- results:end -->") == 1
     assert _row(REMOTE_HEADERS) in text.splitlines() and _row(LOCAL_HEADERS) in text.splitlines()
     assert check_page(page) == []
+
+
+def test_a_run_stopped_after_its_report_makes_a_row_that_says_so(root: Path):
+    from harness.record import RunOutcome
+
+    _run(root, "stopped", "odd-stopped", T0 + timedelta(days=3), 900, ["Perf"], 0)
+    path = root / ".llms-benchmark" / "runs" / "stopped" / "run.json"
+    record = RunRecord.load(path)
+    record.run = RunOutcome(exit_code=-15, ended_by="stopped after its report: by the maintainer (llms-benchmark stop)",
+                            report_found=True, stopped_after_report="by the maintainer (llms-benchmark stop)")
+    record.save(path.parent)
+    render_page(root)
+    detail = next(line for line in _page(root).read_text().splitlines()
+                  if line.startswith("| [`odd-stopped`]") and "run record" in line)
+    assert "| stopped after its report (by the maintainer (llms-benchmark stop)) |" in detail
+
+
+def test_oddyssey_local_rows_score_from_their_cells_apart_from_ours(root: Path):
+    """Seed 000's two A100 rows, kept by hand: 18.5 and 9.0, in a table of their own."""
+    shutil.copy2(REPO / ".llms-benchmark" / "oddyssey-local-rows.yaml", root / ".llms-benchmark")
+    render_page(root)
+    text = _page(root).read_text()
+    lines = text.splitlines()
+    assert _row(HAND_LOCAL_HEADERS) in lines  # its oddyssey column, not our Protocol
+    ours = lines.index("### Local serving")
+    theirs = lines.index("### Local serving (oddyssey's mission)")
+    assert theirs < ours
+    hand = [line for line in lines[theirs:ours] if line.startswith("| **#")]
+    assert [line.split(" | ")[6] for line in hand] == ["**18.5**", "9.0"]
+    assert check_page(_page(root)) == []  # score check reads that table too
+
+
+@pytest.mark.parametrize(("field", "value", "words"), [
+    ("gpu", None, "column GPU is missing"),
+    ("by_kind", "1 / 1 / 0", "does not sum to 3 confirmed"),
+    ("output", "26k plus 11k", "cannot read '26k plus 11k'"),
+])
+def test_a_malformed_oddyssey_local_row_is_refused_by_name(root: Path, field, value, words):
+    rows = yaml.safe_load((REPO / ".llms-benchmark" / "oddyssey-local-rows.yaml").read_text())
+    rows[1][field] = value
+    (root / ".llms-benchmark" / "oddyssey-local-rows.yaml").write_text(yaml.safe_dump(rows, allow_unicode=True))
+    before = _page(root).read_text()
+    with pytest.raises(UserError) as caught:
+        render_page(root)
+    assert words in caught.value.message and caught.value.field == field
+    assert str(caught.value.file).endswith("oddyssey-local-rows.yaml")
+    assert _page(root).read_text() == before
+
+
+def test_the_page_states_the_bounds_that_scored_it(root: Path):
+    from harness.verdicts import scoring
+
+    render_page(root)
+    text = _page(root).read_text()
+    lo, hi = scoring.SECONDS_PER_CONFIRMED_BOUNDS
+    assert f"100·ln({hi:g}/s)/ln({hi / lo:g})" in text and f"{lo:g} s → 100, ≥ {hi:g} s → 0" in text
+    assert "Scoring = (3·points(s) + 2·points(T) + 1·points(a) + 1·points(n)) / 7" in text

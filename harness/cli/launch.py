@@ -24,6 +24,9 @@ def launch_local_cmd(
     probe_long_tokens: Annotated[int, typer.Option(help="Long-context probe size (0: 82k where the context allows).")] = 0,
     no_sandbox: Annotated[bool, typer.Option(
         "--no-sandbox", help="Run the agent unconfined (the record and the results row say so).")] = False,
+    stop_after_report: Annotated[int, typer.Option(
+        min=0, help="End the run once its report has stood N model turns unchanged (0: never); it still counts. "
+                    "`llms-benchmark stop RUN` does the same by hand.")] = 0,
     as_json: JsonOpt = False,
 ) -> None:
     """Serve PRESET on ENVIRONMENT once, probe it, run the mission with opencode, destroy, record."""
@@ -31,7 +34,8 @@ def launch_local_cmd(
     from harness.summary import run_summary_table
 
     record = launch_local(LaunchOptions(project_root(), environment, preset, effort, mission,
-                                        probe_long_tokens or None, sandbox=not no_sandbox), say)
+                                        probe_long_tokens or None, sandbox=not no_sandbox,
+                                        stop_after_report=stop_after_report or None), say)
     if as_json:
         out.print_json(record.model_dump_json())
     else:

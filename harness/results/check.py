@@ -28,10 +28,12 @@ def _plain(cell: str) -> str:
     return _LINK.sub(r"\1", cell).strip("`").strip()
 
 
-# The headline header of each kind of table, and the Row attribute under each header.
-_HEADLINES: dict[Kind, list[tuple[str, str]]] = {
-    kind: [(c.header_for(kind), c.attr) for c in columns(kind, "headline")] for kind in ("remote", "local")
-}
+# The headline header of each kind of table (the local one also as the hand-kept rows oddyssey
+# measured write it), and the Row attribute under each header.
+_HEADLINES: list[tuple[Kind, list[tuple[str, str]]]] = [
+    (kind, [(c.header_for(kind, hand), c.attr) for c in columns(kind, "headline")])
+    for kind, hand in (("remote", False), ("local", False), ("local", True))
+]
 
 
 def scored_rows(text: str) -> list[tuple[str, Kind, dict[str, str]]]:
@@ -46,7 +48,7 @@ def scored_rows(text: str) -> list[tuple[str, Kind, dict[str, str]]]:
             continue
         cells = _cells(stripped)
         if table is None:
-            table = next(((kind, [a for _, a in cols]) for kind, cols in _HEADLINES.items()
+            table = next(((kind, [a for _, a in cols]) for kind, cols in _HEADLINES
                           if cells == [h for h, _ in cols]), ())
             continue
         if not table or all(set(c) <= set("-: ") for c in cells):
@@ -81,7 +83,7 @@ def check_rows(text: str) -> tuple[int, list[str]]:
             problems.append(f"{_row_name(section, cells)}: cannot recompute its Scoring: {exc.render()}")
             continue
         except KeyError as exc:  # a row shorter than its header: name the column as the page does
-            header = next(h for h, a in _HEADLINES[kind] if a == exc.args[0])
+            header = next(h for k, cols in _HEADLINES if k == kind for h, a in cols if a == exc.args[0])
             problems.append(f"{_row_name(section, cells)}: cannot recompute its Scoring: missing column {header!r}")
             continue
         written = c.get("score", "")

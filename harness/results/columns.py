@@ -51,6 +51,11 @@ class Column:
     attr: str  # the Row attribute it shows
     header: str
     local_header: str | None = None  # where the local tables name it otherwise (Model → Preset)
+    # The hand-kept local rows oddyssey measured (oddyssey-local-rows.yaml): their key in that
+    # file, their shape there, and their header where it differs from the local one.
+    hand_key: str | None = None
+    hand_shape: Shape | None = None
+    hand_header: str | None = None
     headline: bool = False  # in the ranked table
     detail: bool = False  # in the run-detail table
     kinds: tuple[Kind, ...] = ("remote", "local")
@@ -60,7 +65,9 @@ class Column:
     parse: Callable[[str], float] | None = None  # the cell as a number, to find the best
     cell: Callable[[Row, int], str] | None = None  # (row, rank) → cell; default: the attribute as written
 
-    def header_for(self, kind: Kind) -> str:
+    def header_for(self, kind: Kind, hand: bool = False) -> str:
+        if kind == "local" and hand and self.hand_header:
+            return self.hand_header
         return self.local_header if kind == "local" and self.local_header else self.header
 
     @property
@@ -76,6 +83,12 @@ def _name(row: Row, _: int) -> str:
         return f"`{row.name}`"
     return (preset_link(row.name) + (UNSANDBOXED if row.unsandboxed else "")
             + (KEY_MATCHER_ONLY if row.key_matcher_only else ""))
+
+
+def _link(url: str | None) -> str:
+    if not url or url == DASH:
+        return DASH
+    return f"[source]({url})" if url.startswith("https://") else f"[run record]({url})"
 
 
 def _ratio(row: Row, _: int) -> str:
@@ -94,21 +107,28 @@ _TOKENS = Shape(r"\d+(?:\.\d)?M|\d+k|\d{1,3}|—", "rounded tokens, e.g. 2.3M or
 COLUMNS: tuple[Column, ...] = (
     Column("rank", "Rank", headline=True, cell=lambda _, rank: bold(f"#{rank}")),
     Column("name", "Model", local_header="Preset", headline=True, detail=True, remote_key="model", cell=_name,
-           shape=Shape(r"[A-Za-z0-9][A-Za-z0-9._:/@+-]*", "a canonical model id, e.g. openai/gpt-5.6-luna", True)),
+           shape=Shape(r"[A-Za-z0-9][A-Za-z0-9._:/@+-]*", "a canonical model id, e.g. openai/gpt-5.6-luna", True),
+           hand_key="preset", hand_shape=Shape(r"[a-z0-9][a-z0-9-]*", "the vllm-on-tap preset's name", True)),
     Column("effort", "Effort", headline=True, detail=True,
            shape=Shape(r"[a-z][a-z0-9-]*", "the effort applied (medium) or default", True)),
     Column("cli", "CLI", headline=True, detail=True,
            shape=Shape(r"opencode|claude|copilot", "opencode, claude or copilot", True)),
     Column("where", "Provider", local_header="GPU", headline=True, detail=True, remote_key="provider",
-           shape=Shape(r"OpenRouter|Anthropic|Copilot", "OpenRouter, Anthropic or Copilot", True)),
-    Column("oddyssey", "oddyssey", headline=True, detail=True,
-           shape=Shape(r"\d+\.\d+\.\d+(?: ⚠)?", "a version, e.g. 1.13.0 (a trailing ' ⚠' if provisional)", True)),
+           shape=Shape(r"OpenRouter|Anthropic|Copilot", "OpenRouter, Anthropic or Copilot", True),
+           hand_key="gpu", hand_shape=Shape(r"[A-Za-z0-9][A-Za-z0-9 .-]*", "the GPU, e.g. A100 80 GB", True)),
+    # Remote rows: the oddyssey version that measured them; local rows: our protocol revision.
+    Column("oddyssey", "oddyssey", local_header="Protocol", hand_header="oddyssey", headline=True, detail=True,
+           shape=Shape(r"\d+\.\d+\.\d+(?: ⚠)?", "a version, e.g. 1.13.0 (a trailing ' ⚠' if provisional)", True),
+           hand_shape=Shape(r"\d+\.\d+\.\d+(?: ⚠)?|—", "the oddyssey version, e.g. 1.13.0, or — where its source "
+                            "gives none", True)),
     Column("score", "Scoring", headline=True, best="max", parse=float,
            cell=lambda row, _: f"{row.score.score:.1f}"),
     Column("confirmed_reported", "Confirmed / reported", headline=True, cell=_ratio,
            shape=Shape(r"\d+ / \d+", "X / Y, e.g. 7 / 8", True)),
     Column("by_kind", "Telemetry / Perf / Behavior", headline=True,
-           shape=Shape(r"\d+ / \d+ / \d+", "X / X / X, e.g. 3 / 2 / 2", True)),
+           shape=Shape(r"\d+ / \d+ / \d+", "X / X / X, e.g. 3 / 2 / 2", True),
+           hand_shape=Shape(r"\d+ / \d+ / \d+|—", "X / X / X, e.g. 3 / 2 / 2, or — where the source gives no split",
+                            True)),
     Column("total", "Total", headline=True, best="min", parse=parse_total,
            shape=Shape(_DURATION, "NmSSs, e.g. 6m29s or 150m02s", True)),
     Column("cost", "Cost", headline=True, kinds=("remote",), best="min", parse=parse_usd,
@@ -126,11 +146,26 @@ COLUMNS: tuple[Column, ...] = (
     Column("median_turn", "Median turn", detail=True,
            shape=Shape(r"\d+(?:\.\d)?s|—", "seconds with one decimal, e.g. 13.3s, or —")),
     Column("input", "Input", detail=True, shape=_TOKENS),
-    Column("output", "Output", detail=True, shape=_TOKENS),
+    # Local rows: output and reasoning apart (the seed: "output 42,711 + reasoning 139,401");
+    # oddyssey's remote cell folds the two.
+    Column("output", "Output", local_header="Output + reasoning", detail=True, shape=_TOKENS,
+           hand_shape=Shape(r"(?:\d+(?:\.\d)?M|\d+k|\d{1,3}|—)(?: \+ (?:\d+(?:\.\d)?M|\d+k|\d{1,3}|—))?",
+                            "rounded tokens, output + reasoning, e.g. 43k + 139k, or —")),
     Column("cache", "Cache", detail=True, shape=_TOKENS),
     Column("signals", "Signals", detail=True, shape=Shape(r"[0-4]/4|—", "k/4, e.g. 4/4, or —")),
     Column("planted_found", "Planted found", detail=True, kinds=("local",),
            cell=lambda row, _: row.planted_found or DASH),
+    # Provenance: when, how it ended, what served it, at what price.
+    Column("date", "Date", detail=True,
+           shape=Shape(r"\d{4}-\d{2}-\d{2}|—", "YYYY-MM-DD, the day it was measured (— where its source gives none)")),
+    # Remote and hand-kept rows: where they were measured; local rows: their run record.
+    Column("source", "Source", detail=True, cell=lambda row, _: _link(row.source),
+           shape=Shape(r"https://\S+", "the https address where the row was measured or published")),
+    Column("ended", "Ended", detail=True, kinds=("local",)),
+    Column("engine", "Served by", detail=True, kinds=("local",)),
+    Column("opencode", "opencode", detail=True, kinds=("local",)),
+    Column("gpu_hours", "GPU-hours", detail=True, kinds=("local",)),
+    Column("gpu_price", "GPU $/h", detail=True, kinds=("local",)),
     # What the serving did (harness/results/serving_columns.py reads them from the record).
     *(Column(f"serving[{i}]", c.header, detail=True, kinds=("local",), cell=_serving(i))
       for i, c in enumerate(SERVING_COLUMNS)),
@@ -141,10 +176,13 @@ def columns(kind: Kind, table: Literal["headline", "detail"]) -> list[Column]:
     return [c for c in COLUMNS if kind in c.kinds and getattr(c, table)]
 
 
-def headers(kind: Kind, table: Literal["headline", "detail"]) -> list[str]:
-    return [c.header_for(kind) for c in columns(kind, table)]
+def headers(kind: Kind, table: Literal["headline", "detail"], hand: bool = False) -> list[str]:
+    return [c.header_for(kind, hand) for c in columns(kind, table)]
 
 
 # The remote rows file: its keys in order, and those a row must give.
 REMOTE_CELLS: dict[str, Column] = {c.key: c for c in COLUMNS if c.shape is not None}
 REMOTE_REQUIRED: tuple[str, ...] = tuple(k for k, c in REMOTE_CELLS.items() if c.shape.required)
+# The hand-kept local rows oddyssey measured: the local columns a file can write, by their key there.
+HAND_LOCAL_CELLS: dict[str, Column] = {(c.hand_key or c.attr): c for c in COLUMNS
+                                       if c.shape is not None and "local" in c.kinds}

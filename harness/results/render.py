@@ -17,8 +17,11 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from harness.atomic import file_lock, write_atomic
 from harness.errors import UserError
 from harness.paths import ProjectPaths
-from harness.results.columns import DASH, Column, bold, columns, headers, preset_link
-from harness.results.rows import NonConclusive, Row, load_local_rows, load_non_conclusive, load_remote_rows
+from harness.results.columns import DASH, HAND_LOCAL_CELLS, Column, bold, columns, headers, preset_link
+from harness.results.rows import (
+    NonConclusive, Row, load_local_rows, load_non_conclusive, load_oddyssey_local_rows, load_remote_rows,
+)
+from harness.verdicts import scoring
 from harness.verdicts.scoring import rank_key
 from harness.vot.loader import is_file
 
@@ -32,6 +35,10 @@ REMOTE_HEADERS = headers("remote", "headline")
 REMOTE_DETAIL_HEADERS = headers("remote", "detail")
 LOCAL_HEADERS = headers("local", "headline")
 LOCAL_DETAIL_HEADERS = headers("local", "detail")
+HAND_LOCAL_HEADERS = headers("local", "headline", hand=True)
+# The hand-kept rows' detail: only the columns their file can write (no run record behind them).
+HAND_LOCAL_DETAIL_COLUMNS = [c for c in columns("local", "detail") if c in HAND_LOCAL_CELLS.values()]
+HAND_LOCAL_DETAIL_HEADERS = [c.header_for("local", hand=True) for c in HAND_LOCAL_DETAIL_COLUMNS]
 NON_CONCLUSIVE_HEADERS = ["Preset", "Environment", "Date", "Reason"]
 
 
@@ -50,11 +57,14 @@ def sort_rows(rows: list[Row]) -> list[Row]:
     return sorted(rows, key=lambda r: rank_key(r.score, cost=r.cost, total=r.total))
 
 
-def table_cells(rows: list[Row]) -> tuple[list[list[str]], list[list[str]]]:
-    """(headline cells, detail cells) per row, in rank order, bold applied."""
+def table_cells(rows: list[Row], hand: bool = False) -> tuple[list[list[str]], list[list[str]]]:
+    """(headline cells, detail cells) per row, in rank order, bold applied. `hand`: the hand-kept
+    local rows oddyssey measured (their detail has no cells only a run record gives)."""
     rows = sort_rows(rows)
     kind = "remote" if rows and rows[0].kind == "remote" else "local"
     head_cols, detail_cols = columns(kind, "headline"), columns(kind, "detail")
+    if hand:
+        detail_cols = HAND_LOCAL_DETAIL_COLUMNS
     bolded = {c.attr: _best(rows, c) for c in head_cols if c.best}
 
     def cell(col: Column, i: int, row: Row) -> str:
@@ -66,8 +76,45 @@ def table_cells(rows: list[Row]) -> tuple[list[list[str]], list[list[str]]]:
     return headline, detail
 
 
-def _non_conclusive_cells(entries: list[NonConclusive]) -> list[list[str]]:
-    return [[preset_link(e.preset), f"`{e.environment}`", e.date, e.reason] for e in entries]
+def _non_conclusive_cells(entries: list[NonConclusive], link: bool = True) -> list[list[str]]:
+    """`link`: the preset is ours (a file under .vot/presets); oddyssey's are named only."""
+    return [[preset_link(e.preset) if link else f"`{e.preset}`", f"`{e.environment}`", e.date, e.reason]
+            for e in entries]
+
+
+def scoring_terms() -> dict:
+    """The Scoring's bounds and weights as the page states them, read from harness.verdicts.scoring
+    (so the page can never state other bounds than the ones that scored it)."""
+    def num(x: float) -> str:
+        return f"{x:g}"
+    (usd_best, usd_worst), (spc_best, spc_worst) = scoring.USD_PER_CONFIRMED_BOUNDS, scoring.SECONDS_PER_CONFIRMED_BOUNDS
+    (t_best, t_worst), (a_worst, a_best) = scoring.TOTAL_BOUNDS, scoring.ACCURACY_BOUNDS
+    rw, lw = scoring.REMOTE_WEIGHTS, scoring.LOCAL_WEIGHTS
+
+    def frac(w: float | None) -> str:
+        if w is None:
+            return "—"
+        sevenths = w * 7
+        return f"{round(sevenths)}/7" if abs(sevenths - round(sevenths)) < 1e-9 else num(w)
+    sevenths = {k: round(w * 7) for k, w in lw.items()}
+    terms = [f"{sevenths['seconds_per_confirmed']}·points(s)", f"{sevenths['total']}·points(T)",
+             f"{sevenths['accuracy']}·points(a)", f"{sevenths['confirmed']}·points(n)"]
+    return {
+        "local_formula": f"({' + '.join(terms)}) / 7",
+        "axes": [
+            ["$/confirmed `c` (USD)", num(rw["usd_per_confirmed"]), "—",
+             f"100·ln({num(usd_worst)}/c)/ln({num(usd_worst / usd_best)})", f"${num(usd_best)} → 100, ≥ ${num(usd_worst)} → 0"],
+            ["seconds/confirmed `s`", num(rw["seconds_per_confirmed"]), frac(lw["seconds_per_confirmed"]),
+             f"100·ln({num(spc_worst)}/s)/ln({num(spc_worst / spc_best)})", f"{num(spc_best)} s → 100, ≥ {num(spc_worst)} s → 0"],
+            ["Total `T` (seconds)", num(rw["total"]), frac(lw["total"]),
+             f"100·ln({num(t_worst)}/T)/ln({num(t_worst / t_best)})",
+             f"{num(t_best / 60)} min → 100, ≥ {num(t_worst / 60)} min → 0"],
+            ["Accuracy `a` (percent)", num(rw["accuracy"]), frac(lw["accuracy"]),
+             f"100·(a−{num(a_worst)})/{num(a_best - a_worst)}", f"≤ {num(a_worst)} % → 0, {num(a_best)} % → 100"],
+            ["Confirmed `n`", num(rw["confirmed"]), frac(lw["confirmed"]), f"100·n/{scoring.CONFIRMED_FULL}",
+             f"≥ {scoring.CONFIRMED_FULL} → 100"],
+        ],
+    }
 
 
 def _environment() -> Environment:
@@ -83,7 +130,14 @@ def render_results(root: Path, include_scripted: bool = False) -> str:
     root = Path(root)
     remote_head, remote_detail = table_cells(load_remote_rows(root))
     local_head, local_detail = table_cells(load_local_rows(root, include_scripted))
+    hand_head, hand_detail = table_cells(load_oddyssey_local_rows(root), hand=True)
+    paths = ProjectPaths(root)
     body = _environment().get_template("results.md.j2").render(
+        hand_local_headers=HAND_LOCAL_HEADERS, hand_local_detail_headers=HAND_LOCAL_DETAIL_HEADERS,
+        hand_local_rows=hand_head, hand_local_detail_rows=hand_detail,
+        oddyssey_non_conclusive_rows=_non_conclusive_cells(
+            load_non_conclusive(root, paths.oddyssey_non_conclusive), link=False),
+        scoring=scoring_terms(),
         remote_headers=REMOTE_HEADERS, remote_detail_headers=REMOTE_DETAIL_HEADERS,
         remote_rows=remote_head, remote_detail_rows=remote_detail,
         local_headers=LOCAL_HEADERS, local_detail_headers=LOCAL_DETAIL_HEADERS,

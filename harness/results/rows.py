@@ -23,7 +23,7 @@ from harness.errors import UserError
 from harness.mission import DEFAULT_MISSION
 from harness.paths import RUN_RECORD, ProjectPaths
 from harness.record import RunRecord, Status
-from harness.results.columns import DASH, REMOTE_CELLS, REMOTE_REQUIRED
+from harness.results.columns import DASH, HAND_LOCAL_CELLS, REMOTE_CELLS
 from harness.results.serving_columns import serving_cells
 from harness.verdicts.rulings import Rulings, load_rulings
 from harness.verdicts.scoring import Score, format_total, parse_total, score_local, score_remote
@@ -94,6 +94,13 @@ class Row:
     cache: str = DASH
     signals: str = DASH
     planted_found: str | None = None  # local only
+    date: str = DASH  # the day it was measured
+    source: str | None = None  # where: a link (remote, hand-kept) or the run record (local)
+    ended: str = DASH  # local: on its own, or stopped after its report
+    engine: str = DASH  # local: the serving engine and version (and image)
+    opencode: str = DASH  # local: opencode's version
+    gpu_hours: str = DASH  # local: GPU-hours the unit billed
+    gpu_price: str = DASH  # local: the environment's hourly price and its source
     run_id: str | None = None
     unsandboxed: bool = False  # local only: the agent ran with --no-sandbox
     key_matcher_only: bool = False  # local only: no grader or person ever saw its findings
@@ -147,7 +154,7 @@ def local_row(record: RunRecord, rulings: Rulings) -> Row:
         turns=str(turns) if figures else DASH,
         median_turn=format_median_turn(median_turn),
         input=format_tokens(tokens.input if tokens else None),
-        output=format_tokens(tokens.output if tokens else None),
+        output=format_output(tokens),
         cache=format_tokens(tokens.cache if tokens else None),
         signals=f"{len(set(record.signals) & set(SIGNALS))}/{len(SIGNALS)}",
         planted_found=f"{len(recall.found)}/{recall.planted}" if recall.planted else DASH,
@@ -155,7 +162,37 @@ def local_row(record: RunRecord, rulings: Rulings) -> Row:
         unsandboxed=record.sandbox is not None and record.sandbox.kind == "none",
         key_matcher_only=key_matcher_only(rulings),
         serving=serving_cells(record, confirmed),
+        date=f"{record.times.launch:%Y-%m-%d}",
+        source=f"runs/{record.run_id}/{RUN_RECORD}",
+        ended=ended_cell(record),
+        engine=record.engine.describe() if record.engine else DASH,
+        opencode=(record.session.opencode_version if record.session and record.session.opencode_version
+                  else record.versions.get("opencode") or DASH),
+        gpu_hours=DASH if record.gpu_hours is None else f"{record.gpu_hours:.2f}",
+        gpu_price=gpu_price_cell(record),
     )
+
+
+def format_output(tokens) -> str:
+    """Output and reasoning apart: `43k + 139k` (the record's output counts both)."""
+    if tokens is None or not tokens.output:
+        return DASH
+    reasoning = tokens.reasoning or 0
+    return f"{format_tokens(tokens.output - reasoning)} + {format_tokens(reasoning) if reasoning else '0'}"
+
+
+def ended_cell(record: RunRecord) -> str:
+    run = record.run
+    if run is not None and run.stopped_after_report:
+        return f"stopped after its report ({run.stopped_after_report})"
+    return "on its own"
+
+
+def gpu_price_cell(record: RunRecord) -> str:
+    s = record.serving
+    if s is None or s.gpu_hourly_usd is None:
+        return DASH
+    return f"${s.gpu_hourly_usd:.2f}" + (f" ({' '.join(s.gpu_price_source.replace('|', '/').split())})" if s.gpu_price_source else "")
 
 
 def key_matcher_only(rulings: Rulings) -> bool:
@@ -218,49 +255,64 @@ def _cell_text(value: Any) -> str:
 
 
 def remote_row(raw: Any, path: Path, index: int) -> Row:
+    return hand_row(raw, path, index, "remote")
+
+
+def hand_row(raw: Any, path: Path, index: int, kind: str) -> Row:
+    """A hand-kept row, cells as written and shapes checked: a remote row (remote-rows.yaml) or a
+    local row oddyssey measured on its own mission (oddyssey-local-rows.yaml)."""
+    cols = REMOTE_CELLS if kind == "remote" else HAND_LOCAL_CELLS
+    required = [k for k, c in cols.items() if _shape(c, kind).required]
     if not isinstance(raw, dict):
         raise UserError(f"row {index + 1} is not a mapping of cells", file=path,
-                        fix=f"give each row its cells: {', '.join(REMOTE_REQUIRED)}")
-    model = _cell_text(raw.get("model", f"#{index + 1}"))
+                        fix=f"give each row its cells: {', '.join(required)}")
+    name_key = "model" if kind == "remote" else "preset"
+    model = _cell_text(raw.get(name_key, f"#{index + 1}"))
     where = f"row {model}"
-    unknown = [k for k in raw if k not in REMOTE_CELLS]
+    unknown = [k for k in raw if k not in cols]
     if unknown:
         raise UserError(f"{where}: unknown column {unknown[0]!r} (Rank and Scoring are computed)", file=path,
-                        field=str(unknown[0]), fix=f"columns are: {', '.join(REMOTE_CELLS)}")
+                        field=str(unknown[0]), fix=f"columns are: {', '.join(cols)}")
     cells: dict[str, str] = {}
-    for name, col in REMOTE_CELLS.items():
+    for name, col in cols.items():
+        shape, header = _shape(col, kind), col.header_for(kind, hand=True)
         if name not in raw or raw[name] is None:
-            if col.shape.required:
-                raise UserError(f"{where}: column {col.header} is missing", file=path, field=name,
-                                fix=f"write it as {col.shape.words}")
+            if shape.required:
+                raise UserError(f"{where}: column {header} is missing", file=path, field=name,
+                                fix=f"write it as {shape.words}")
             cells[name] = DASH
             continue
-        text = _cell_text(raw[name])
-        if not re.fullmatch(col.shape.pattern, text):
-            raise UserError(f"{where}: column {col.header}: cannot read {text!r}", file=path, field=name,
-                            fix=f"write it as {col.shape.words}")
+        value = raw[name]
+        text = value.isoformat()[:10] if isinstance(value, (date, datetime)) else _cell_text(value)
+        if not re.fullmatch(shape.pattern, text):
+            raise UserError(f"{where}: column {header}: cannot read {text!r}", file=path, field=name,
+                            fix=f"write it as {shape.words}")
         cells[name] = text
     confirmed, reported = (int(x) for x in cells["confirmed_reported"].split(" / "))
     if confirmed > reported:
         raise UserError(f"{where}: column Confirmed / reported: {confirmed} confirmed of {reported} reported",
                         file=path, field="confirmed_reported", fix="confirmed cannot exceed reported")
-    split = [int(x) for x in cells["by_kind"].split(" / ")]
+    split = [int(x) for x in cells["by_kind"].split(" / ")] if cells["by_kind"] != DASH else [confirmed]
     if sum(split) != confirmed:
         raise UserError(f"{where}: column Telemetry / Perf / Behavior: {cells['by_kind']} does not sum to "
                         f"{confirmed} confirmed", file=path, field="by_kind",
                         fix="split the confirmed findings by kind")
     for name in ("usd_per_confirmed", "seconds_per_confirmed"):
-        if (cells[name] == DASH) != (confirmed == 0):
-            column = REMOTE_CELLS[name].header
+        if name in cells and (cells[name] == DASH) != (confirmed == 0):
+            column = cols[name].header
             raise UserError(f"{where}: column {column}: {cells[name]!r} with {confirmed} confirmed", file=path,
                             field=name, fix="write — only when no finding is confirmed, else the figure")
     if int(cells["accuracy"].rstrip("%")) > 100:
         raise UserError(f"{where}: column Accuracy: {cells['accuracy']!r} is over 100%", file=path,
                         field="accuracy", fix="a whole percent between 0% and 100%")
     try:
-        return Row(kind="remote", **{REMOTE_CELLS[name].attr: text for name, text in cells.items()})
+        return Row(kind=kind, **{cols[name].attr: text for name, text in cells.items()})
     except UserError as exc:
         raise UserError(f"{where}: {exc.message}", file=path, field=exc.field, fix=exc.fix) from None
+
+
+def _shape(col, kind: str):
+    return col.hand_shape if kind == "local" and col.hand_shape else col.shape
 
 
 def _load_yaml_list(path: Path, what: str) -> list:
@@ -279,6 +331,13 @@ def load_remote_rows(root: Path) -> list[Row]:
     return [remote_row(raw, path, i) for i, raw in enumerate(_load_yaml_list(path, "the remote rows file"))]
 
 
+def load_oddyssey_local_rows(root: Path) -> list[Row]:
+    """The local rows oddyssey measured on its own mission (seed 000's A100 rows), kept by hand."""
+    path = ProjectPaths(Path(root)).oddyssey_local_rows
+    return [hand_row(raw, path, i, "local")
+            for i, raw in enumerate(_load_yaml_list(path, "the oddyssey local rows file"))]
+
+
 @dataclass(frozen=True)
 class NonConclusive:
     preset: str
@@ -287,9 +346,11 @@ class NonConclusive:
     reason: str
 
 
-def load_non_conclusive(root: Path) -> list[NonConclusive]:
-    """Presets tried that could yield no row, and why (`.llms-benchmark/non-conclusive.yaml`)."""
-    path = ProjectPaths(Path(root)).non_conclusive
+def load_non_conclusive(root: Path, path: Path | None = None) -> list[NonConclusive]:
+    """Presets tried that could yield no row, and why (`.llms-benchmark/non-conclusive.yaml`, or
+    `path`: the ones oddyssey tried on its own mission, undated in their source: `—` allowed)."""
+    undated_ok = path is not None
+    path = path or ProjectPaths(Path(root)).non_conclusive
     entries = []
     for i, raw in enumerate(_load_yaml_list(path, "the non-conclusive presets file")):
         if not isinstance(raw, dict):
@@ -305,7 +366,7 @@ def load_non_conclusive(root: Path) -> list[NonConclusive]:
                 raise UserError(f"entry {name}: {key} is " + ("missing" if not text else "not one cell (has '|')"),
                                 file=path, field=key, fix="preset, environment, date (YYYY-MM-DD) and a one-line reason")
             cells[key] = text
-        if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", cells["date"]):
+        if not re.fullmatch(r"\d{4}-\d{2}-\d{2}" + (r"|—" if undated_ok else ""), cells["date"]):
             raise UserError(f"entry {name}: date {cells['date']!r}", file=path, field="date", fix="write it as YYYY-MM-DD")
         unknown = [k for k in raw if k not in cells]
         if unknown:

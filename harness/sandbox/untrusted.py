@@ -83,7 +83,11 @@ def read_text(root: Path, relative: str, cap: int) -> str:
 
 def copy_out(root: Path, relative: str, dest: Path, cap: int) -> None:
     """Copy `root/relative` to `dest` (a harness path) through `read_bytes`."""
-    data = read_bytes(root, relative, cap)
+    keep_copy(read_bytes(root, relative, cap), dest)
+
+
+def keep_copy(data: bytes, dest: Path) -> None:
+    """Bytes already read from the agent's side, written to `dest` (a harness path) whole or not at all."""
     tmp = dest.with_name(f".{dest.name}.tmp")
     tmp.write_bytes(data)
     os.replace(tmp, dest)

@@ -35,6 +35,7 @@ class ServingFigures(BaseModel):
     prefill_p50_s: float | None = None
     tool_calls: ToolCallHealth = Field(default_factory=ToolCallHealth)
     gpu_hourly_usd: float | None = None  # the environment's price
+    gpu_price_source: str | None = None  # where the environment says that price comes from, and its date
     gpu_cost_usd: float | None = None  # GPU-hours × price
     store_check: list[str] = Field(default_factory=list)  # store vs events vs server counters: mismatches named
     notes: list[str] = Field(default_factory=list)

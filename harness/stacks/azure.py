@@ -293,7 +293,7 @@ class AzureStack:
             served_name=preset.served_name, max_model_len=preset.max_model_len,
             api_key_env=None, log_path=str(self.run_dir / f"{name}.log"),
             extra={"subscription_id": t.subscription_id, "resource_group": t.resource_group, "app": name,
-                   "location": t.location, "environment_id": t.environment_id,
+                   "location": t.location, "environment_id": t.environment_id, "image": t.image,
                    "key_source": f"app secret {KEY_SECRET} (read when needed, never stored)"},
         )
 

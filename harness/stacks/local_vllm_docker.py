@@ -199,6 +199,10 @@ class LocalVllmDockerStack(LocalProcessStack):
         if not _CONTAINER_ID.match(cid):
             raise StackError(f"docker run printed no container id: {done.stdout.strip()[-200:]!r}")
         unit.extra["container_id"] = cid
+        # The image's id (sha256 of its config): the tag alone can move under a re-pull.
+        seen = self._docker("inspect", "-f", "{{.Image}}", cid)
+        if seen.returncode == 0 and seen.stdout.strip().startswith("sha256:"):
+            unit.extra["image_digest"] = seen.stdout.strip()
         return unit
 
     # -- logs / alive ----------------------------------------------------------------------------

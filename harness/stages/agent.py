@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 
 from harness.sandbox import untrusted
@@ -17,6 +18,7 @@ from harness.sandbox.denials import count_denials
 from harness.sandbox.wirelog import WIRE_LOG
 from harness.serving.timeline import Sampler
 from harness.stages.context import LaunchContext
+from harness.stages.report_stop import ReportStop
 
 SMOKE_PROMPT = "run the shell command date and reply with its output"
 SMOKE_LIMITS = Limits(time_cap_s=10 * 60, stall_s=5 * 60)
@@ -107,30 +109,51 @@ def run_mission(rec: RunRecord, ctx: LaunchContext) -> None:
         # The serving timeline covers opencode's run and nothing else.
         sampler = Sampler(unit.base_url, paths.serving_timeline, api_key=ctx.api_key).start()
         rec.artifacts.serving_timeline = str(sampler.path)
+        stop = ReportStop(workspace, mission.manifest.report, paths.stop_request, ctx.opts.stop_after_report)
+
+        def on_event(event: dict) -> None:
+            sampler.on_event(event)
+            stop.on_event(event)
+
         try:
             result = ctx.result = run_opencode(
                 argv, prompt=mission.prompt_text, env=ctx.env, cwd=workspace, events_path=paths.opencode_events,
                 stderr_path=paths.opencode_stderr, limits=limits, abort=ctx.collector.problem,
-                abort_reason=ctx.collector.reason, on_event=sampler.on_event, guards=[box.disk])
+                abort_reason=ctx.collector.reason, on_event=on_event, guards=[box.disk, stop])
         finally:
             sampler.stop()
     rec.times.mission_end = utcnow()
     rec.sandbox.denials, rec.sandbox.denied = count_denials(paths.opencode_events, view, workspace, box.hits)
     ctx.stop_services()  # services flush their telemetry on the way down
-    found = _collect_report(rec, ctx, mission.manifest.report)
+    # Only the harness's own stop counts: an `ended_by` that merely reads the same is not it.
+    stopped = stop.how if stop.how is not None and result.ended_by == stop.how else None
+    if stop.ignored_request and stopped is None:
+        ctx.say("stop: asked for, but no report was ever persisted: the run went on to its end")
+    found = _collect_report(rec, ctx, mission.manifest.report, stop.snapshot if stopped else None)
     rec.run = RunOutcome(exit_code=result.exit_code, ended_by=result.ended_by, events=result.events,
-                         report_found=found)
+                         report_found=found, stopped_after_report=stopped.split(": ", 1)[1] if stopped else None,
+                         report_sha256=_sha256(ctx.paths.report) if found else None)
+    if stopped:
+        ctx.say(f"{stopped}; the report as it stood then is the run's (sha256 {rec.run.report_sha256[:12]})")
 
 
-def _collect_report(rec: RunRecord, ctx: LaunchContext, relative: str) -> bool:
+def _sha256(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _collect_report(rec: RunRecord, ctx: LaunchContext, relative: str, snapshot: bytes | None = None) -> bool:
     """The agent's report copied out without following a link; a linked, odd or oversized
-    one is kept out of the run folder and voids the run (`ctx.untrusted`)."""
-    try:
-        untrusted.copy_out(ctx.workspace, relative, ctx.paths.report, untrusted.REPORT_CAP)
-    except FileNotFoundError:
-        return False
-    except untrusted.Refused as exc:
-        ctx.untrusted.append(f"the report was refused: {exc}")
-        return False
+    one is kept out of the run folder and voids the run (`ctx.untrusted`). A run stopped
+    after its report keeps the report as it stood at the stop (`snapshot`)."""
+    if snapshot is not None:
+        untrusted.keep_copy(snapshot, ctx.paths.report)
+    else:
+        try:
+            untrusted.copy_out(ctx.workspace, relative, ctx.paths.report, untrusted.REPORT_CAP)
+        except FileNotFoundError:
+            return False
+        except untrusted.Refused as exc:
+            ctx.untrusted.append(f"the report was refused: {exc}")
+            return False
     rec.artifacts.agent_output = str(ctx.paths.report)
     return True

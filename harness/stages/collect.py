@@ -32,6 +32,7 @@ def collect(rec: RunRecord, ctx: LaunchContext) -> None:
         rec.serving = collect_serving(data_dir, rec.session.root_session, paths.dir, paths.serving_timeline,
                                       paths.opencode_events)
         rec.serving.gpu_hourly_usd = ctx.pf.env.gpu_hourly_usd
+        rec.serving.gpu_price_source = ctx.pf.env.gpu_price_source
         rec.artifacts.serving_table = str(paths.serving_table)
         for problem in rec.serving.store_check:
             ctx.say(f"store check: {problem}")
@@ -89,7 +90,9 @@ def _mission_figures(rec: RunRecord, ctx: LaunchContext, data_dir) -> None:
 def _judge(rec: RunRecord, ctx: LaunchContext) -> None:
     """A row only from a whole run: every reason against it is named on the record."""
     result, reasons = ctx.result, []
-    if result.ended_by:
+    if rec.run is not None and rec.run.stopped_after_report:
+        pass  # the harness ended it once its report was persisted: a whole run (its report collected)
+    elif result.ended_by:
         reasons.append(f"the run was ended: {result.ended_by}")
     elif result.exit_code != 0:
         reasons.append(f"opencode exited {result.exit_code} ({'; '.join(result.errors[-1:]) or 'see stderr'})")

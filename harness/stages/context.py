@@ -49,6 +49,7 @@ class LaunchOptions:
     mission: str = DEFAULT_MISSION
     probe_long_tokens: int | None = None  # None: 82k where the context allows
     sandbox: bool = True  # False: --no-sandbox (the record and the row say so)
+    stop_after_report: int | None = None  # end the run N model turns after its report last changed
 
 
 @dataclass

@@ -13,6 +13,7 @@ from harness.probe import LONG_TARGET, run_probe
 from harness.record import RunRecord, SandboxFigures, utcnow
 from harness.sandbox.confine import agent_view
 from harness.sandbox.identity import hand_over
+from harness.serving.engine import identify
 from harness.sandbox.proof import must_stay_hidden, prove_unprivileged, prove_view
 from harness.stages.context import LaunchContext
 from harness.units import claim
@@ -63,6 +64,10 @@ def wait_ready(rec: RunRecord, ctx: LaunchContext) -> None:
     ctx.life.wait_ready()
     rec.times.ready = utcnow()
     ctx.say(f"ready after {(rec.times.ready - rec.times.serve_start).total_seconds():.0f}s")
+    unit = ctx.unit
+    rec.engine = identify(unit.base_url, ctx.api_key, image=unit.extra.get("image"),
+                          image_digest=unit.extra.get("image_digest"))
+    ctx.say(f"served by {rec.engine.describe()}")
     _describe_serving(rec, ctx)
 
 

@@ -24,6 +24,7 @@ class Environment(BaseModel):
     was_aca: bool = False  # so a rewrite or a message can mention the old name
     otlp_endpoint: str | None = None
     gpu_hourly_usd: float | None = None  # the GPU's price per hour (a cloud profile's, a box's amortised rate)
+    gpu_price_source: str | None = None  # where that price comes from, and its date
     gpu_memory_gb: float | None = None  # per GPU, for the KV-fit check when the stack cannot say
     config: dict[str, Any] = Field(default_factory=dict)
     path: Path
@@ -52,6 +53,7 @@ def load_environment_file(path: Path) -> Environment:
         was_aca=data["stack"] == "aca",
         otlp_endpoint=data.get("otlp_endpoint") or None,
         gpu_hourly_usd=data.get("gpu_hourly_usd"),
+        gpu_price_source=data.get("gpu_price_source"),
         gpu_memory_gb=data.get("gpu_memory_gb"),
         config=config,
         path=path,

@@ -162,6 +162,12 @@ def _explain(error: ValidationError) -> tuple[str, str, str | None, list[Any]]:
             f"write it as '--{str(value).lstrip('-').lower()}'",
             parts,
         )
+    if kind == "dependentRequired":
+        deps = schema.get("dependentRequired") or {}
+        given = next((k for k in deps if k in value), "?")
+        needed = next((k for k in deps.get(given, []) if k not in value), "?")
+        return (_field([*parts, needed]), f"'{given}' is given without '{needed}'",
+                f"add {needed} beside {given}, or drop {given}", parts)
     if kind == "additionalProperties":
         allowed = sorted(schema.get("properties", {}))
         extra = next((k for k in value if k not in allowed), "?")

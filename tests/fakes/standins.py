@@ -25,6 +25,7 @@ Shims are written by `install()`; each runs this file with the test's Python.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -217,6 +218,8 @@ class Container:
     def inspect(self) -> dict:
         return {
             "Id": self.id, "Name": "/" + self.name, "Created": stamp(self.meta["created"]),
+            # The image's own id (docker: the sha256 of its config), as a real container names it.
+            "Image": "sha256:" + hashlib.sha256(self.meta["image"].encode()).hexdigest(),
             "State": {"Status": self.status, "Running": self.running, "Pid": self.meta.get("pid") or 0},
             "Config": {"Image": self.meta["image"], "Cmd": self.meta["cmd"], "Labels": self.meta["labels"],
                        "Env": [f"{k}=..." for k in self.meta["env"]]},
@@ -410,6 +413,8 @@ class Docker:
                 print(data["State"]["Status"])
             elif fmt == "{{.Id}}":
                 print(c.id)
+            elif fmt == "{{.Image}}":
+                print(data["Image"])
             else:
                 sys.stderr.write(f"fake docker: inspect format {fmt} is not played\n")
                 return 1
