@@ -25,7 +25,10 @@ from harness.fitness.thresholds import Bar, Thresholds, exit_code, verdicts
 from harness.fitness.webhook import post, retry_after
 
 CLI = REPO / ".venv" / "bin" / "llms-benchmark"
-SUMMARY_KEYS = {"run_id", "tag", "finished_utc", "verdict_per_model", "exit_code", "summary", "report_path", "text"}
+# the seed's webhook schema, then ours beside it
+SEED_KEYS = {"run_id", "tag", "finished_utc", "verdict_per_model", "exit_code", "summary", "report_path",
+             "kl_divergence", "vram_baseline", "text"}
+SUMMARY_KEYS = SEED_KEYS | {"verdict", "vram_baseline_reason", "phases", "errors", "retries", "regressions"}
 
 
 # -- helpers -------------------------------------------------------------------------------
@@ -93,11 +96,12 @@ def test_every_phase_runs_or_is_skipped_with_a_reason(project, tmp_path: Path) -
     assert r.returncode == 0, r.stderr
     doc = results(out)
     phases = {p["name"]: p for p in doc["phases"]}
-    assert list(phases) == ["telemetry", "warmup", "tooluse", "throughput", "capacity", "judge"]
+    assert list(phases) == ["telemetry", "warmup", "tooluse", "throughput", "capacity", "kl", "judge"]
     for p in phases.values():
         assert p["status"] == "ran" or (p["status"] == "skipped" and p["reason"]), p
         assert p["wall_s"] >= 0
     assert phases["judge"]["status"] == "skipped" and "judge" in phases["judge"]["reason"]
+    assert phases["kl"]["status"] == "skipped" and "kl.reference.url" in phases["kl"]["reason"]
     # telemetry saw an idle server before any load
     assert doc["metrics"]["telemetry.busy_requests"] == 0
     # tooluse: all six streamed calls well formed, streamed == whole

@@ -19,7 +19,10 @@ from conftest import REPO, marker_processes_under
 
 CLI = REPO / ".venv" / "bin" / "llms-benchmark"
 TOKEN = "fitness-test-token-3f9a"
-SUMMARY_KEYS = {"run_id", "tag", "finished_utc", "verdict_per_model", "exit_code", "summary", "report_path", "text"}
+# the seed's webhook schema, then ours beside it
+SEED_KEYS = {"run_id", "tag", "finished_utc", "verdict_per_model", "exit_code", "summary", "report_path",
+             "kl_divergence", "vram_baseline", "text"}
+SUMMARY_KEYS = SEED_KEYS | {"verdict", "vram_baseline_reason", "phases", "errors", "retries", "regressions"}
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 

@@ -1,6 +1,8 @@
 """The fitness HTTP API (FastAPI on uvicorn), for a web app or a scheduler:
 
-    POST /api/runs                 -> 202 {run_id, status_url}   (409 while a run is active)
+    POST /api/runs                 -> 202 {run_id, status_url}   (409 while a run is active; 422 for
+                                      a request that could not run: an unknown phase, a config or
+                                      thresholds file that does not load — checked before the 202)
     POST /api/bench                -> the report JSON when the run ends (blocking; a client
                                       that disconnects cancels the run)
     GET  /api/runs                 -> every run of this server
@@ -37,7 +39,7 @@ from typing import Any
 
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from harness.errors import UserError
 
@@ -59,6 +61,49 @@ class RunRequest(BaseModel):
     config: str | None = None  # a config file on this server
     thresholds: str | None = None  # a thresholds file on this server
     api_key_env: str | None = None
+    # the seed's switch: every phase (judge, verdicts, exit code) rather than a subset
+    pipeline: bool = False
+
+    @field_validator("phases", "skip")
+    @classmethod
+    def _phase_names(cls, v: str | list[str] | None) -> str | list[str] | None:
+        """Checked before the 202: a typo is a 422 naming it, not an accepted run that exits 3."""
+        from harness.fitness.config import PHASE_ORDER, unknown_phase
+
+        if v is None:
+            return v
+        names = [p.strip() for p in (v.split(",") if isinstance(v, str) else v) if p.strip()]
+        if not names:
+            raise ValueError(f"no phase named (phases: {', '.join(PHASE_ORDER)})")
+        for name in names:
+            if name not in PHASE_ORDER:
+                raise ValueError(unknown_phase(name))
+        return v
+
+    @field_validator("contexts", "levels")
+    @classmethod
+    def _positive(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None and (not v or any(n < 1 for n in v)):
+            raise ValueError("a non-empty list of positive numbers")
+        return v
+
+    @model_validator(mode="after")
+    def _one_target(self) -> "RunRequest":
+        if self.pipeline and self.phases is not None:
+            raise ValueError('"pipeline": true runs every phase: drop "phases" (or "pipeline")')
+        if self.target and self.base_url:
+            raise ValueError('give either "target" or "base_url", not both')
+        if self.target is not None and not (len(self.target) == 2 or (len(self.target) == 1 and "://" in self.target[0])):
+            raise ValueError('"target" is [ENVIRONMENT, PRESET] or [BASE_URL]')
+        return self
+
+    def check_files(self) -> None:
+        """The config and thresholds files load (a UserError naming file and field otherwise)."""
+        from harness.fitness.config import load_config
+        from harness.fitness.thresholds import load_thresholds
+
+        cfg = load_config(Path(self.config) if self.config else None)
+        load_thresholds(Path(self.thresholds) if self.thresholds else cfg.thresholds)
 
     def argv(self) -> list[str]:
         args = list(self.target or [])
@@ -120,6 +165,10 @@ class Runs:
         return next((r for r in self.runs.values() if r.exit_code is None), None)
 
     def start(self, req: RunRequest) -> Run:
+        try:
+            req.check_files()
+        except UserError as exc:
+            raise HTTPException(422, detail=exc.render()) from None
         with self.lock:
             busy = self.active()
             if busy is not None:

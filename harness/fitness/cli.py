@@ -80,8 +80,8 @@ def run_cmd(
         "throughput.contexts": _ints(contexts, "--contexts"), "capacity.levels": _ints(levels, "--levels"),
         "capability.limit": limit, "webhook.url_env": webhook_env,
     }
-    cfg = load_config(config, overrides)
     if dry_run:
+        cfg = load_config(config, overrides)
         result = offline(cfg)
         if as_json:
             out.print_json(json.dumps(result))
@@ -91,7 +91,17 @@ def run_cmd(
             out.print(f"dry run ok: {len(result['phases'])} phases, {len(result['bars'])} bars "
                       f"({result['thresholds']})", highlight=False)
         return
-    where = resolve_target(target or [], base_url or None, model or None, api_key_env or None)
+    try:
+        cfg = load_config(config, overrides)
+        where = resolve_target(target or [], base_url or None, model or None, api_key_env or None)
+    except UserError as exc:  # even a run that cannot start leaves its record (and tells the webhook)
+        from harness.fitness.runner import record_failure
+
+        failed = record_failure(project_root(), exc, target_label=" ".join(target or []) or base_url or "(none)",
+                                report_dir=report_dir, run_id=run_id,
+                                webhook_env=webhook_env or _raw_webhook_env(config), say=say)
+        say(f"report: {failed.report_dir / 'report.md'}")
+        raise
     outcome = run_fitness(project_root(), where, cfg, say=say, report_dir=report_dir, baseline=baseline,
                           run_id=run_id)
     from harness.fitness.report import summary
@@ -102,7 +112,7 @@ def run_cmd(
         table = Table("metric", "value", "bars", "verdict", title=f"fitness {outcome.results['verdict']}")
         for v in outcome.results["verdicts"]:
             table.add_row(v["metric"], "—" if v["value"] is None else f"{v['value']:g}", v["bars"],
-                          v["verdict"] + ("" if v["gates"] else " (advisory)"))
+                          v["verdict"] + ("" if v["gates"] or v["verdict"] == "OFF" else " (advisory)"))
         out.print(table)
         for p in outcome.results["phases"]:
             out.print(f"{p['name']} (pass {p['repeat']}): {p['status']} {p['wall_s']:.1f}s"
@@ -113,6 +123,20 @@ def run_cmd(
             err.print(f"[bold red]error:[/bold red] {escape(e)}", highlight=False)
         out.print(f"report: {outcome.report_dir / 'report.md'}", highlight=False)
     raise typer.Exit(outcome.exit_code)
+
+
+def _raw_webhook_env(config: Path | None) -> str | None:
+    """webhook.url_env from a config file that did not validate, when it can still be read."""
+    if config is None:
+        return None
+    try:
+        import yaml
+
+        raw = yaml.safe_load(Path(config).read_text())
+        value = (raw.get("webhook") or {}).get("url_env")
+        return value if isinstance(value, str) else None
+    except (OSError, ValueError, AttributeError, yaml.YAMLError):
+        return None
 
 
 @fitness_app.command("data")

@@ -14,7 +14,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from harness.errors import UserError
 from harness.vot.loader import load_yaml
 
-PHASE_ORDER = ("telemetry", "warmup", "tooluse", "throughput", "capacity", "capability", "judge")
+PHASE_ORDER = ("telemetry", "warmup", "tooluse", "throughput", "capacity", "capability", "kl", "judge")
+# The seed's phase names, for a clearer error than "unknown" (they are not aliases: the phases differ).
+SEED_NAMES = {"perf": "throughput", "lmeval": "capability", "coding": "capability",
+              "coding_thinking": "capability", "cross-judge": "judge (judge.cross)"}
 DEFAULT_THRESHOLDS = Path(__file__).parent / "thresholds.yaml"
 # The phases whose timings drift with heat and load: run again, in reverse order, by --repeats 2.
 REPEATABLE = ("throughput", "capacity")
@@ -99,9 +102,14 @@ class JudgeEndpointCfg(_Strict):
         return bool(self.url and self.model and self.key_env)
 
 
+class CrossJudgeCfg(JudgeEndpointCfg):
+    # The seed's schedule: the first run (of this model, in the history log), then every n-th.
+    every_n_runs: int = Field(default=1, ge=1, le=1000, description="1: every run")
+
+
 class JudgeCfg(JudgeEndpointCfg):
     # cross-judge: a second judge, of another model family, re-grades the same checklists
-    cross: JudgeEndpointCfg = Field(default_factory=JudgeEndpointCfg)
+    cross: CrossJudgeCfg = Field(default_factory=CrossJudgeCfg)
     agreement_min: float = Field(default=0.75, gt=0, le=1, description="below it: a loud warning")
     tasks: Path | None = None  # default: the shipped harness/fitness/judge_tasks.jsonl
     limit: int = Field(default=0, ge=0, description="tasks, the first N (0: all)")
@@ -124,6 +132,51 @@ class WebhookCfg(_Strict):
     retry_after_default_s: float = Field(default=15.0, ge=0, le=3600)
 
 
+class RetryCfg(_Strict):
+    """Requests to the served model (the seed's policy: Retry-After clamped 1-120 s, default 15, 8 attempts)."""
+    attempts: int = Field(default=8, ge=1, le=20)
+    retry_after_min_s: float = Field(default=1.0, ge=0, le=600)
+    retry_after_max_s: float = Field(default=120.0, gt=0, le=3600)
+    retry_after_default_s: float = Field(default=15.0, ge=0, le=3600)
+    # 429 and the answers of a gateway that is swapping a model in; a 500 is the server's
+    # answer about this very request ("tool parser not loaded") and is not asked again.
+    statuses: list[int] = Field(default_factory=lambda: [408, 429, 502, 503, 504])
+    connect_errors: bool = True  # a refused or dropped connection (a server restarting) is retried too
+    budget_s: float = Field(default=600.0, ge=0, le=7200, description="most seconds of waiting per request")
+
+    @field_validator("statuses")
+    @classmethod
+    def _statuses(cls, v: list[int]) -> list[int]:
+        if any(s < 400 or s > 599 for s in v):
+            raise ValueError("retry statuses are HTTP error codes, 400 to 599")
+        return v
+
+
+class KlEndpointCfg(_Strict):
+    url: str | None = None  # the reference server's base URL (the same gateway with another model works)
+    model: str | None = None
+    key_env: str | None = None  # the NAME of the variable holding its key (none: no key)
+
+
+class KlCfg(_Strict):
+    """The quant check: the served model against a reference of the same tokenizer."""
+    reference: KlEndpointCfg = Field(default_factory=KlEndpointCfg)
+    prompts: Path | None = None  # default: the shipped harness/fitness/kl_prompts.jsonl
+    limit: int = Field(default=0, ge=0, description="prompts, the first N (0: all)")
+    positions: int = Field(default=64, ge=1, le=4096, description="teacher-forced positions per prompt, at most")
+    top_k: int = Field(default=20, ge=2, le=100)
+    api: str = Field(default="auto", pattern="^(auto|llamacpp|vllm)$")
+
+    def configured(self) -> bool:
+        return bool(self.reference.url)
+
+
+class HistoryCfg(_Strict):
+    log: Path | None = None  # default: <project>/bench-results/fitness/pipeline.log
+    regression_se: float = Field(default=2.0, gt=0, le=10, description="a drop beyond this many SE is flagged")
+    drift: float = Field(default=0.10, gt=0, le=1, description="metrics without an SE: a relative change flagged")
+
+
 class FitnessConfig(_Strict):
     phases: list[str] = Field(default_factory=lambda: list(PHASE_ORDER))
     skip: list[str] = Field(default_factory=list)
@@ -138,6 +191,11 @@ class FitnessConfig(_Strict):
     capability: CapabilityCfg = Field(default_factory=CapabilityCfg)
     judge: JudgeCfg = Field(default_factory=JudgeCfg)
     webhook: WebhookCfg = Field(default_factory=WebhookCfg)
+    retry: RetryCfg = Field(default_factory=RetryCfg)
+    kl: KlCfg = Field(default_factory=KlCfg)
+    history: HistoryCfg = Field(default_factory=HistoryCfg)
+    # the seed's guard: a phase where more than this share of completions came back empty fails
+    empty_max_share: float = Field(default=0.25, ge=0, le=1)
     tag: str = "fitness"
 
     @field_validator("phases", "skip")
@@ -145,7 +203,7 @@ class FitnessConfig(_Strict):
     def _phase_names(cls, v: list[str]) -> list[str]:
         unknown = [p for p in v if p not in PHASE_ORDER]
         if unknown:
-            raise ValueError(f"unknown phase {unknown[0]!r} (phases: {', '.join(PHASE_ORDER)})")
+            raise ValueError(unknown_phase(unknown[0]))
         return v
 
     def checkers(self) -> Path:
@@ -163,11 +221,16 @@ class FitnessConfig(_Strict):
         return data
 
 
+def unknown_phase(name: str) -> str:
+    seed = f"; the seed's {name!r} is {SEED_NAMES[name]} here" if name in SEED_NAMES else ""
+    return f"unknown phase {name!r} (phases: {', '.join(PHASE_ORDER)}{seed})"
+
+
 def parse_phase_list(text: str, option: str) -> list[str]:
     names = [p.strip() for p in text.split(",") if p.strip()]
     unknown = [p for p in names if p not in PHASE_ORDER]
     if unknown or not names:
-        raise UserError(f"unknown phase {unknown[0]!r}" if unknown else "no phase named", field=option,
+        raise UserError(unknown_phase(unknown[0]) if unknown else "no phase named", field=option,
                         fix=f"name phases from: {', '.join(PHASE_ORDER)} (comma-separated)")
     return names
 
@@ -187,7 +250,7 @@ def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> F
         for key in ("thresholds", "checkers_venv"):
             if isinstance(data.get(key), str) and not Path(data[key]).is_absolute():
                 data[key] = str(base / data[key])
-        for section, key in (("capability", "data_dir"), ("judge", "tasks")):
+        for section, key in (("capability", "data_dir"), ("judge", "tasks"), ("kl", "prompts"), ("history", "log")):
             node = data.get(section)
             if isinstance(node, dict) and isinstance(node.get(key), str) and not Path(node[key]).is_absolute():
                 node[key] = str(base / node[key])

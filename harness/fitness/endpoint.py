@@ -1,20 +1,27 @@
 """The served model as the phases see it: base URL, model, key (in memory only), served
 context, the server's own identity, and two ways to ask it (streamed and whole).
 
-Errors quote the response body (a bad model slug explains itself); nothing here retries.
+Errors quote the response body (a bad model slug explains itself). A 429 or a transient
+5xx is asked again under the seed's Retry-After policy (harness/fitness/retry.py), and every
+retry and every empty answer is counted in the endpoint's `tally` (one per phase).
 """
 
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
 from harness.errors import UserError
+from harness.fitness.config import RetryCfg
+from harness.fitness.retry import Retrier, Tally
 
 BODY_QUOTE = 500
+REPLAY_OWNER = "llms-benchmark-replay"  # the replay server's `owned_by`: a script, not a model
 
 
 class PhaseError(Exception):
@@ -39,22 +46,46 @@ class Endpoint:
     identity: dict[str, Any] = field(default_factory=dict)
     scripted: bool = False
     timeout_s: float = 900.0
+    retry: RetryCfg = field(default_factory=RetryCfg)
+    tally: Tally = field(default_factory=Tally)
+    sleep: Callable[[float], None] = field(default=time.sleep, repr=False)
 
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def retrier(self) -> Retrier:
+        return Retrier(self.retry, self.tally, self.sleep, self.retry.budget_s)
+
+    def _transient(self, exc: httpx.HTTPError) -> bool:
+        # refused or dropped before an answer (a server restarting); a read timeout is not asked again
+        return self.retry.connect_errors and isinstance(exc, (httpx.ConnectError, httpx.RemoteProtocolError))
+
+    def _answered(self, answer: Answer) -> Answer:
+        self.tally.answered(empty=not (answer.content or "").strip() and not answer.calls)
+        return answer
 
     def _body(self, messages: list[dict], **extra: Any) -> dict[str, Any]:
         return {"model": self.model, "messages": messages, **extra}
 
     def chat(self, messages: list[dict], **extra: Any) -> Answer:
         """One non-streamed chat completion."""
-        try:
-            resp = httpx.post(f"{self.base_url}/v1/chat/completions", json=self._body(messages, **extra),
-                              headers=self.headers(), timeout=self.timeout_s)
-        except httpx.HTTPError as exc:
-            raise PhaseError(f"POST /v1/chat/completions failed: {exc or type(exc).__name__}") from None
+        retrier = self.retrier()
+        while True:
+            try:
+                resp = httpx.post(f"{self.base_url}/v1/chat/completions", json=self._body(messages, **extra),
+                                  headers=self.headers(), timeout=self.timeout_s)
+            except httpx.HTTPError as exc:
+                if self._transient(exc) and retrier.again("connect"):
+                    continue
+                raise PhaseError(f"POST /v1/chat/completions failed{_after(retrier)}: "
+                                 f"{exc or type(exc).__name__}") from None
+            if resp.status_code in self.retry.statuses and retrier.again(str(resp.status_code),
+                                                                          resp.headers.get("Retry-After")):
+                continue
+            break
         if resp.status_code != 200:
-            raise PhaseError(f"POST /v1/chat/completions answered HTTP {resp.status_code}: {resp.text[:BODY_QUOTE]}")
+            raise PhaseError(f"POST /v1/chat/completions answered HTTP {resp.status_code}{_after(retrier)}: "
+                             f"{resp.text[:BODY_QUOTE]}")
         try:
             data = resp.json()
             choice = data["choices"][0]
@@ -64,62 +95,96 @@ class Endpoint:
         calls = [{"name": (tc.get("function") or {}).get("name") or "",
                   "arguments": (tc.get("function") or {}).get("arguments") or ""}
                  for tc in msg.get("tool_calls") or []]
-        return Answer(msg.get("content") or "", msg.get("reasoning_content") or msg.get("reasoning") or "",
-                      calls, choice.get("finish_reason"), data.get("usage"))
+        return self._answered(Answer(msg.get("content") or "", msg.get("reasoning_content") or msg.get("reasoning")
+                                     or "", calls, choice.get("finish_reason"), data.get("usage")))
 
     def stream(self, messages: list[dict], **extra: Any) -> Answer:
         """One streamed chat completion, its deltas folded the way an OpenAI client folds them."""
         body = self._body(messages, stream=True, stream_options={"include_usage": True}, **extra)
+        retrier = self.retrier()
+        while True:
+            try:
+                return self._answered(self._stream_once(body, retrier))
+            except _Again:
+                continue
+            except httpx.HTTPError as exc:
+                if self._transient(exc) and retrier.again("connect"):
+                    continue
+                raise PhaseError(f"POST /v1/chat/completions (stream) failed{_after(retrier)}: "
+                                 f"{exc or type(exc).__name__}") from None
+
+    def _stream_once(self, body: dict[str, Any], retrier: Retrier) -> Answer:
+        """One streamed attempt; `_Again` when its status is retried (only before any chunk was read)."""
         answer, slots = Answer(), {}
-        try:
-            with httpx.stream("POST", f"{self.base_url}/v1/chat/completions", json=body, headers=self.headers(),
-                              timeout=self.timeout_s) as resp:
-                if resp.status_code != 200:
-                    resp.read()
-                    raise PhaseError(f"POST /v1/chat/completions (stream) answered HTTP {resp.status_code}: "
-                                     f"{resp.text[:BODY_QUOTE]}")
-                for line in resp.iter_lines():
-                    if not line.startswith("data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == "[DONE]":
-                        break
-                    try:
-                        chunk = json.loads(data)
-                    except ValueError:
-                        raise PhaseError(f"a stream chunk is not JSON: {data[:BODY_QUOTE]}") from None
-                    if chunk.get("error"):
-                        raise PhaseError(f"the stream carried an error: {json.dumps(chunk['error'])[:BODY_QUOTE]}")
-                    answer.usage = chunk.get("usage") or answer.usage
-                    for choice in chunk.get("choices") or []:
-                        delta = choice.get("delta") or {}
-                        answer.content += delta.get("content") or ""
-                        answer.reasoning += delta.get("reasoning_content") or delta.get("reasoning") or ""
-                        answer.finish = choice.get("finish_reason") or answer.finish
-                        for tc in delta.get("tool_calls") or []:
-                            slot = slots.setdefault(tc.get("index", 0), {"name": "", "arguments": ""})
-                            fn = tc.get("function") or {}
-                            slot["name"] += fn.get("name") or ""
-                            slot["arguments"] += fn.get("arguments") or ""
-        except httpx.HTTPError as exc:
-            raise PhaseError(f"POST /v1/chat/completions (stream) failed: {exc or type(exc).__name__}") from None
+        with httpx.stream("POST", f"{self.base_url}/v1/chat/completions", json=body, headers=self.headers(),
+                          timeout=self.timeout_s) as resp:
+            if resp.status_code != 200:
+                resp.read()
+                if resp.status_code in self.retry.statuses and retrier.again(str(resp.status_code),
+                                                                              resp.headers.get("Retry-After")):
+                    raise _Again()
+                raise PhaseError(f"POST /v1/chat/completions (stream) answered HTTP {resp.status_code}"
+                                 f"{_after(retrier)}: {resp.text[:BODY_QUOTE]}")
+            for line in resp.iter_lines():
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                try:
+                    chunk = json.loads(data)
+                except ValueError:
+                    raise PhaseError(f"a stream chunk is not JSON: {data[:BODY_QUOTE]}") from None
+                if chunk.get("error"):
+                    raise PhaseError(f"the stream carried an error: {json.dumps(chunk['error'])[:BODY_QUOTE]}")
+                answer.usage = chunk.get("usage") or answer.usage
+                for choice in chunk.get("choices") or []:
+                    delta = choice.get("delta") or {}
+                    answer.content += delta.get("content") or ""
+                    answer.reasoning += delta.get("reasoning_content") or delta.get("reasoning") or ""
+                    answer.finish = choice.get("finish_reason") or answer.finish
+                    for tc in delta.get("tool_calls") or []:
+                        slot = slots.setdefault(tc.get("index", 0), {"name": "", "arguments": ""})
+                        fn = tc.get("function") or {}
+                        slot["name"] += fn.get("name") or ""
+                        slot["arguments"] += fn.get("arguments") or ""
         answer.calls = [slots[i] for i in sorted(slots)]
         return answer
 
 
+class _Again(Exception):
+    """A streamed attempt answered a retried status; the wait is done, ask again."""
+
+
+def _after(retrier: Retrier) -> str:
+    return f" (after {retrier.attempt} attempts, {retrier.waited:.0f}s waited)" if retrier.attempt > 1 else ""
+
+
 def discover(base_url: str, model: str | None, api_key: str | None, timeout_s: float,
-             max_model_len: int | None = None, scripted: bool = False) -> Endpoint:
-    """The endpoint behind `base_url`: it answers, lists the model; its served context and identity."""
+             max_model_len: int | None = None, scripted: bool = False, *, retry: RetryCfg | None = None,
+             tally: Tally | None = None, sleep: Callable[[float], None] = time.sleep) -> Endpoint:
+    """The endpoint behind `base_url`: it answers, lists the model; its served context and identity.
+    A refused connection, a 429 or a transient 5xx is asked again under the retry policy."""
+    retry = retry or RetryCfg()
+    tally = tally if tally is not None else Tally()
     root = base_url.rstrip("/").removesuffix("/v1")
     if not root.startswith(("http://", "https://")):
         raise UserError(f"'{base_url}' is not an http(s) URL", field="base URL",
                         fix="give the server's base URL, e.g. http://127.0.0.1:8000")
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    try:
-        resp = httpx.get(f"{root}/v1/models", headers=headers, timeout=10)
-    except httpx.HTTPError as exc:
-        raise UserError(f"cannot reach {root}: {exc or type(exc).__name__}", field="base URL",
-                        fix="start the server, or correct the URL (GET <url>/v1/models must answer)") from None
+    retrier = Retrier(retry, tally, sleep, retry.budget_s)
+    while True:
+        try:
+            resp = httpx.get(f"{root}/v1/models", headers=headers, timeout=10)
+        except httpx.HTTPError as exc:
+            if retry.connect_errors and isinstance(exc, (httpx.ConnectError, httpx.RemoteProtocolError)) \
+                    and retrier.again("connect"):
+                continue
+            raise UserError(f"cannot reach {root}{_after(retrier)}: {exc or type(exc).__name__}", field="base URL",
+                            fix="start the server, or correct the URL (GET <url>/v1/models must answer)") from None
+        if resp.status_code in retry.statuses and retrier.again(str(resp.status_code), resp.headers.get("Retry-After")):
+            continue
+        break
     if resp.status_code != 200:
         raise UserError(f"{root}/v1/models answered HTTP {resp.status_code}: {resp.text[:BODY_QUOTE]}",
                         field="base URL", fix="pass the key's variable with --api-key-env"
@@ -145,7 +210,10 @@ def discover(base_url: str, model: str | None, api_key: str | None, timeout_s: f
     props = identity.get("props") or {}
     if not served and isinstance(props, dict):
         served = (props.get("default_generation_settings") or {}).get("n_ctx") or props.get("n_ctx")
-    return Endpoint(root, chosen, api_key, int(served) if served else None, identity, scripted, timeout_s)
+    # a replay server reached by URL is as scripted as one served as a unit
+    scripted = scripted or entries[chosen].get("owned_by") == REPLAY_OWNER
+    return Endpoint(root, chosen, api_key, int(served) if served else None, identity, scripted, timeout_s,
+                    retry=retry, tally=tally, sleep=sleep)
 
 
 def engine_of(identity: dict[str, Any]) -> dict[str, Any]:
@@ -154,7 +222,7 @@ def engine_of(identity: dict[str, Any]) -> dict[str, Any]:
     version = identity.get("version") or {}
     data = (identity.get("models") or {}).get("data") or [{}]
     owned = data[0].get("owned_by")
-    if owned == "llms-benchmark-replay":
+    if owned == REPLAY_OWNER:
         return {"engine": "replay (scripted trajectory, not a model)", "version": None}
     if isinstance(props, dict) and props.get("build_info"):
         return {"engine": "llama.cpp", "version": props.get("build_info")}

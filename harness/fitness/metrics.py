@@ -45,8 +45,14 @@ METRICS = {m.name: m for m in (
     Metric("capability.humaneval_accuracy", "fraction", "higher", "HumanEval pass@1 (greedy), sandboxed execution"),
     Metric("capability.gsm8k_accuracy", "fraction", "higher", "GSM8K sample, final number exact match"),
     Metric("capability.ifbench_accuracy", "fraction", "higher", "IFBench, strict instruction checks"),
-    Metric("judge.checklist_rate", "fraction", "higher", "judge checklist items met (advisory)", gates=False),
-    Metric("judge.cross_agreement", "fraction", "higher", "agreement of a second judge (advisory)", gates=False),
+    Metric("kl.sym_kl_mean", "nats", "lower",
+           "teacher-forced, top-20: mean symmetric KL of the served model vs its reference quantization"),
+    Metric("kl.sym_kl_p99", "nats", "lower", "p99 over positions of the symmetric KL"),
+    Metric("kl.js_mean", "nats", "lower", "mean Jensen-Shannon divergence (bounded by ln 2)"),
+    Metric("kl.top1_agreement", "fraction", "higher", "positions where both give the same most likely token"),
+    # judge metrics are advisory: `gates=False` (the tables say so once)
+    Metric("judge.checklist_rate", "fraction", "higher", "judge checklist items met", gates=False),
+    Metric("judge.cross_agreement", "fraction", "higher", "agreement of a second judge", gates=False),
 )}
 
 _KEY = re.compile(r"^(?P<base>[a-z_]+\.[a-z0-9_]+)(?:@(?P<ctx>[1-9][0-9]*))?$")

@@ -10,8 +10,29 @@ from typing import Any
 from harness.atomic import write_atomic
 
 
+def _kl_summary(phases: dict[str, Any]) -> dict[str, Any] | None:
+    kl = phases.get("kl", {})
+    if kl.get("status") != "ran":
+        return None
+    d = kl["details"]
+    s = d["summary"]
+    return {"reference": d["reference"]["model"], "candidate": d["candidate"]["model"], "positions": s["positions"],
+            "top_k": d["top_k"], "sym_kl_mean": s["sym_kl_mean"], "sym_kl_se": s["sym_kl_se"],
+            "sym_kl_p99": s["sym_kl_p99"], "js_mean": s["js_mean"], "top1_agreement": s["top1_agreement"],
+            "kl_ref_cand_mean": s["kl_ref_cand_mean"], "units": "nats"}
+
+
+def seed_verdict(doc: dict[str, Any]) -> str | None:
+    """The seed's verdict_per_model value: null when the run completed with no bar active;
+    otherwise ours (PASS, WARN, FAIL, ERROR — the seed names PASS|FAIL|null)."""
+    if doc.get("exit_code") == 0 and not doc.get("gating_bars"):
+        return None
+    return doc["verdict"]
+
+
 def summary(doc: dict[str, Any], report_dir: Path | None = None) -> dict[str, Any]:
-    """The compact JSON a webhook receives and `GET /api/runs/<id>/report` returns."""
+    """The compact JSON a webhook receives and `GET /api/runs/<id>/report` returns: every field
+    the seed's schema names, with ours beside them where ours say more."""
     phases = {p["name"]: p for p in doc.get("phases", []) if p.get("repeat", 1) == 1}
     tp = phases.get("throughput", {}).get("details", {}).get("by_context", {})
     cap = phases.get("capacity", {})
@@ -19,17 +40,20 @@ def summary(doc: dict[str, Any], report_dir: Path | None = None) -> dict[str, An
     caps = phases.get("capability", {}).get("details", {}).get("suites", {})
     metrics = doc.get("metrics", {})
     model = doc.get("model") or doc.get("target")
+    ran = {s: v for s, v in caps.items() if v.get("status") == "ran"}
     row = {
         "model": model,
         "throughput_by_ctx": {k: {"gen_tps": v.get("decode_tps"), "prefill_tps": v.get("prefill_tps"),
-                                  "ttft_any_s": v.get("ttft_s")} for k, v in tp.items()},
+                                  "ttft_any_s": v.get("ttft_s"), "vram_peak_gib": v.get("vram_peak_gib")}
+                              for k, v in tp.items()},
         "capacity": {"peak_aggregate_tps": metrics.get("capacity.peak_output_tps"), "best_n": capd.get("best_n"),
                      "carried_n": metrics.get("capacity.carried_concurrency"),
                      "levels": [{k: lv[k] for k in ("n", "aggregate_tps", "ttft_ms_p95", "itl_ms_p95")}
                                 for lv in capd.get("levels", [])]} if cap.get("status") == "ran" else None,
+        # the seed's name for the capability accuracies (ours are scored by this harness, not lm-eval)
+        "lmeval": {s: v.get("accuracy") for s, v in ran.items()},
         "tooluse": {k.split(".", 1)[1]: v for k, v in metrics.items() if k.startswith("tooluse.")},
-        "capability": {s: {"accuracy": v.get("accuracy"), "se": v.get("se"), "n": v.get("n")}
-                       for s, v in caps.items() if v.get("status") == "ran"},
+        "capability": {s: {"accuracy": v.get("accuracy"), "se": v.get("se"), "n": v.get("n")} for s, v in ran.items()},
         "warmup_s": metrics.get("warmup.first_answer_s"),
         "judge_checklist_rate": metrics.get("judge.checklist_rate"),  # advisory
         "judge_cross_agreement": metrics.get("judge.cross_agreement"),
@@ -41,9 +65,21 @@ def summary(doc: dict[str, Any], report_dir: Path | None = None) -> dict[str, An
             + (f"; errors: {'; '.join(doc['errors'])[:300]}" if doc.get("errors") else "")
             + (f"; warnings: {'; '.join(doc['warnings'])[:300]}" if doc.get("warnings") else ""))
     return {"run_id": doc["run_id"], "tag": doc.get("tag"), "finished_utc": doc.get("finished_utc"),
-            "verdict_per_model": {model: doc["verdict"]}, "exit_code": doc["exit_code"], "summary": [row],
-            "report_path": str((report_dir / "report.md").resolve()) if report_dir else None,
+            "verdict_per_model": {model: seed_verdict(doc)}, "verdict": doc["verdict"], "exit_code": doc["exit_code"],
+            "summary": [row], "report_path": str((report_dir / "report.md").resolve()) if report_dir else None,
+            "kl_divergence": _kl_summary(phases), "vram_baseline": doc.get("vram_baseline"),
+            "vram_baseline_reason": doc.get("vram_baseline_reason"),
+            "phases": {p["name"]: {"status": p["status"], "reason": p["reason"]}
+                       for p in doc.get("phases", []) if p.get("repeat", 1) == 1},
+            "errors": doc.get("errors", []), "retries": sum(v.get("retries", 0) for v in (doc.get("retries") or {}).values()),
+            "regressions": (doc.get("history") or {}).get("regressions", []),
             "text": text}
+
+
+def seed_fields(doc: dict[str, Any], report_dir: Path | None) -> dict[str, Any]:
+    """The seed's field names for results.json, beside ours (which keep their own names)."""
+    s = summary(doc, report_dir)
+    return {k: s[k] for k in ("verdict_per_model", "summary", "report_path", "kl_divergence")}
 
 
 def _fmt(value: Any) -> str:
@@ -54,11 +90,22 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def markdown(doc: dict[str, Any]) -> str:
+def _rel(path: Any, folder: Path | None) -> str:
+    """A path inside the report folder as relative to it (a committed report names no checkout)."""
+    if folder is None or not path:
+        return str(path)
+    try:
+        return str(Path(path).resolve().relative_to(Path(folder).resolve())) or "."
+    except ValueError:
+        return str(path)
+
+
+def markdown(doc: dict[str, Any], folder: Path | None = None) -> str:
     r = doc["reproducibility"]
     lines = [f"# Fitness: {doc.get('model') or doc['target']} — **{doc['verdict']}** (exit {doc['exit_code']})", "",
              f"Run `{doc['run_id']}`, {doc['started_utc']} → {doc['finished_utc']} ({doc['wall_s']:.1f}s); "
-             f"target {doc['target']}; engine {r.get('engine')} {r.get('engine_version') or ''}".rstrip() + ".", ""]
+             f"target {doc['target']}; engine {r.get('engine') or 'unknown (not reached)'} "
+             f"{r.get('engine_version') or ''}".rstrip() + ".", ""]
     if r.get("scripted"):
         lines += ["> Scripted replay trajectory, not a model: these numbers describe the script.", ""]
     for w in doc.get("warnings", []):
@@ -77,9 +124,18 @@ def markdown(doc: dict[str, Any]) -> str:
             lines.append(f"| {v['metric']} | {_fmt(v['value'])} | {v['bars']} | {tag} | {v['why']} |")
     else:
         lines.append("No bar is set: every metric is reported, none judged (see thresholds.yaml).")
-    lines += ["", "## Phases", "", "| phase | pass | status | wall | note |", "|---|---:|---|---:|---|"]
+    lines += ["", "## Phases", "", "| phase | pass | status | wall | retries | answers (empty) | note |",
+              "|---|---:|---|---:|---|---:|---|"]
     for p in doc["phases"]:
-        lines.append(f"| {p['name']} | {p['repeat']} | {p['status']} | {p['wall_s']:.1f}s | {p['reason'] or ''} |")
+        q = p.get("requests") or {}
+        tries = (f"{q['retries']} ({', '.join(f'{k}×{v}' for k, v in q['by_status'].items())}; {q['waited_s']:.0f}s)"
+                 if q.get("retries") else "—")
+        answers = f"{q['answers']} ({q['empty']})" if q.get("answers") else "—"
+        note = str(p["reason"] or "").replace("|", "\\|").replace("\n", " ")
+        lines.append(f"| {p['name']} | {p['repeat']} | {p['status']} | {p['wall_s']:.1f}s | {tries} | {answers} | {note} |")
+    lines += ["", "VRAM before the run (the seed's `vram_baseline`): "
+              + (f"{doc['vram_baseline']:g} GiB" if doc.get("vram_baseline") is not None
+                 else f"null — {doc.get('vram_baseline_reason')}") + "."]
     by = {(p["name"], p["repeat"]): p for p in doc["phases"]}
     tp = by.get(("throughput", 1))
     if tp and tp["status"] == "ran":
@@ -98,7 +154,7 @@ def markdown(doc: dict[str, Any]) -> str:
             lines.append(f"| {lv['n']} | {lv['requests']} | {lv['failed']} | {_fmt(lv['aggregate_tps'])} | "
                          f"{_fmt(lv['ttft_ms_p95'])} | {_fmt(lv['itl_ms_p95'])} |")
         lines.append(f"\nCarried: {_fmt(doc['metrics'].get('capacity.carried_concurrency'))} in flight within "
-                     f"p95 TTFT ≤ {d['ttft_slo_s']:g}s. Files: `{d['files']}`.")
+                     f"p95 TTFT ≤ {d['ttft_slo_s']:g}s. Files: `{_rel(d['files'], folder)}`.")
     tu = by.get(("tooluse", 1))
     if tu and tu["status"] == "ran":
         lines += ["", "## Tool use (streamed tool calls)", "", "| ask | expected | well-formed | streamed = whole | note |",
@@ -150,6 +206,32 @@ def markdown(doc: dict[str, Any]) -> str:
                     lines.append("| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in cells) + " |")
         else:
             lines.append(f"Cross-judge: {cross.get('status')} ({cross.get('reason')}).")
+    kl = by.get(("kl", 1))
+    if kl and kl["status"] == "ran":
+        d, sm = kl["details"], kl["details"]["summary"]
+        lines += ["", f"## Quant check (KL): {d['candidate']['model']} vs {d['reference']['model']}", "",
+                  f"Teacher-forced on {d['prompts']['n']} frozen prompts, {sm['positions']} positions, top-{d['top_k']} "
+                  f"logprobs from each server's native API ({d['candidate']['api']} / {d['reference']['api']}); "
+                  f"{d['units']}.", "",
+                  "| figure | value | ± SE |", "|---|---:|---:|",
+                  f"| symmetric KL, mean | {_fmt(sm['sym_kl_mean'])} | {_fmt(sm['sym_kl_se'])} |",
+                  f"| symmetric KL, median / p99 / max | {_fmt(sm['sym_kl_median'])} / {_fmt(sm['sym_kl_p99'])} / "
+                  f"{_fmt(sm['sym_kl_max'])} | |",
+                  f"| KL(reference ‖ served), mean | {_fmt(sm['kl_ref_cand_mean'])} | {_fmt(sm['kl_ref_cand_se'])} |",
+                  f"| Jensen-Shannon, mean | {_fmt(sm['js_mean'])} | {_fmt(sm['js_se'])} |",
+                  f"| top-1 agreement | {_fmt(sm['top1_agreement'])} | {_fmt(sm['top1_se'])} |"]
+    hist = doc.get("history") or {}
+    if hist.get("log"):
+        lines += ["", "## History", "", f"Run {hist.get('run_number', '?')} of this model in `{hist['log']}`"
+                  + (f"; previous run `{hist['previous_run']}`" if hist.get("previous_run") else "; its first run")
+                  + (f"; trend plot: `{hist['plot']}`" if hist.get("plot") else "") + "."]
+        if hist.get("error"):
+            lines.append(f"\n{hist['error']}")
+        for f in hist.get("regressions") or []:
+            lines.append(f"- **{f['kind'].upper()}** {f['metric']}: {f['value']:g} vs {f['previous']:g} "
+                         f"(run `{f['previous_run']}`): {f['why']}")
+        if hist.get("previous_run") and not hist.get("regressions"):
+            lines.append("\nNo metric is worse than in the previous run beyond 2·SE (or 10 % where no SE is known).")
     if doc["repeats"]["disagreements"]:
         lines += ["", "## Repeats that disagree (> 10 %)", ""]
         for d in doc["repeats"]["disagreements"]:
@@ -162,6 +244,7 @@ def markdown(doc: dict[str, Any]) -> str:
 
 def write_report(folder: Path, doc: dict[str, Any]) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    write_atomic(folder / "results.json", json.dumps(doc, indent=2, default=str) + "\n")
+    full = {**doc, **{k: v for k, v in seed_fields(doc, folder).items() if k not in doc}}
+    write_atomic(folder / "results.json", json.dumps(full, indent=2, default=str) + "\n")
     write_atomic(folder / "summary.json", json.dumps(summary(doc, folder), indent=2, default=str) + "\n")
-    write_atomic(folder / "report.md", markdown(doc))
+    write_atomic(folder / "report.md", markdown(doc, folder))

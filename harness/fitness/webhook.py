@@ -12,31 +12,15 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from email.utils import parsedate_to_datetime
 from typing import Any
 
 import httpx
 
 from harness.fitness.config import WebhookCfg
 from harness.fitness.report import summary
+from harness.fitness.retry import retry_after  # noqa: F401  (one policy: seconds or a date, clamped)
 
 BODY_QUOTE = 300
-
-
-def retry_after(header: str | None, cfg: WebhookCfg) -> float:
-    """Seconds to wait: Retry-After as seconds or an HTTP date, clamped; the default otherwise."""
-    wait = None
-    if header:
-        try:
-            wait = float(header)
-        except ValueError:
-            try:
-                wait = parsedate_to_datetime(header).timestamp() - time.time()
-            except (TypeError, ValueError):
-                wait = None
-    if wait is None:
-        wait = cfg.retry_after_default_s
-    return min(max(wait, cfg.retry_after_min_s), cfg.retry_after_max_s)
 
 
 def post(url: str, payload: dict[str, Any], cfg: WebhookCfg, *,

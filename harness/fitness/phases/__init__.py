@@ -28,24 +28,31 @@ class Ctx:
     say: Callable[[str], None]
     reverse: bool = False  # the second pass of --repeats 2 runs its items in reverse order
     cancelled: Callable[[], bool] = lambda: False
+    # the cross-judge's schedule (the seed's: the first run, then every n-th), decided from the history
+    cross_due: bool = True
+    cross_why: str = ""
+    # the telemetry phase's VRAM reading (GiB occupied before any load; None: not exposed)
+    vram: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
 class PhaseResult:
     name: str
-    status: Literal["ran", "skipped", "error"]
+    # not_run: never started (an earlier failure, a cancel); cancelled: interrupted while running
+    status: Literal["ran", "skipped", "error", "not_run", "cancelled"]
     reason: str | None = None
     wall_s: float = 0.0
     metrics: dict[str, float | None] = field(default_factory=dict)
     details: dict[str, Any] = field(default_factory=dict)
     repeat: int = 1
+    requests: dict[str, Any] = field(default_factory=dict)  # retries and empty answers (retry.Tally.doc)
 
 
 def modules() -> dict[str, ModuleType]:
-    from harness.fitness.phases import capability, capacity, judge, telemetry, throughput, tooluse, warmup
+    from harness.fitness.phases import capability, capacity, judge, kl, telemetry, throughput, tooluse, warmup
 
     return {"telemetry": telemetry, "warmup": warmup, "tooluse": tooluse, "throughput": throughput,
-            "capacity": capacity, "capability": capability, "judge": judge}
+            "capacity": capacity, "capability": capability, "kl": kl, "judge": judge}
 
 
 def run_phase(name: str, ctx: Ctx, repeat: int = 1) -> PhaseResult:

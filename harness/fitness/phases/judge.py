@@ -105,7 +105,7 @@ def sha(text: str) -> str:
 
 # ----------------------------------------------------------------------------------- the judge's wire
 def retry_after(header: str | None, cfg: JudgeCfg) -> float:
-    from harness.fitness.webhook import retry_after as parse
+    from harness.fitness.retry import retry_after as parse
 
     return parse(header, cfg)  # seconds or an HTTP date, clamped to [min, max]; the default otherwise
 
@@ -273,7 +273,11 @@ def run(ctx: Ctx) -> tuple[dict[str, float | None], dict[str, Any]]:
     details["items"] = [{"task": t["id"], "checklist": t["checklist"], "verdicts": primary[t["id"]]["verdicts"],
                          "notes": primary[t["id"]]["notes"]} for t in tasks]
     details["unparsed"] = [r["task"] for r in primary.values() if r["verdicts"] is None]
-    if j.cross.configured():
+    # the seed's schedule (decided from the history by the runner); a started cross pass is always resumed
+    resuming = (folder / "verdicts-cross.jsonl").is_file()
+    if j.cross.configured() and not (ctx.cross_due or resuming):
+        details["cross"] = {"status": "not due", "reason": ctx.cross_why}
+    elif j.cross.configured():
         cross, cerror, reused["cross"] = grade_all("cross", j.cross, ctx, tasks, answers, folder)
         if cerror:
             details["cross"] = {"status": "failed", "reason": f"{cerror}; run again with the same --report-dir "

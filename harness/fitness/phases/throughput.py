@@ -3,16 +3,24 @@ tokens / TTFT) and decode tok/s (tokens after the first / their time), timed by 
 benchmark's streaming client (harness.probe.Prober). Every prompt starts with a unique
 tag and seeded filler, so no prefix cache serves any of it. A context above the served
 one (prompt + output past max_model_len) is null with its reason, and the run goes on.
+
+A 429 or transient 5xx is asked again under the run's retry policy (the load client keeps no
+headers, so the policy's default wait stands in for Retry-After). `vram_peak_gib` per context
+is the highest GPU-memory reading of /metrics just before and after that context's request,
+where the server exposes a GPU gauge (harness/fitness/vram.py), else null.
 """
 
 from __future__ import annotations
 
+import re
 import secrets
 from typing import Any
 
 import httpx
 
+from harness.fitness import vram
 from harness.fitness.phases import Ctx, Skip
+from harness.load import metrics as load_metrics
 from harness.load.prompts import Prompts
 from harness.probe import Prober
 
@@ -20,10 +28,31 @@ from harness.probe import Prober
 TEMPLATE_SLACK = 64
 
 
-def _calibrate(prober: Prober, tag: str, seed: int) -> float:
+_STATUS = re.compile(r"^HTTP (\d{3})\b")
+
+
+def _stream(ctx: Ctx, prober: Prober, prompt: str, max_tokens: int):
+    """One timed request, asked again on a retried status (a fresh request: its timing is its own)."""
+    retrier = ctx.endpoint.retrier()
+    while True:
+        try:
+            return prober.stream(prompt, max_tokens)
+        except httpx.HTTPError as exc:
+            m = _STATUS.match(str(exc))
+            if m and int(m[1]) in ctx.endpoint.retry.statuses and retrier.again(m[1]):
+                continue
+            raise
+
+
+def _vram(ctx: Ctx) -> float | None:
+    snap = load_metrics.scrape(ctx.endpoint.base_url, api_key=ctx.endpoint.api_key, timeout=5)
+    return vram.used_gib(snap.raw)[0] if snap is not None else None
+
+
+def _calibrate(ctx: Ctx, prober: Prober, tag: str, seed: int) -> float:
     """Tokens per filler word, from the server's own usage (two sizes cancel the template)."""
-    small = prober.stream(Prompts(tag, seed, "cal-small", 50).make(0, 0)[1], 1).prompt_tokens
-    big = prober.stream(Prompts(tag, seed, "cal-big", 550).make(0, 0)[1], 1).prompt_tokens
+    small = _stream(ctx, prober, Prompts(tag, seed, "cal-small", 50).make(0, 0)[1], 1).prompt_tokens
+    big = _stream(ctx, prober, Prompts(tag, seed, "cal-big", 550).make(0, 0)[1], 1).prompt_tokens
     if not small or not big or big <= small:
         return 1.3
     return (big - small) / 500
@@ -39,9 +68,10 @@ def run(ctx: Ctx) -> tuple[dict[str, float | None], dict[str, Any]]:
         raise Skip(f"the streaming client cannot talk to {ep.base_url}: {exc}") from None
     metrics: dict[str, float | None] = {}
     rows: dict[str, dict[str, Any]] = {}
+    gauge = _vram(ctx) is not None  # read memory around each request only where a GPU gauge is served
     try:
         try:
-            per_word = _calibrate(prober, run_tag, ctx.cfg.seed)
+            per_word = _calibrate(ctx, prober, run_tag, ctx.cfg.seed)
         except httpx.HTTPError as exc:
             from harness.fitness.endpoint import PhaseError
 
@@ -50,15 +80,16 @@ def run(ctx: Ctx) -> tuple[dict[str, float | None], dict[str, Any]]:
             if ctx.cancelled():
                 break
             row: dict[str, Any] = {"target_tokens": size, "prompt_tokens": None, "ttft_s": None,
-                                   "prefill_tps": None, "decode_tps": None, "reason": None}
+                                   "prefill_tps": None, "decode_tps": None, "vram_peak_gib": None, "reason": None}
             if ep.max_model_len and size + cfg.output_tokens > ep.max_model_len:
                 row["reason"] = (f"{size} + {cfg.output_tokens} output tokens exceed the served context "
                                  f"({ep.max_model_len})")
             else:
                 words = max(8, int((size - TEMPLATE_SLACK) / per_word))
                 _, prompt = Prompts(run_tag, ctx.cfg.seed, f"ctx{size}", words).make(int(ctx.reverse), 0)
+                before = _vram(ctx) if gauge else None
                 try:
-                    t = prober.stream(prompt, cfg.output_tokens)
+                    t = _stream(ctx, prober, prompt, cfg.output_tokens)
                 except httpx.HTTPError as exc:
                     row["reason"] = f"the request failed: {exc}"
                 else:
@@ -66,6 +97,9 @@ def run(ctx: Ctx) -> tuple[dict[str, float | None], dict[str, Any]]:
                                completion_tokens=t.completion_tokens)
                     if t.prompt_tokens and t.ttft:
                         row["prefill_tps"] = _r(t.prompt_tokens / t.ttft)
+                if gauge:
+                    readings = [v for v in (before, _vram(ctx)) if v is not None]
+                    row["vram_peak_gib"] = max(readings) if readings else None
             rows[str(size)] = row
             metrics[f"throughput.ttft_s@{size}"] = row["ttft_s"]
             metrics[f"throughput.prefill_tps@{size}"] = row["prefill_tps"]
@@ -73,7 +107,8 @@ def run(ctx: Ctx) -> tuple[dict[str, float | None], dict[str, Any]]:
     finally:
         prober.close()
     return metrics, {"by_context": rows, "tokens_per_word": round(per_word, 4), "run_tag": run_tag,
-                     "order": contexts, "served_context": ep.max_model_len, "output_tokens": cfg.output_tokens}
+                     "order": contexts, "served_context": ep.max_model_len, "output_tokens": cfg.output_tokens,
+                     "vram": "read around each request" if gauge else vram.NOT_EXPOSED}
 
 
 def _r(value: float | None, digits: int = 1) -> float | None:
