@@ -155,6 +155,64 @@ def data_cmd(
     checkers.prepare(checkers_venv or checkers.default_dir(), say=lambda m: out.print(m, highlight=False))
 
 
+@fitness_app.command("history")
+@pipeline_errors
+def history_cmd(
+    log: Annotated[Path | None, typer.Option(help="The pipeline log (default bench-results/fitness/pipeline.log).")] = None,
+    model: Annotated[list[str] | None, typer.Option(help="Only this model (repeatable).")] = None,
+    metric: Annotated[list[str] | None, typer.Option(help="Only this metric or prefix, e.g. capability (repeatable).")] = None,
+    out_dir: Annotated[Path | None, typer.Option("--out", help="Where the plots go (default: each model's latest "
+                                                               "report folder).")] = None,
+    last: Annotated[int, typer.Option(help="Runs shown in the terminal tables.", min=1, max=1000)] = 20,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the runs as JSON.")] = False,
+) -> None:
+    """The runs in the pipeline log: a table of runs, the trend per model and metric (a PNG per
+    model), and the regressions flagged against each previous run (2·SE; 10 % where no SE)."""
+    from harness.cli.common import project_root
+    from harness.fitness import history, trend
+    from harness.fitness.config import HistoryCfg
+
+    path = log or history.log_path(project_root(), HistoryCfg())
+    runs, bad = history.read(path)
+    if not runs:
+        raise UserError("no run in the pipeline log" if path.is_file() else "the pipeline log does not exist",
+                        file=path, field="--log", fix="run `llms-benchmark fitness run ...` first, or name the log")
+    models = list(dict.fromkeys(str(r.get("model")) for r in runs if not model or str(r.get("model")) in model))
+    shown = []
+    for name in models:
+        mine = [r for r in runs if str(r.get("model")) == name]
+        folder = out_dir or next((Path(r["report_dir"]) for r in reversed(mine)
+                                  if r.get("report_dir") and Path(r["report_dir"]).is_dir()), path.parent / "history")
+        slug = "".join(c if c.isalnum() or c in "-_." else "-" for c in name)
+        plot = trend.draw(mine, name, Path(folder) / f"{slug}.png", only=metric)
+        shown.append({"model": name, "runs": mine, "plot": str(plot) if plot else None})
+    if as_json:
+        out.print_json(json.dumps({"log": str(path), "unreadable_lines": bad, "models": shown}, default=str))
+        return
+    table = Table("run", "finished", "model", "verdict", "exit", "retries", "flagged", title=f"fitness runs ({path})")
+    for r in runs[-last:]:
+        if model and str(r.get("model")) not in model:
+            continue
+        flags = ", ".join(f"{f['kind'].upper()} {f['metric']}" for f in r.get("regressions") or [])
+        table.add_row(r["run_id"], str(r.get("finished_utc")), str(r.get("model")), str(r.get("verdict")),
+                      str(r.get("exit_code")), str(r.get("retries", 0)), flags or "—")
+    out.print(table)
+    for m in shown:
+        keys = trend.metrics_of(m["runs"], metric)
+        t = Table("metric", "runs (oldest → newest)", "latest", "vs previous", "flag", title=f"trend: {m['model']}")
+        for key in keys:
+            values = [r["metrics"].get(key) for r in m["runs"]][-last:]
+            present = [v for v in values if isinstance(v, (int, float))]
+            delta = f"{present[-1] - present[-2]:+.4g}" if len(present) > 1 else "—"
+            flag = next((f["kind"].upper() for f in m["runs"][-1].get("regressions") or [] if f["metric"] == key), "")
+            t.add_row(key, " ".join("·" if v is None else f"{v:.4g}" for v in values),
+                      f"{present[-1]:.4g}" if present else "—", delta, flag)
+        out.print(t)
+        out.print(f"plot: {m['plot'] or '(no metric with a value)'}", highlight=False)
+    if bad:
+        err.print(f"[yellow]{bad} line(s) of {path} are not runs and were left out[/yellow]", highlight=False)
+
+
 @fitness_app.command("metrics")
 def metrics_cmd() -> None:
     """Every metric a threshold may name."""

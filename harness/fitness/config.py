@@ -164,6 +164,7 @@ class KlCfg(_Strict):
     prompts: Path | None = None  # default: the shipped harness/fitness/kl_prompts.jsonl
     limit: int = Field(default=0, ge=0, description="prompts, the first N (0: all)")
     positions: int = Field(default=64, ge=1, le=4096, description="teacher-forced positions per prompt, at most")
+    skip_first: int = Field(default=4, ge=0, le=1024, description="positions with too little context, not compared")
     top_k: int = Field(default=20, ge=2, le=100)
     api: str = Field(default="auto", pattern="^(auto|llamacpp|vllm)$")
 

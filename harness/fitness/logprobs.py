@@ -70,11 +70,11 @@ class Native:
             raise PhaseError(f"{self.base_url}/tokenize did not answer a list of token ids")
         return tokens
 
-    def next_tokens(self, tokens: list[int], positions: int, k: int) -> list[dict[int, float]]:
-        """The top-k {token id: logprob} of the token after tokens[:j], for j = 1..positions."""
+    def next_tokens(self, tokens: list[int], first: int, last: int, k: int) -> list[dict[int, float]]:
+        """The top-k {token id: logprob} of the token after tokens[:j], for j = first..last."""
         if self.api == "llamacpp":
-            return [self._llamacpp_at(tokens[:j], k) for j in range(1, positions + 1)]
-        return self._vllm(tokens[:positions + 1], k)[:positions]
+            return [self._llamacpp_at(tokens[:j], k) for j in range(first, last + 1)]
+        return self._vllm(tokens[:last + 1], k)[first - 1:last]
 
     def _llamacpp_at(self, prefix: list[int], k: int) -> dict[int, float]:
         doc = self._post("/completion", {"prompt": prefix, "n_predict": 1, "n_probs": k, "cache_prompt": True,
