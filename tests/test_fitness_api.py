@@ -128,6 +128,33 @@ def test_a_client_that_disconnects_from_the_blocking_variant_cancels_the_run(api
     assert project.ledger() == {}
 
 
+def test_requests_are_checked_before_the_202_and_pipeline_true_runs_everything(api, project, tmp_path: Path) -> None:
+    target = ["replay", "replay-fitness"]
+    for body, needle in [
+        ({"target": target, "phases": "warmup,perf"}, "unknown phase 'perf'"),
+        ({"target": target, "phases": ["warmup", "speed"]}, "unknown phase 'speed'"),
+        ({"target": target, "pipeline": True, "phases": "warmup"}, '\\"pipeline\\": true runs every phase'),
+        ({"target": target, "config": str(tmp_path / "missing.yaml")}, "missing.yaml"),
+    ]:
+        r = httpx.post(f"{api.url}/api/runs", json=body, headers=AUTH)
+        assert r.status_code == 422 and needle in r.text, r.text
+    assert "the seed's 'perf' is throughput here" in httpx.post(
+        f"{api.url}/api/runs", json={"target": target, "phases": "perf"}, headers=AUTH).text
+    assert httpx.get(f"{api.url}/api/runs", headers=AUTH).json()["runs"] == []  # nothing was started
+    # "pipeline": true is accepted: every phase; cancelled at once, it still leaves its report
+    r = httpx.post(f"{api.url}/api/runs", json={"target": target, "pipeline": True}, headers=AUTH)
+    assert r.status_code == 202, r.text
+    url = r.json()["status_url"]
+    wait_for(lambda: marker_processes_under(project.root), 30, "the replay unit to start")
+    cancelled = httpx.post(f"{url}/cancel", headers=AUTH, timeout=90).json()
+    assert cancelled["status"] == "cancelled" and cancelled["exit_code"] == 3
+    report = httpx.get(f"{url}/report", headers=AUTH).json()
+    assert set(report) == SUMMARY_KEYS and report["exit_code"] == 3
+    assert list(report["phases"]) == ["telemetry", "warmup", "tooluse", "throughput", "capacity", "capability",
+                                      "kl", "judge"]
+    wait_for(lambda: not marker_processes_under(project.root), 15, "the unit's process to end")
+
+
 def test_no_token_means_loopback_only(tmp_path: Path) -> None:
     r = subprocess.run([str(CLI), "fitness", "serve", "--host", "0.0.0.0", "--port", "0"], capture_output=True,
                        text=True, timeout=60, cwd=tmp_path, stdin=subprocess.DEVNULL,

@@ -35,8 +35,9 @@ from pathlib import Path
 MODEL_KEY = "llms-benchmark"
 # Items whose own ground truth fails BFCL's checker (bfcl-eval 2026.3.23): no answer can pass
 # them (simple_python_200 leaves out a required parameter; the others expect a value in a
-# form the checker itself refuses). Left out of the subset; tests/test_fitness_bfcl.py finds
-# the rest answerable (the ground truth passes, item by item).
+# form the checker itself refuses). Left out of the subset; tests/test_fitness_checkers.py
+# (test_bfcl_ground_truth_passes_and_wrong_answers_fail) finds the rest answerable (the ground
+# truth passes, item by item).
 UNANSWERABLE = {"simple_python_96", "simple_python_200", "multiple_119", "parallel_multiple_26"}
 
 
