@@ -148,7 +148,7 @@ def main() -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(doc, indent=2) + "\n")
     lines = [f"# Fitness KL quant check: {QWEN.hf_id} Q4_K_M (served) vs requantizations of it", "",
-             f"Measured {doc['measured_utc']} with `.venv/bin/python bench/fitness_kl.py --positions {args.positions}`"
+             f"Measured {doc['measured_utc']} with `.venv/bin/python bench/fitness_kl.py {' '.join(sys.argv[1:])}`"
              f" ({doc['machine']}); {doc['prompts']} frozen prompts, ≤ {args.positions} teacher-forced positions each,"
              " the first 4 positions of each not compared (too little context), top-20 logprobs from llama.cpp's `/completion` `n_probs`, one llama-server thread each. Nats.", "",
              "| reference | positions | sym KL mean ± SE | median | p99 | JS mean | top-1 agreement | wall |",
