@@ -233,3 +233,27 @@ def test_429_honours_retry_after_clamped(monkeypatch, header: str, cfg_max: floa
         server.shutdown()
     assert json.loads(text) == {"verdicts": [True]} and len(_RateLimited.hits) == 2
     assert low <= _RateLimited.hits[1] - _RateLimited.hits[0] <= high
+
+
+def test_the_cross_judge_runs_on_its_schedule(served: Replay, tmp_path: Path) -> None:
+    """every_n_runs 2: the first judged run of the model, not the second, again the third (the history
+    log of this project root counts them); the judge itself grades every run."""
+    judge, cross = Judge(tmp_path, "judge", all_true()), Judge(tmp_path, "cross", all_true())
+    statuses = []
+    try:
+        for n in range(3):
+            cfg = {"judge": {"url": judge.url, "model": judge.model, "key_env": "JUDGE_KEY", "answer_max_tokens": 16,
+                             "cross": {"url": cross.url, "model": cross.model, "key_env": "JUDGE_KEY",
+                                       "every_n_runs": 2}}}
+            path = tmp_path / "fitness.yaml"
+            path.write_text(yaml.safe_dump(cfg))
+            out = tmp_path / f"run{n}"
+            r = fitness(["run", served.url, "--phases", "judge", "--config", str(path), "--report-dir", str(out)],
+                        tmp_path, env={"JUDGE_KEY": KEY})
+            assert r.returncode == 0, r.stderr
+            statuses.append(results(out)["phases"][0]["details"]["cross"])
+    finally:
+        judge.stop(), cross.stop()
+    assert [s["status"] for s in statuses] == ["ran", "not due", "ran"]
+    assert "next on run 3" in statuses[1]["reason"] and "every_n_runs" in statuses[1]["reason"]
+    assert judge.requests() == 3 * len(TASK_LIST) and cross.requests() == 2 * len(TASK_LIST)

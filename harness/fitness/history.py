@@ -139,11 +139,12 @@ def regressions(earlier: list[dict[str, Any]], line: dict[str, Any], cfg: Histor
 
 
 def cross_due(earlier: list[dict[str, Any]], every_n: int) -> tuple[bool, str]:
-    """The seed's schedule: the first run of this model, then every n-th (counting every logged run)."""
+    """The seed's schedule: the first run of this model, then every n-th (`earlier`: the logged runs
+    of the model whose judge phase ran)."""
     index = len(earlier)
     if every_n <= 1:
         return True, "every run (judge.cross.every_n_runs: 1)"
     if index % every_n == 0:
-        return True, f"run {index + 1} of this model: the first, then every {every_n}"
-    return False, (f"not due: run {index + 1} of this model; the cross-judge runs on the first and then every "
-                   f"{every_n} runs (judge.cross.every_n_runs), next on run {index + every_n - index % every_n + 1}")
+        return True, f"judged run {index + 1} of this model: the first, then every {every_n}"
+    return False, (f"not due: judged run {index + 1} of this model; the cross-judge runs on the first and then every "
+                   f"{every_n} judged runs (judge.cross.every_n_runs), next on run {index + every_n - index % every_n + 1}")

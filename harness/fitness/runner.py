@@ -119,7 +119,9 @@ def run_fitness(root: Path, target: Target, cfg: FitnessConfig, *, say: Say, rep
     def measure(endpoint: Endpoint) -> None:
         state.repro.update(_endpoint_facts(endpoint, state.repro.get("stack")))
         earlier = history.same_model(earlier_all, endpoint.model)
-        due, why = history.cross_due(earlier, cfg.judge.cross.every_n_runs)
+        # runs that never got to judge (the endpoint down, judge off) do not count toward the schedule
+        judged = [r for r in earlier if (r.get("phases") or {}).get("judge") == "ran"]
+        due, why = history.cross_due(judged, cfg.judge.cross.every_n_runs)
         ctx = Ctx(endpoint, cfg, folder, say, cross_due=due, cross_why=why, vram=state.vram)
         for name in cfg.enabled():
             _one(name, ctx, 1)
