@@ -383,3 +383,18 @@ def test_a_bar_on_kl_gates_like_any_other(tmp_path: Path, hook: Receiver) -> Non
     assert r.returncode == 1, r.stderr
     kl = next(p for p in results(out)["phases"] if p["name"] == "kl")
     assert kl["status"] == "skipped" and "kl.reference.url" in kl["reason"]
+
+
+def test_vram_comes_from_a_gpu_gauge_where_one_is_served() -> None:
+    """A DCGM exporter's framebuffer gauge (MiB per GPU, summed) is read as GiB; vLLM's own gauges are not
+    memory, so without an exporter the reading is null with the reason."""
+    from harness.fitness.vram import used_gib
+    from harness.load.metrics import parse
+
+    dcgm = ('# TYPE DCGM_FI_DEV_FB_USED gauge\nDCGM_FI_DEV_FB_USED{gpu="0"} 20480\nDCGM_FI_DEV_FB_USED{gpu="1"} 1024\n'
+            "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 0\n")
+    assert used_gib(parse(dcgm).raw) == (21.0, "DCGM_FI_DEV_FB_USED")
+    vllm_only = ("# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc 0.2\n"
+                 "# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes 4e9\n")
+    gib, why = used_gib(parse(vllm_only).raw)
+    assert gib is None and "no GPU memory gauge" in why
