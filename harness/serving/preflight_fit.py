@@ -47,6 +47,8 @@ def kv_fit(env: Environment, preset: ResolvedPreset, gpu_label: str | None = Non
         return None
     if preset.max_model_len is None:
         return None
+    if env.stack == "local-vllm" and env.config.get("device") == "cpu":
+        return _cpu_vllm_fit(env, preset)
     if env.stack == "local-llamacpp":  # CPU: the machine's memory, no CUDA graphs
         memory, utilization, overhead = psutil.virtual_memory().total / GIB, 1.0, 0.5
     else:
@@ -74,3 +76,24 @@ def refuse_unless_fits(fit: Fit | None, preset: ResolvedPreset) -> None:
         fix=f"lower `--max-model-len` (the KV budget left after the weights holds {fit.kv_tokens_budget:,} "
             f"tokens), {fp8}or more GPU memory (a larger GPU, `--tensor-parallel-size`)",
     )
+
+
+def _cpu_vllm_fit(env: Environment, preset: ResolvedPreset) -> Fit:
+    """vLLM's CPU backend: the KV cache is its own fixed space (VLLM_CPU_KVCACHE_SPACE GiB), apart
+    from the weights, so one max_model_len sequence must fit in exactly that (vLLM refuses otherwise:
+    "... GiB KV cache is needed, which is larger than the available KV cache memory")."""
+    import json
+
+    from harness.stacks.local_vllm_cpu import kv_gib, model_folder
+    from harness.serving.kv_fit import shape_from_config
+
+    found = model_folder(preset)
+    if found is None:
+        shape = hf_shape(preset.model)
+    else:
+        shape = shape_from_config(json.loads((found[0] / "config.json").read_text()), preset.model,
+                                  f"{found[0].name}/config.json")
+    if shape is not None:
+        shape.weights_bytes, shape.weights_source = 0, "weights apart from the CPU KV space"
+    return check_fit(shape, max_model_len=preset.max_model_len, gpu_memory_gib=float(kv_gib(env)),
+                     utilization=1.0, kv_dtype=str(_arg(preset, "--kv-cache-dtype", "auto")), overhead_gib=0.0)

@@ -7,7 +7,8 @@ import shutil
 import subprocess
 
 from harness.errors import PreflightError
-from harness.stacks.base import GpuCell
+from harness.stacks import local_vllm_cpu as cpu
+from harness.stacks.base import GpuCell, Unit
 from harness.stacks.local_process import LocalProcessStack
 from harness.stacks.spec import VLLM_PORT_SCHEMA, StackSpec, config_schema
 from harness.vot import render
@@ -15,7 +16,14 @@ from harness.vot.environment import Environment
 from harness.vot.preset import ResolvedPreset
 
 SPEC = StackSpec("local-vllm", "harness.stacks.local_vllm:LocalVllmStack", default_port=8000,
-                 config=config_schema(port=VLLM_PORT_SCHEMA), preset_override=True)
+                 config=config_schema(
+                     port=VLLM_PORT_SCHEMA,
+                     device={"enum": ["cuda", "cpu"], "description": "Default cuda. cpu: vLLM's CPU build from `make vllm`."},
+                     vllm={"type": "string", "minLength": 1,
+                           "description": "The vllm executable (default: `vllm` on PATH; on cpu, the `make vllm` venv's)."},
+                     kv_cache_gib={"type": "integer", "minimum": 1,
+                                   "description": "cpu only: the KV cache in GiB (VLLM_CPU_KVCACHE_SPACE). Default 2."},
+                 ), preset_override=True)
 
 
 def nvidia_gpu_cell(env: Environment) -> GpuCell:
@@ -51,10 +59,14 @@ class LocalVllmStack(LocalProcessStack):
     stop_grace_s = 60.0
 
     def fatal_patterns(self) -> tuple[str, ...]:
+        # Both seen in the real vLLM 0.32's log when its engine cannot start (e.g. a KV cache too
+        # small for --max-model-len); a bad flag or a bad config exits the process (status 2 / 1).
         return ("EngineCore failed to start", "Engine core initialization failed")
 
     def preflight(self, env: Environment, preset: ResolvedPreset) -> GpuCell:
-        if shutil.which("vllm") is None:
+        if cpu.is_cpu(env):
+            return cpu.preflight(self, env, preset)
+        if shutil.which(str(env.config.get("vllm") or "vllm")) is None:
             raise PreflightError(
                 "`vllm` is not installed on this machine (not on PATH)",
                 file=env.path, field="stack",
@@ -67,5 +79,14 @@ class LocalVllmStack(LocalProcessStack):
 
     def command(self, env: Environment, preset: ResolvedPreset, port: int) -> list[str]:
         # An argv list, never a shell line: JSON values such as --speculative-config survive intact.
-        return ["vllm", "serve", preset.model, "--host", self.host, "--port", str(port),
+        if cpu.is_cpu(env):
+            return cpu.command(self, env, preset, port)
+        return [str(env.config.get("vllm") or "vllm"), "serve", preset.model, "--host", self.host, "--port", str(port),
                 "--served-model-name", preset.served_name, *render.argv(preset.vllm_args)]
+
+    def extra_env(self, env: Environment, preset: ResolvedPreset) -> dict[str, str]:
+        return cpu.serve_env(env, preset) if cpu.is_cpu(env) else {}
+
+    def describe(self, unit: Unit, env: Environment, preset: ResolvedPreset,
+                 log_text: str) -> dict[str, str | list[str]]:
+        return cpu.describe(self, env, preset, log_text) if cpu.is_cpu(env) else {}

@@ -1,0 +1,141 @@
+"""`local-vllm` with `config.device: cpu`: the same `vllm serve <model> --host --port
+--served-model-name <preset flags>` a GPU box runs, served by vLLM's CPU build (`make vllm`).
+
+What differs, and only that:
+- the model: an embedded model (harness/embedded) is served from its converted HF folder
+  (`make vllm`; vLLM 0.32 does not load GGUF), with HF_HUB_OFFLINE=1; any other id is passed
+  as it is (vLLM resolves it from the HF cache or the hub);
+- the KV cache is `config.kv_cache_gib` GiB (VLLM_CPU_KVCACHE_SPACE, default 2); vLLM reads a
+  preset's `--gpu-memory-utilization` as a share of RAM on CPU, and the explicit size wins: the
+  flag is passed on and the record says so;
+- both cores serve (VLLM_CPU_NUM_OF_RESERVED_CPU=0; vLLM's default keeps one for the frontend);
+- refused by name, never dropped: FP8 (weights or KV cache) and speculative decoding, which this
+  environment does not serve;
+- `--chat-template <name>` naming one of harness/stacks/templates is served from there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from pathlib import Path
+
+from harness.embedded import models as embedded
+from harness.errors import PreflightError
+from harness.stacks.base import GpuCell
+from harness.vot import render
+from harness.vot.environment import Environment
+from harness.vot.preset import ResolvedPreset
+
+TEMPLATES = Path(__file__).parent / "templates"
+DEFAULT_KV_GIB = 2
+_KV_TOKENS = re.compile(r"CPU KV cache size: (?P<n>[\d,]+) tokens")
+_KV_SPACE = re.compile(r"Explicitly set \((?P<gib>[\d.]+)/[\d.]+\) GiB for KV cache")
+
+
+def is_cpu(env: Environment) -> bool:
+    return env.config.get("device") == "cpu"
+
+
+def kv_gib(env: Environment) -> int:
+    return int(env.config.get("kv_cache_gib") or DEFAULT_KV_GIB)
+
+
+def executable(env: Environment) -> str:
+    from harness.vllm_cpu import vllm_executable
+
+    return str(Path(env.config["vllm"]).expanduser()) if env.config.get("vllm") else str(vllm_executable())
+
+
+def model_folder(preset: ResolvedPreset) -> tuple[Path, dict] | None:
+    from harness.vllm_cpu import converted
+
+    return converted(preset.model) if preset.model in embedded.MODELS else None
+
+
+def _refuse(preset: ResolvedPreset, flag: str, why: str) -> None:
+    raise PreflightError(f"{flag} {why}", file=preset.path, field=f"vllm_args.{flag}" if flag.startswith("--") else "model",
+                         fix="remove it from this preset (or set the flag to false) to serve on the cpu device")
+
+
+def check_flags(preset: ResolvedPreset) -> None:
+    args = {k: v for k, v in preset.vllm_args.items() if v is not False}
+    if "--speculative-config" in args:
+        _refuse(preset, "--speculative-config", "(speculative decoding) is not served on the cpu device")
+    if str(args.get("--quantization", "")).lower().startswith("fp8"):
+        _refuse(preset, "--quantization", f"{args['--quantization']}: FP8 weights are not served on the cpu device")
+    if str(args.get("--kv-cache-dtype", "")).lower().startswith("fp8"):
+        _refuse(preset, "--kv-cache-dtype", f"{args['--kv-cache-dtype']}: an FP8 KV cache is not served on the cpu device")
+    if "fp8" in preset.model.lower():
+        _refuse(preset, "model", f"{preset.model}: FP8 weights are not served on the cpu device")
+
+
+def template_path(root: Path, value: str) -> Path | None:
+    for candidate in (root / value, TEMPLATES / value):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def preflight(stack, env: Environment, preset: ResolvedPreset) -> GpuCell:
+    from harness.stacks.llamacpp import cpu_label
+
+    exe = executable(env)
+    if not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
+        raise PreflightError(f"vLLM's CPU build is not installed ({exe} is missing)", file=env.path,
+                             field="config.vllm" if env.config.get("vllm") else "config.device",
+                             fix="run `make vllm` (its own venv, ~2-5 min), or set config.vllm to a vllm executable")
+    if preset.model in embedded.MODELS and model_folder(preset) is None:
+        raise PreflightError(f"{preset.model} has no converted HF folder (vLLM does not load GGUF)",
+                             file=preset.path, field="model", fix="run `make vllm` (it converts the embedded GGUFs)")
+    check_flags(preset)
+    tpl = preset.vllm_args.get("--chat-template")
+    if isinstance(tpl, str) and template_path(stack.root, tpl) is None and "{" not in tpl:
+        raise PreflightError(f"chat template {tpl} not found", file=preset.path, field="vllm_args.--chat-template",
+                             fix=f"name a file under the project or one of {', '.join(p.name for p in TEMPLATES.iterdir())}")
+    stack.check_port(env)
+    return GpuCell(cpu_label(), 0)
+
+
+def command(stack, env: Environment, preset: ResolvedPreset, port: int) -> list[str]:
+    found = model_folder(preset)
+    model = str(found[0]) if found else preset.model
+    args = dict(preset.vllm_args)
+    tpl = args.get("--chat-template")
+    if isinstance(tpl, str) and (path := template_path(stack.root, tpl)) is not None:
+        args["--chat-template"] = str(path)
+    return [executable(env), "serve", model, "--host", stack.host, "--port", str(port),
+            "--served-model-name", preset.served_name, *render.argv(args)]
+
+
+def serve_env(env: Environment, preset: ResolvedPreset) -> dict[str, str]:
+    out = {"VLLM_CPU_KVCACHE_SPACE": str(kv_gib(env)), "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+    if model_folder(preset):
+        out["HF_HUB_OFFLINE"] = "1"
+    return out
+
+
+def describe(stack, env: Environment, preset: ResolvedPreset, log_text: str) -> dict[str, str | list[str]]:
+    """For the run record: no absolute path (records are committed)."""
+    argv = command(stack, env, preset, 0)
+    flags = [Path(a).name if os.sep in a else a for a in argv[2:]]
+    flags = [f for f, prev in zip(flags, ["", *flags]) if prev != "--port" and f != "--port"]
+    facts: dict[str, str | list[str]] = {"server": "vLLM (CPU build, vllm-cpu)", "flags": flags,
+                                         "env": [f"{k}={v}" for k, v in sorted(serve_env(env, preset).items())]}
+    if found := model_folder(preset):
+        folder, stamp = found
+        facts.update(model_folder=folder.name, model_sha256=stamp["sha256"],
+                     model_source=f"converted from {stamp['gguf']} (sha256 {stamp['gguf_sha256']}) to {stamp['dtype']}")
+    tpl = preset.vllm_args.get("--chat-template")
+    if isinstance(tpl, str) and (path := template_path(stack.root, tpl)) is not None:
+        facts["chat_template"] = path.name
+        facts["chat_template_sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    if "--gpu-memory-utilization" in preset.vllm_args:
+        facts["gpu_memory_utilization"] = (f"{preset.vllm_args['--gpu-memory-utilization']} passed on: vLLM's CPU "
+                                           f"backend reads it as a share of RAM; VLLM_CPU_KVCACHE_SPACE={kv_gib(env)} wins")
+    if m := _KV_TOKENS.search(log_text):
+        facts["kv_cache_tokens"] = m["n"].replace(",", "")
+    if m := _KV_SPACE.search(log_text):
+        facts["kv_cache_gib"] = m["gib"]
+    return facts
