@@ -81,9 +81,11 @@ demo: demo-setup
 	-$(BIN)/llms-benchmark launch local cpu cpu-qwen2-5-coder-1-5b --mission hello
 	$(BIN)/llms-benchmark launch local replay replay-hello --mission hello
 
+# `vllm` first: tests/test_vllm_real.py serves the real vLLM CPU build (make vllm: ~7 min once, then a
+# check; the four tests ~2.5 min on 2 cores).
 # One worker per CPU the machine gives this process (xdist's `auto`): on a 2-core box four
 # workers made the timing-sensitive tests race each other for the CPU they measure.
-test: setup
+test: setup vllm
 	$(BIN)/pytest -q -n auto
 
 clean:

