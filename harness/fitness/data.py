@@ -18,6 +18,7 @@ import tempfile
 import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from harness.errors import UserError
@@ -124,3 +125,30 @@ def prepare(data_dir: Path, suites: list[str] | None = None, say=print) -> dict[
     doc = manifest(data_dir, list(SUITES))
     (data_dir / "manifest.json").write_text(json.dumps(doc, indent=2) + "\n")
     return doc
+
+
+def read_jsonl(path: Path, *, field: str, what: str, file_fix: str, line_fix: str,
+               valid: Callable[[Any], bool]) -> list[dict[str, Any]]:
+    """The rows of a user-given JSONL file (judge tasks, KL prompts): blank lines skipped, each
+    other line a JSON value `valid` accepts; one UserError naming the file, the field and the line."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise UserError(f"cannot read the {what}s: {exc.strerror or exc}", file=path, field=field,
+                        fix=file_fix) from None
+    rows = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            ok = bool(valid(row))
+        except ValueError:
+            ok = False
+        if not ok:
+            raise UserError(f"line {n} is not a {what}", file=path, field=field, fix=line_fix)
+        rows.append(row)
+    if not rows:
+        raise UserError(f"no {what} in the file", file=path, field=field)
+    return rows
+

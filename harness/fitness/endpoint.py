@@ -17,11 +17,12 @@ from typing import Any
 import httpx
 
 from harness.errors import UserError
+from harness.serving import engine as serving_engine
 from harness.fitness.config import RetryCfg
 from harness.fitness.retry import Retrier, Tally
 
 BODY_QUOTE = 500
-REPLAY_OWNER = "llms-benchmark-replay"  # the replay server's `owned_by`: a script, not a model
+REPLAY_OWNER = serving_engine.REPLAY_OWNER  # the replay server's `owned_by`: a script, not a model
 
 
 class PhaseError(Exception):
@@ -217,15 +218,7 @@ def discover(base_url: str, model: str | None, api_key: str | None, timeout_s: f
 
 
 def engine_of(identity: dict[str, Any]) -> dict[str, Any]:
-    """The engine and its version, as the server says them."""
-    props = identity.get("props") or {}
-    version = identity.get("version") or {}
-    data = (identity.get("models") or {}).get("data") or [{}]
-    owned = data[0].get("owned_by")
-    if owned == REPLAY_OWNER:
-        return {"engine": "replay (scripted trajectory, not a model)", "version": None}
-    if isinstance(props, dict) and props.get("build_info"):
-        return {"engine": "llama.cpp", "version": props.get("build_info")}
-    if isinstance(version, dict) and version.get("version"):
-        return {"engine": "vllm" if owned == "vllm" else str(owned or "unknown"), "version": version["version"]}
-    return {"engine": str(owned or "unknown"), "version": None}
+    """The engine and its version, as the server says them (harness/serving/engine.py reads them)."""
+    info = serving_engine.engine_of(identity)
+    name = "replay (scripted trajectory, not a model)" if info.name == "replay" else info.name
+    return {"engine": name, "version": info.version}

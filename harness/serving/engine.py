@@ -56,8 +56,8 @@ def engine_of(identity: dict[str, Any]) -> EngineInfo:
     if props.get("build_info"):
         return EngineInfo(name="llama.cpp", version=str(props["build_info"]), read_from="/props")
     if version.get("version"):
-        return EngineInfo(name="vllm" if owned in ("vllm", None) else str(owned), version=str(version["version"]),
-                          read_from="/version")
+        return EngineInfo(name="vllm" if owned == "vllm" else str(owned or "unknown"),
+                          version=str(version["version"]), read_from="/version")
     return EngineInfo(name=str(owned or "unknown"))
 
 

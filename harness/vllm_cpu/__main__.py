@@ -22,10 +22,7 @@ def main() -> int:
         t0 = time.monotonic()
         convert.convert_all(say)
         say(f"models ready in {time.monotonic() - t0:.0f}s")
-    except subprocess.CalledProcessError as exc:
-        print(f"llms-benchmark vllm failed: {exc}", file=sys.stderr)
-        return 1
-    except (RuntimeError, OSError, ValueError) as exc:
+    except (subprocess.CalledProcessError, RuntimeError, OSError, ValueError) as exc:
         print(f"llms-benchmark vllm failed: {exc}", file=sys.stderr)
         return 1
     say(f"done in {time.monotonic() - started:.0f}s")

@@ -33,6 +33,7 @@ import httpx
 
 from harness.errors import UserError
 from harness.fitness.config import FitnessConfig, JudgeCfg, JudgeEndpointCfg
+from harness.fitness.data import read_jsonl
 from harness.fitness.phases import Ctx, Skip
 
 TASKS = Path(__file__).resolve().parent.parent / "judge_tasks.jsonl"
@@ -53,29 +54,12 @@ def tasks_path(cfg: FitnessConfig) -> Path:
 
 
 def load_tasks(cfg: FitnessConfig) -> list[dict[str, Any]]:
-    path = tasks_path(cfg)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise UserError(f"cannot read the judge tasks: {exc.strerror or exc}", file=path, field="judge.tasks",
-                        fix="point judge.tasks at a JSONL file of {id, prompt, checklist}, or drop it") from None
-    tasks = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            task = json.loads(line)
-            ok = (isinstance(task, dict) and isinstance(task.get("id"), str) and isinstance(task.get("prompt"), str)
-                  and isinstance(task.get("checklist"), list) and task["checklist"]
-                  and all(isinstance(c, str) for c in task["checklist"]))
-        except ValueError:
-            ok = False
-        if not ok:
-            raise UserError(f"line {n} is not a task", file=path, field="judge.tasks",
-                            fix='each line: {"id": "...", "prompt": "...", "checklist": ["...", ...]}')
-        tasks.append(task)
-    if not tasks:
-        raise UserError("no task in the file", file=path, field="judge.tasks")
+    tasks = read_jsonl(tasks_path(cfg), field="judge.tasks", what="task",
+                       file_fix="point judge.tasks at a JSONL file of {id, prompt, checklist}, or drop it",
+                       line_fix='each line: {"id": "...", "prompt": "...", "checklist": ["...", ...]}',
+                       valid=lambda task: isinstance(task, dict) and isinstance(task.get("id"), str)
+                       and isinstance(task.get("prompt"), str) and isinstance(task.get("checklist"), list)
+                       and task["checklist"] and all(isinstance(c, str) for c in task["checklist"]))
     return tasks[:cfg.judge.limit] if cfg.judge.limit else tasks
 
 

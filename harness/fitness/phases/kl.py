@@ -18,7 +18,6 @@ a symmetric KL above 1 nat at position 1 and ~0.001 from position 2 on. llama.cp
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from typing import Any
 from harness.errors import UserError
 from harness.fitness import divergence
 from harness.fitness.config import FitnessConfig
+from harness.fitness.data import read_jsonl
 from harness.fitness.endpoint import PhaseError
 from harness.fitness.logprobs import Native, detect
 from harness.fitness.phases import Ctx, Skip
@@ -40,29 +40,12 @@ def prompts_path(cfg: FitnessConfig) -> Path:
 
 
 def load_prompts(cfg: FitnessConfig) -> list[dict[str, str]]:
-    path = prompts_path(cfg)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise UserError(f"cannot read the KL prompts: {exc.strerror or exc}", file=path, field="kl.prompts",
-                        fix="point kl.prompts at a JSONL file of {id, text}, or drop it") from None
-    out = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-            ok = isinstance(row, dict) and isinstance(row.get("id"), str) and isinstance(row.get("text"), str) \
-                and row["text"].strip()
-        except ValueError:
-            ok = False
-        if not ok:
-            raise UserError(f"line {n} is not a prompt", file=path, field="kl.prompts",
-                            fix='each line: {"id": "...", "text": "..."}')
-        out.append(row)
-    if not out:
-        raise UserError("no prompt in the file", file=path, field="kl.prompts")
-    return out[:cfg.kl.limit] if cfg.kl.limit else out
+    rows = read_jsonl(prompts_path(cfg), field="kl.prompts", what="prompt",
+                      file_fix="point kl.prompts at a JSONL file of {id, text}, or drop it",
+                      line_fix='each line: {"id": "...", "text": "..."}',
+                      valid=lambda row: isinstance(row, dict) and isinstance(row.get("id"), str)
+                      and isinstance(row.get("text"), str) and row["text"].strip())
+    return rows[:cfg.kl.limit] if cfg.kl.limit else rows
 
 
 def check_offline(cfg: FitnessConfig) -> str:
