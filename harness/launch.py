@@ -2,6 +2,9 @@
 
 Preflight → Serve → Wait-ready → Probe → Configure → Smoke → Mission-setup → Run → Collect → Destroy
 
+With `--trials K` the stages from Configure (less the smoke) run again K−1 times on the same
+unit before the destroy, each trial its own record (`record.trial`).
+
 Each stage is a function `(record, context)`: it reads what earlier stages recorded and
 writes its result into the record; what must never be recorded (the key, the log
 collector, the mission's services) lives in the context. The loop names the stage a
@@ -17,13 +20,13 @@ import shutil
 import traceback
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from harness import failpoint
 from harness.errors import FatalUnitLog, StackError, UserError
 from harness.paths import ProjectPaths
-from harness.record import RowKey, RunRecord, Status, Timestamps, utcnow
+from harness.record import RowKey, RunRecord, SandboxFigures, Status, Timestamps, Trial, utcnow
 from harness.sandbox.secrets import scrub_files, scrub_tree, secrets_from
 from harness.serving.collect import gpu_cost
 from harness.stages import agent, collect, serving
@@ -31,7 +34,7 @@ from harness.stages.agent import SmokeFailed
 from harness.stages.context import LaunchContext, LaunchOptions, Say
 from harness.units import Interrupted, UnitLife, destroy_leftovers, lifetime
 
-__all__ = ["STAGES", "FAILPOINT_STAGES", "Interrupted", "LaunchOptions", "SmokeFailed", "launch_local"]
+__all__ = ["STAGES", "FAILPOINT_STAGES", "TRIAL_STAGES", "Interrupted", "LaunchOptions", "SmokeFailed", "launch_local"]
 
 
 @dataclass(frozen=True)
@@ -62,31 +65,49 @@ def new_run_id(preset: str, effort: str) -> str:
     return f"{utcnow():%Y%m%dT%H%M%SZ}-{preset}-{effort}-{uuid.uuid4().hex[:4]}"
 
 
+# What a later trial of `--trials K` runs again, on the unit the first trial served, probed
+# and smoked: its own provider file, workspace, opencode data, mission stack, run and collect.
+TRIAL_STAGES = ("configure", "mission-setup", "run", "collect")
+
+
 class Launch:
+    """One serve, and on it the mission once, or K times (`opts.trials`): each trial its own
+    run record and run folder. `record` and `ctx` are the trial running now."""
+
     def __init__(self, opts: LaunchOptions, say: Say) -> None:
         run_id = new_run_id(opts.preset, opts.effort)
         paths = ProjectPaths(opts.root).run(run_id)
         self.ctx = LaunchContext(opts=opts, say=say, paths=paths, life=None)
+        # The unit's log is collected into the first trial's folder for the whole serve; the
+        # mission stack stopped before a destroy is the trial's running now.
         self.ctx.life = UnitLife(opts.root, say, log_path=paths.unit_log, run_dir=paths.dir,
-                                 before_destroy=self.ctx.stop_services)
+                                 before_destroy=lambda: self.ctx.stop_services())
         self.record = RunRecord(
             run_id=run_id,
             key=RowKey(preset=opts.preset, effort=opts.effort, effort_requested=opts.effort, gpu="unknown"),
             environment=opts.environment, stack="unknown", mission=opts.mission,
             times=Timestamps(launch=utcnow()),
+            trial=Trial(group=run_id, index=1, of=opts.trials) if opts.trials > 1 else None,
         )
+        self.trials: list[tuple[RunRecord, LaunchContext]] = [(self.record, self.ctx)]
         self.stage = STAGES[0].name
+
+    @property
+    def records(self) -> list[RunRecord]:
+        return [rec for rec, _ in self.trials]
 
     def save(self) -> None:
         self.record.save(self.ctx.paths.dir)
 
     def run(self) -> RunRecord:
-        ctx, rec = self.ctx, self.record
+        ctx = self.ctx
         ctx.paths.dir.mkdir(parents=True, exist_ok=True)
         self.save()
         with lifetime(ctx.life, raise_destroy_failure=False):
             try:
                 self._stages()
+                for index in range(2, self.ctx.opts.trials + 1):
+                    self._next_trial(index)
             except UserError as exc:  # SmokeFailed included: the model cannot drive the mission
                 self._end(Status.refused, exc.render())
             except Interrupted as exc:
@@ -94,36 +115,60 @@ class Launch:
             except (FatalUnitLog, StackError) as exc:
                 self._end(Status.fault, str(exc))
             except Exception as exc:  # a harness bug: keep the traceback next to the record
-                ctx.paths.fault.write_text(traceback.format_exc())
+                self.ctx.paths.fault.write_text(traceback.format_exc())
                 self._end(Status.fault, f"{type(exc).__name__}: {exc} (traceback in fault.txt)")
         self._destroyed()
-        if ctx.life.late_signal is not None and rec.status in (Status.ok, Status.void):
+        rec, life = self.record, self.ctx.life
+        if life.late_signal is not None and rec.status in (Status.ok, Status.void):
             rec.status, rec.stopped_at = Status.fault, "destroy"
-            rec.reason = f"interrupted by {ctx.life.late_signal} during destroy (the destroy finished first)"
+            rec.reason = f"interrupted by {life.late_signal} during destroy (the destroy finished first)"
         rec.times.end = utcnow()
-        self.save()
-        self._scrub_secrets()  # run.json last: it was written above
+        for record, trial_ctx in self.trials:
+            record.save(trial_ctx.paths.dir)
+        for record, trial_ctx in self.trials:
+            self._scrub_secrets(record, trial_ctx)  # run.json last: it was written above
         return rec
 
-    def _stages(self) -> None:
+    def _stages(self, index: int = 1) -> None:
+        """The stage list (a later trial: only TRIAL_STAGES), each saved, failpoints fired."""
         ctx, rec = self.ctx, self.record
-        ctx.say(f"run {rec.run_id}")
-        destroy_leftovers(ctx.root, ctx.say)
-        failpoint.check(FAILPOINT_STAGES)  # a malformed value is refused before anything is served
+        ctx.say(f"run {rec.run_id}" + (f" (trial {index} of {rec.trial.of})" if rec.trial else ""))
+        if index == 1:
+            destroy_leftovers(ctx.root, ctx.say)
+            failpoint.check(FAILPOINT_STAGES, repeated=TRIAL_STAGES, trials=ctx.opts.trials)
         for stage in STAGES:
+            if index > 1 and stage.name not in TRIAL_STAGES:
+                continue
             self.stage = stage.name  # the record's `stopped_at` if this stage ends the launch
             if stage.failpoint == "start":
-                failpoint.hit(stage.name)
+                failpoint.hit(stage.name, index)
             stage.run(rec, ctx)
             self.save()
             if stage.failpoint == "end":
-                failpoint.hit(stage.name)
+                failpoint.hit(stage.name, index)
+
+    def _next_trial(self, index: int) -> None:
+        """The previous trial's record is finished as it stands (only its destroy time and the
+        shared GPU-hours come later); the next one starts on the same unit."""
+        self.record.times.end = utcnow()
+        self.save()
+        first, first_ctx = self.trials[0]
+        run_id = new_run_id(self.ctx.opts.preset, self.ctx.opts.effort)
+        paths = ProjectPaths(self.ctx.opts.root).run(run_id)
+        self.ctx = replace(first_ctx, paths=paths, services=None, drive=None, provider_file=None, argv_base=[],
+                           workspace=None, env={}, title="", result=None, untrusted=[])
+        self.record = trial_record(first, run_id, index)
+        self.trials.append((self.record, self.ctx))
+        paths.dir.mkdir(parents=True, exist_ok=True)
+        self.save()
+        self._stages(index)
 
     def _end(self, status: Status, reason: str) -> None:
         self.record.status, self.record.reason, self.record.stopped_at = status, reason, self.stage
 
     def _destroyed(self) -> None:
-        """The destroy's outcome on the record: when, GPU-hours, or a failure that may still bill."""
+        """The destroy's outcome on the records: when and GPU-hours on every trial's (the serve
+        is theirs together); a death of the unit or a failed destroy on the trial running then."""
         rec, life = self.record, self.ctx.life
         if life.collector is not None:
             rec.unit_death = life.collector.death
@@ -132,41 +177,65 @@ class Launch:
         if life.destroy_error is not None:
             rec.status, rec.stopped_at = Status.fault, "destroy"
             rec.reason = f"{rec.reason + '; ' if rec.reason else ''}destroy failed: {life.destroy_error} — still in the ledger"
-        else:
-            rec.times.destroyed = life.destroyed_at
         self._copy_served_log()
-        if rec.times.serve_start and rec.times.destroyed:
-            hours = (rec.times.destroyed - rec.times.serve_start).total_seconds() / 3600
-            rec.gpu_hours = round(hours * (rec.gpus or 0), 4)
-            if rec.serving is not None:
-                rec.serving.gpu_cost_usd = gpu_cost(rec.gpu_hours, rec.serving.gpu_hourly_usd)
+        for record in self.records:
+            if life.destroy_error is None:
+                record.times.destroyed = life.destroyed_at
+            if record.times.serve_start and record.times.destroyed:
+                hours = (record.times.destroyed - record.times.serve_start).total_seconds() / 3600
+                record.gpu_hours = round(hours * (record.gpus or 0), 4)
+                if record.serving is not None:
+                    record.serving.gpu_cost_usd = gpu_cost(record.gpu_hours, record.serving.gpu_hourly_usd)
 
     def _copy_served_log(self) -> None:
+        """Replay only: what the script served, for the whole serve, into the first trial's folder."""
+        first, first_ctx = self.trials[0]
         served = self.ctx.life.unit.extra.get("served_log")
         if served and os.path.isfile(served):
-            shutil.copy2(served, self.ctx.paths.served_log)
-            self.record.artifacts.served_log = str(self.ctx.paths.served_log)
+            shutil.copy2(served, first_ctx.paths.served_log)
+            first.artifacts.served_log = str(first_ctx.paths.served_log)
 
-    def _scrub_secrets(self) -> None:
+    def _scrub_secrets(self, record: RunRecord, ctx: LaunchContext) -> None:
         """The unit's key and the preset's env values out of everything the run left: the run
         folder (run.json last) and the units' logs under .vot/run."""
-        ctx = self.ctx
         secrets = secrets_from([ctx.api_key, *(os.environ.get(name) for name in ctx.secret_names)])
         unit_logs = sorted(ProjectPaths(ctx.root).unit_run_dir.glob("*.log"))
         changed, left = scrub_files(unit_logs, secrets)
         in_run, left_in_run = scrub_tree(ctx.paths.dir, secrets)
         changed, left = changed + in_run, left + left_in_run
         if changed:
-            ctx.say(f"secrets redacted from {changed} file(s) of the run")
+            ctx.say(f"secrets redacted from {changed} file(s) of run {record.run_id}")
         if left:
             # Named (paths only) on the record; a binary we cannot parse is never rewritten.
-            self.record.reason = ((self.record.reason + "; ") if self.record.reason else "") + \
+            record.reason = ((record.reason + "; ") if record.reason else "") + \
                 f"a secret could not be redacted from {', '.join(left)}"
             ctx.say(f"WARNING: a secret remains in {', '.join(left)}")
-            self.save()
+            record.save(ctx.paths.dir)
             scrub_files([ctx.paths.record], secrets)
 
 
-def launch_local(opts: LaunchOptions, say: Say) -> RunRecord:
+def trial_record(first: RunRecord, run_id: str, index: int) -> RunRecord:
+    """A later trial's record: what the first trial's serve, probe and smoke established, carried
+    over as it is (the unit, engine, speeds, the smoke's verdict); everything the mission
+    measures starts empty."""
+    t = first.times
+    return RunRecord(
+        run_id=run_id, key=first.key.model_copy(), environment=first.environment, stack=first.stack,
+        mission=first.mission, scripted=first.scripted, gpus=first.gpus, unit=first.unit,
+        served_name=first.served_name, model=first.model, max_model_len=first.max_model_len,
+        preset_sha256=first.preset_sha256, mission_sha256=first.mission_sha256,
+        serving_config=dict(first.serving_config), engine=first.engine, probe=first.probe, smoke=first.smoke,
+        versions=dict(first.versions),
+        sandbox=SandboxFigures(kind=first.sandbox.kind, privilege=first.sandbox.privilege,
+                               agent_user=first.sandbox.agent_user) if first.sandbox else None,
+        times=Timestamps(launch=utcnow(), serve_start=t.serve_start, ready=t.ready, probed=t.probed, smoked=t.smoked),
+        trial=Trial(group=first.trial.group, index=index, of=first.trial.of),
+    )
+
+
+def launch_local(opts: LaunchOptions, say: Say) -> list[RunRecord]:
+    """The launch's run records: one, or one per trial that started (`opts.trials`)."""
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    return Launch(opts, say).run()
+    launch = Launch(opts, say)
+    launch.run()
+    return launch.records

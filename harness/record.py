@@ -137,6 +137,18 @@ class SandboxFigures(BaseModel):
     privilege: dict[str, str] | None = None  # privcheck's probes at preflight: each must read "refused"
 
 
+class Trial(BaseModel):
+    """One of K trials on one serve (`launch --trials K`): the unit was served, probed and
+    smoked once, in the group's first trial; each trial ran the mission on a fresh workspace,
+    store, opencode data and mission stack, and is its own record. The serve's GPU-hours
+    are the group's, shared: every trial's record carries the same figure."""
+
+    group: str  # the first trial's run id: its folder holds the unit's log, probe and smoke
+    index: int  # 1-based
+    of: int  # trials asked for
+    gpu_hours_shared: bool = True
+
+
 class Artifacts(BaseModel):
     unit_log: str | None = None
     opencode_events: str | None = None
@@ -186,6 +198,7 @@ class RunRecord(BaseModel):
     times: Timestamps
     gpu_hours: float | None = None
     gpus: int | None = None  # GPUs billed while the unit lived (GPU-hours = its hours x this)
+    trial: Trial | None = None  # one of K trials on one serve; None: a launch of one run
     unit: str | None = None
     served_name: str | None = None
     model: str | None = None

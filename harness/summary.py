@@ -24,6 +24,10 @@ def run_summary_table(rec: RunRecord) -> Table:
         ("environment / GPU", f"{rec.environment} ({rec.stack}) / {rec.key.gpu}"),
         ("mission", rec.mission),
     ]
+    if rec.trial:
+        t = rec.trial
+        rows.append(("trial", f"{t.index} of {t.of} on one serve" + ("" if t.index == 1 else
+                                                                    f" (served, probed and smoked in run {t.group})")))
     if rec.reason:
         rows.append(("reason", f"{rec.reason} (stopped at {rec.stopped_at})"))
     if rec.unit_death:
@@ -52,8 +56,9 @@ def run_summary_table(rec: RunRecord) -> Table:
     if t.mission_start and t.mission_end:
         rows.append(("mission time", minutes_seconds((t.mission_end - t.mission_start).total_seconds())))
     if t.serve_start and t.destroyed:
+        shared = f", shared by the {rec.trial.of} trials" if rec.trial else ""
         rows.append(("served", f"{minutes_seconds((t.destroyed - t.serve_start).total_seconds())} "
-                               f"(GPU-hours {rec.gpu_hours})"))
+                               f"(GPU-hours {rec.gpu_hours}{shared})"))
     rows.append(("record", f".llms-benchmark/runs/{rec.run_id}/run.json"))
     for key, value in rows:
         table.add_row(key, escape(value))  # reasons quote logs and paths: never rich markup

@@ -92,20 +92,26 @@ def destroy_leftovers(root: Path, say: Say) -> list[str]:
 
 
 def _close_dead_record(unit: Unit) -> None:
-    """The dead launch never wrote its ending: say in its record what happened."""
-    paths = RunPaths(Path(unit.extra.get("run_dir", "")))
-    if not paths.record.is_file():
+    """The dead launch never wrote its ending: say in its records what happened (the run it
+    served for, and with `--trials` the group's later trials; a trial that finished stays as it is)."""
+    first = RunPaths(Path(unit.extra.get("run_dir", "")))
+    if not first.record.is_file():
         return
-    try:
-        rec = RunRecord.load(paths.record)
-    except ValueError:
-        return
-    if rec.times.end is not None:
-        return
-    rec.status, rec.stopped_at = Status.fault, rec.stopped_at or "killed"
-    rec.reason = "the launch process died without finishing (SIGKILL or crash); a later command destroyed its unit"
-    rec.times.destroyed = rec.times.end = utcnow()
-    rec.save(paths.dir)
+    dirs = [first.dir] + sorted(p for p in first.dir.parent.glob(f"*/{first.record.name}") if p.parent != first.dir)
+    for path in dirs:
+        paths = RunPaths(path if path.is_dir() else path.parent)
+        try:
+            rec = RunRecord.load(paths.record)
+        except (OSError, ValueError):
+            continue
+        if paths.dir != first.dir and (rec.trial is None or rec.trial.group != first.dir.name):
+            continue
+        if rec.times.end is not None:
+            continue
+        rec.status, rec.stopped_at = Status.fault, rec.stopped_at or "killed"
+        rec.reason = "the launch process died without finishing (SIGKILL or crash); a later command destroyed its unit"
+        rec.times.destroyed = rec.times.end = utcnow()
+        rec.save(paths.dir)
 
 
 def refuse_if_served(root: Path, environment: str, name: str) -> None:

@@ -22,7 +22,7 @@ def test_headers_derived_from_the_declarations_are_the_page_s():
     assert headers("remote", "detail") == ["Model", *detail, "Date", "Source"]
     local = {"Provider": "GPU", "oddyssey": "Protocol", "Output": "Output + reasoning"}
     assert headers("local", "detail") == ["Preset", *[local.get(h, h) for h in detail], "Planted found", "Date",
-                                          "Source", "Ended", "Served by", "opencode", "GPU-hours", "GPU $/h",
+                                          "Source", "Ended", "Served by", "opencode", "GPU-hours", "GPU $/h", "Trials",
                                           *SERVING_HEADERS]
 
 

@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from conftest import Project, stop
-from test_launch_e2e import SMALL_PROBE, _agents_of, dump
+from test_launch_e2e import SMALL_PROBE, _agents_of, assert_destroyed, dump
 
 STAGES = ("preflight", "serve", "wait-ready", "probe", "configure", "smoke", "run", "collect", "destroy")
 # A signal at `run` lands two seconds in, while opencode is running the mission.
@@ -130,5 +130,48 @@ def test_sigkill_at_every_stage_leaves_an_orphan_the_next_command_destroys(proje
     assert not server.is_running() or server.status() == psutil.STATUS_ZOMBIE
     run_dir, rec = project.only_run()
     assert rec["status"] == "fault" and rec["stopped_at"] in (stage, "killed"), rec
+    code, out, err = project.run_cli(["destroy", "replay", "replay-hello"], timeout=60)
+    assert code == 0 and project.ledger() == {}, dump(out, err)
+
+
+# -- a fault in a later trial of `launch --trials K` (one serve, K records) ---------------------
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("failpoint", ["configure#2:raise", "run#2:raise", "run#2:sigint@2",
+                                       "collect#2:raise", "run#2:sigterm@2"])
+def test_a_fault_in_trial_two_destroys_the_unit_and_leaves_trial_one_intact(project: Project, failpoint: str):
+    project.env["LLMS_BENCHMARK_FAILPOINT"] = failpoint
+    code, out, err = project.run_cli([*LAUNCH, "--trials", "3"], timeout=540)
+    assert code == 3, dump(out, err)
+    records = sorted(project.records(), key=lambda r: r["trial"]["index"])
+    assert [r["trial"]["index"] for r in records] == [1, 2]  # trial 3 never started
+    one, two = records
+    assert one["status"] == "ok" and one["reason"] is None and one["run"]["report_found"], one["reason"]
+    assert (project.runs_dir / one["run_id"] / "report.md").is_file()
+    stage = failpoint.split("#")[0]
+    assert two["status"] == "fault" and two["stopped_at"] == stage, two
+    action = failpoint.split(":")[1].split("@")[0]
+    assert (action.upper() if action != "raise" else f"failpoint {stage}:raise") in two["reason"], two["reason"]
+    assert one["times"]["destroyed"] == two["times"]["destroyed"] and one["gpu_hours"] == two["gpu_hours"]
+    assert_destroyed(project, two)
+    assert "2 of 3 trials ran" in " ".join(err.split())
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_sigkill_in_trial_two_the_next_command_destroys_and_closes_trial_two_only(project: Project):
+    project.env["LLMS_BENCHMARK_FAILPOINT"] = "run#2:sigkill@2"
+    proc = project.popen([*LAUNCH, "--trials", "3"])
+    try:
+        out, err = proc.communicate(timeout=540)
+    finally:
+        project.env.pop("LLMS_BENCHMARK_FAILPOINT", None)
+    assert proc.returncode == -9, dump(out, err)
+    assert project.ledger().get("replay/vot-replay-hello") is not None
+    code, out, err = project.run_cli(["serve", "replay", "replay-hello"], timeout=120)
+    assert code == 0 and "leftover unit vot-replay-hello" in " ".join(err.split()), dump(out, err)
+    one, two = sorted(project.records(), key=lambda r: r["trial"]["index"])
+    assert one["status"] == "ok" and one["reason"] is None  # finished before the kill: left as it was
+    assert two["status"] == "fault" and "died without finishing" in two["reason"] and two["times"]["end"]
     code, out, err = project.run_cli(["destroy", "replay", "replay-hello"], timeout=60)
     assert code == 0 and project.ledger() == {}, dump(out, err)

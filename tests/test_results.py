@@ -45,7 +45,7 @@ QWEN_DETAIL = ("| [`odd-qwen3-8-27b`](../.vot/presets/odd-qwen3-8-27b.yaml) | de
                "| llms-benchmark 1 | 12m13s | 2m04s | 135m45s | 56 | 65.7s | 5.0M | 43k + 139k | — | 4/4 | 5/15 "
                "| 2026-11-02 | [run record](runs/new-qwen/run.json) | on its own "
                "| vllm 0.30.0, image vllm/vllm-openai:v0.30.0@sha256:abc | 1.18.33 | 2.70 "
-               "| $3.40 (Azure price / page, read 2026-12-02) "
+               "| $3.40 (Azure price / page, read 2026-12-02) | 1 "
                "| 93% | 41 / 35 tok/s | 71% | 0 | 0.12s | 2 / 1 | $8.41 | $1.201 |")
 # The issue's example row: a preset that confirmed its findings while its prefix cache hit 93 %,
 # decode at its median context ran 41 tok/s, KV peaked at 71 %, nothing was preempted, 2 calls leaked.
@@ -145,7 +145,7 @@ def test_render_builds_both_tables(root: Path):
     assert ("| [`odd-qwen3-6-35b-a3b`](../.vot/presets/odd-qwen3-6-35b-a3b.yaml) | default | opencode "
             "| A100 80 GB | llms-benchmark 1 | 12m13s | 2m04s | 135m45s | 56 | 65.7s | — | 900 + 0 | — | 4/4 | 0/15 "
             "| 2026-11-01 | [run record](runs/other/run.json) | on its own "
-            "| vllm 0.30.0, image vllm/vllm-openai:v0.30.0@sha256:abc | 1.18.33 | 2.70 | — "
+            "| vllm 0.30.0, image vllm/vllm-openai:v0.30.0@sha256:abc | 1.18.33 | 2.70 | — | 1 "
             "| — | — | — | — | — | — | — | — |") in lines  # a record from before the serving section: no price
     assert text.count("odd-qwen3-8-27b.yaml") == 2  # one headline row, one detail row: the old run is gone
     for absent in ("replay-observability", "odd-draft", "odd-void", "20m00s"):

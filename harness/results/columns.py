@@ -27,6 +27,8 @@ DASH = "—"
 UNSANDBOXED = " (no sandbox)"
 # A local row whose findings no grader or person ever saw (`rule --accept` alone).
 KEY_MATCHER_ONLY = " (key-matcher only)"
+# A local row that is the median of K trials on one serve (its Trials cell gives the spread).
+MEDIAN_OF = " (median of {n} trials)"
 
 
 def bold(cell: str) -> str:
@@ -82,7 +84,8 @@ def _name(row: Row, _: int) -> str:
     if row.kind == "remote":
         return f"`{row.name}`"
     return (preset_link(row.name) + (UNSANDBOXED if row.unsandboxed else "")
-            + (KEY_MATCHER_ONLY if row.key_matcher_only else ""))
+            + (KEY_MATCHER_ONLY if row.key_matcher_only else "")
+            + (MEDIAN_OF.format(n=row.median_of) if row.median_of else ""))
 
 
 def _link(url: str | None) -> str:
@@ -166,6 +169,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("opencode", "opencode", detail=True, kinds=("local",)),
     Column("gpu_hours", "GPU-hours", detail=True, kinds=("local",)),
     Column("gpu_price", "GPU $/h", detail=True, kinds=("local",)),
+    # K trials on one serve: which trial the row is, and the spread of all of them.
+    Column("trials", "Trials", detail=True, kinds=("local",)),
     # What the serving did (harness/results/serving_columns.py reads them from the record).
     *(Column(f"serving[{i}]", c.header, detail=True, kinds=("local",), cell=_serving(i))
       for i, c in enumerate(SERVING_COLUMNS)),

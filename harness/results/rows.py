@@ -25,6 +25,7 @@ from harness.paths import RUN_RECORD, ProjectPaths
 from harness.record import RunRecord, Status
 from harness.results.columns import DASH, HAND_LOCAL_CELLS, REMOTE_CELLS
 from harness.results.serving_columns import serving_cells
+from harness.results.trials import Member, median_member, trials_cell
 from harness.verdicts.rulings import Rulings, load_rulings
 from harness.verdicts.scoring import Score, format_total, parse_total, score_local, score_remote
 from harness.vot.loader import is_file, parse_yaml, read_bytes
@@ -101,6 +102,8 @@ class Row:
     opencode: str = DASH  # local: opencode's version
     gpu_hours: str = DASH  # local: GPU-hours the unit billed
     gpu_price: str = DASH  # local: the environment's hourly price and its source
+    trials: str = DASH  # local: "1", or K trials on one serve: the median trial and the spread
+    median_of: int | None = None  # local: the row is the median of this many trials with a row
     run_id: str | None = None
     unsandboxed: bool = False  # local only: the agent ran with --no-sandbox
     key_matcher_only: bool = False  # local only: no grader or person ever saw its findings
@@ -170,6 +173,7 @@ def local_row(record: RunRecord, rulings: Rulings) -> Row:
                   else record.versions.get("opencode") or DASH),
         gpu_hours=DASH if record.gpu_hours is None else f"{record.gpu_hours:.2f}",
         gpu_price=gpu_price_cell(record),
+        trials="1",
     )
 
 
@@ -205,12 +209,8 @@ def key_matcher_only(rulings: Rulings) -> bool:
 RESULTS_MISSION = DEFAULT_MISSION  # the only mission whose runs make a row
 
 
-def load_local_rows(root: Path, include_scripted: bool = False) -> list[Row]:
-    """The local rows: ok, unscripted observability-mission runs with final rulings; the latest run per key.
-    `include_scripted` admits replay runs too (their GPU cell says scripted): for demos and
-    tests on a page of their own, never the published one."""
-    root = Path(root)
-    latest: dict[tuple[str, str, str, str], tuple[datetime, RunRecord, Rulings]] = {}
+def _load_records(root: Path) -> list[RunRecord]:
+    records = []
     for path in sorted(ProjectPaths(root).runs.glob(f"*/{RUN_RECORD}")):
         try:
             record = RunRecord.load(path)
@@ -219,32 +219,87 @@ def load_local_rows(root: Path, include_scripted: bool = False) -> list[Row]:
         if record.run_id != path.parent.name:  # rulings are found by run id: never a path elsewhere
             raise UserError(f"run_id '{record.run_id}' is not its folder's name '{path.parent.name}'", file=path,
                             field="run_id", fix=f"set run_id to {path.parent.name}")
-        if record.status != Status.ok or (record.scripted and not include_scripted):
+        records.append(record)
+    return records
+
+
+def _row_rulings(root: Path, record: RunRecord) -> Rulings | None:
+    """The final rulings a row is made of, or None: the run makes no row (not ok, its drive
+    gate failed, not ruled yet, or ruled only in draft)."""
+    if record.status != Status.ok:
+        return None
+    if record.drive is not None and record.drive.problem:
+        return None  # the harness's drive gate: the scenario never drove the stack (record.drive.problem says why)
+    rulings_path = ProjectPaths(root).rulings_file(record.run_id)
+    if not is_file(rulings_path):
+        return None  # not ruled yet: no row
+    rulings = load_rulings(rulings_path)
+    return rulings if rulings.final else None  # a draft is a proposal, not a grade
+
+
+def _named(root: Path, record: RunRecord, build):
+    try:
+        return build()
+    except UserError as exc:  # a cell the record cannot give: name the record
+        if exc.file:
+            raise
+        raise UserError(exc.message, file=ProjectPaths(root).run(record.run_id).record, field=exc.field,
+                        fix=exc.fix) from None
+
+
+def trial_group_row(root: Path, group: list[RunRecord]) -> Row | None:
+    """K trials on one serve as one row: the median trial's cells and the spread (harness/results/trials.py)."""
+    members, rows = [], {}
+    for record in sorted(group, key=lambda r: r.trial.index):
+        rulings = _row_rulings(root, record)
+        if rulings is None:
+            members.append(Member(record))
             continue
-        if record.mission != RESULTS_MISSION:
-            continue  # the tables rank the observability mission; a hello run is a smoke of the plumbing
-        if record.drive is not None and record.drive.problem:
-            continue  # the harness's drive gate: the scenario never drove the stack (record.drive.problem says why)
-        rulings_path = ProjectPaths(root).rulings_file(record.run_id)
-        if not is_file(rulings_path):
-            continue  # not ruled yet: no row
-        rulings = load_rulings(rulings_path)
-        if not rulings.final:
-            continue  # a draft is a proposal, not a grade
+        row = rows[record.run_id] = _named(root, record, lambda: local_row(record, rulings))
+        members.append(Member(record, row.score.score, row.confirmed, row.total))
+    if not rows:
+        return None
+    median = median_member(members)
+    row = rows[median.record.run_id]
+    row.trials = trials_cell(members, median)
+    row.median_of = len(rows)
+    if row.gpu_hours != DASH:
+        row.gpu_hours += f" (the serve's, shared by {len(members)} trials)"
+    return row
+
+
+def load_local_rows(root: Path, include_scripted: bool = False) -> list[Row]:
+    """The local rows: ok, unscripted observability-mission runs with final rulings; the latest run per key.
+    K trials on one serve (`launch --trials K`) make one row, their median trial with the spread,
+    dated by the group's first trial. `include_scripted` admits replay runs too (their GPU cell
+    says scripted): for demos and tests on a page of their own, never the published one."""
+    root = Path(root)
+    latest: dict[tuple[str, str, str, str], tuple[datetime, Row]] = {}
+    groups: dict[str, list[RunRecord]] = {}
+
+    def offer(record: RunRecord, row: Row | None) -> None:
+        if row is None:
+            return
         k = record.key
         key = (k.preset, k.effort, k.cli, k.gpu)
         if key not in latest or record.times.launch >= latest[key][0]:
-            latest[key] = (record.times.launch, record, rulings)
-    rows = []
-    for _, record, rulings in latest.values():
-        try:
-            rows.append(local_row(record, rulings))
-        except UserError as exc:  # a cell the record cannot give: name the record
-            if exc.file:
-                raise
-            raise UserError(exc.message, file=ProjectPaths(root).run(record.run_id).record, field=exc.field,
-                            fix=exc.fix) from None
-    return rows
+            latest[key] = (record.times.launch, row)
+
+    for record in _load_records(root):
+        if record.scripted and not include_scripted:
+            continue
+        if record.mission != RESULTS_MISSION:
+            continue  # the tables rank the observability mission; a hello run is a smoke of the plumbing
+        if record.trial is not None:
+            groups.setdefault(record.trial.group, []).append(record)
+            continue
+        rulings = _row_rulings(root, record)
+        if rulings is not None:
+            offer(record, _named(root, record, lambda: local_row(record, rulings)))
+    for group in groups.values():
+        first = min(group, key=lambda r: r.trial.index)
+        offer(first, trial_group_row(root, group))
+    return [row for _, row in latest.values()]
 
 
 # --- remote rows: kept by hand, cells as written, shapes checked (results/columns.py) --

@@ -50,6 +50,7 @@ class LaunchOptions:
     probe_long_tokens: int | None = None  # None: 82k where the context allows
     sandbox: bool = True  # False: --no-sandbox (the record and the row say so)
     stop_after_report: int | None = None  # end the run N model turns after its report last changed
+    trials: int = 1  # the mission run K times on one serve, each trial its own record
 
 
 @dataclass
