@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
-from conftest import Project
+from conftest import REPO, Project
 from harness.record import RunRecord, Status, Trial
 from harness.results.render import render_results
 from harness.results.trials import median_interval
@@ -182,3 +183,43 @@ def test_a_bad_trial_count_is_refused_before_anything_is_served(project: Project
     code, out, err = project.run_cli([*LAUNCH, "--trials", value], timeout=60)
     assert code == 2 and "--trials" in err and "Traceback" not in err, dump(out, err)
     assert project.run_dirs() == [] and project.ledger() == {}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_three_observability_trials_make_one_row_with_the_spread(project: Project):
+    """The acceptance: `--trials 3` on the replay stack's observability mission, each trial ruled
+    (the key-matcher's proposals accepted), one row on a page of scripted rows: the median trial."""
+    shutil.copytree(REPO / "missions" / "observability", project.root / "missions" / "observability",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.db", "drive.json", ".obs"))
+    shutil.copy2(REPO / "replay" / "observability.yaml", project.root / "replay")
+    shutil.copy2(REPO / ".vot" / "presets" / "replay-observability.yaml", project.root / ".vot" / "presets")
+    code, out, err = project.run_cli(["launch", "local", "replay", "replay-observability", "--mission",
+                                      "observability", *SMALL_PROBE, "--trials", "3"], timeout=1200)
+    assert code == 0, dump(out, err)
+    records = sorted(project.records(), key=lambda r: r["trial"]["index"])
+    assert len(records) == 3 and all(r["status"] == "ok" for r in records)
+    assert err.count("ready after") == 1 and err.count("destroyed vot-replay-observability") == 1
+    # Each trial drove its own mission stack: its own drive, telemetry store and report.
+    for rec in records:
+        d = project.runs_dir / rec["run_id"]
+        assert rec["drive"]["problem"] is None and (d / "telemetry.duckdb").is_file() and (d / "report.md").is_file()
+    from harness.verdicts import controls as ctl
+
+    ctl.build(project.root / "missions" / "observability")
+    for rec in records:
+        code, out, err = project.run_cli(["rule", rec["run_id"], "--accept", "--json"], timeout=180)
+        assert code == 0, dump(out, err)
+    page = project.root / "page.md"
+    page.write_text("# scripted results\n\n<!-- results:begin -->\n<!-- results:end -->\n")
+    code, out, err = project.run_cli(["render", "--page", str(page), "--include-scripted"], timeout=60)
+    assert code == 0, dump(out, err)
+    rows = [[c.replace("**", "").strip() for c in line.strip("|").split("|")] for line in page.read_text().splitlines()
+            if line.startswith("|") and "replay-observability" in line]
+    assert len(rows) == 2, rows  # one headline row, one detail row: three trials, one row
+    head, detail = rows
+    assert "(median of 3 trials)" in head[1]
+    trials = next(c for c in detail if c.startswith("trial "))
+    assert "of 3 (median of 3 with a row)" in trials and "Confirmed 1 ·" in trials, trials
+    assert trials.endswith("(75 % interval of the median)")
+    assert "shared by 3 trials" in " ".join(detail)

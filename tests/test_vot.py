@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import json
 import shlex
 from pathlib import Path
@@ -389,3 +390,11 @@ def test_quoted_number_is_refused_with_fix(tmp_path):
     err = refuse(preset_file(tmp_path, "p", GOOD.format(name="p") + 'gpu_memory_gb: "16"\n'))
     assert (err.field, err.message, err.fix) == ("gpu_memory_gb", "must be a number, not a string",
                                                  "write 16 without quotes")
+
+
+def test_the_shipped_gpu_cloud_environment_carries_its_price_and_where_it_comes_from():
+    """"At what GPU cost?": the Azure A100 environment prices its GPU-hours, and its source says
+    what the figure is (a proxy, the VM of the same GPU) and when it was read."""
+    env = load_environment_file(Path(__file__).parent.parent / ".vot" / "environments" / "azure-sweden.yaml")
+    assert env.gpu_hourly_usd and 1 < env.gpu_hourly_usd < 20
+    assert "proxy" in env.gpu_price_source and re.search(r"\d{4}-\d{2}-\d{2}", env.gpu_price_source)
