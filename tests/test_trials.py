@@ -19,7 +19,7 @@ from harness.record import RunRecord, Status, Trial
 from harness.results.render import render_results
 from harness.results.trials import median_interval
 from test_launch_e2e import SMALL_PROBE, assert_destroyed, dump
-from test_results import PAGE_TEXT, T0, _run
+from test_results import PAGE_TEXT, QWEN_SERVING, T0, _run
 
 LAUNCH = ["launch", "local", "replay", "replay-hello", "--mission", "hello", *SMALL_PROBE]
 
@@ -52,9 +52,9 @@ def test_the_interval_covers_the_median_as_often_as_it_says_whatever_the_distrib
 # -- the row -----------------------------------------------------------------------------------
 def _trial(root: Path, run_id: str, group: str, index: int, of: int, total_s: int, held: int, missed: int,
            *, status=Status.ok, final=True, mission="observability") -> None:
-    """A ruled run (test_results._run) made trial `index` of `of` of `group`."""
+    """A ruled run (test_results._run, the serve priced: $8.41 for it) made trial `index` of `of` of `group`."""
     _run(root, run_id, "odd-trials", T0 + timedelta(minutes=index), total_s, ["Telemetry"] * held, missed,
-         status=status, final=final)
+         status=status, final=final, serving=QWEN_SERVING)
     path = root / ".llms-benchmark" / "runs" / run_id / "run.json"
     record = RunRecord.load(path)
     record.trial, record.mission = Trial(group=group, index=index, of=of), mission
@@ -92,6 +92,8 @@ def test_three_trials_make_one_row_the_median_trial_with_the_spread(root: Path):
     assert float(low) < float(head[6]) < float(high)  # the median's score inside the interval
     assert trials.endswith("(75 % interval of the median)")
     assert "2.70 (the serve's, shared by 4 trials)" in detail
+    # GPU cost: the serve's, over all 10 findings confirmed on it (1 + 3 + 6), not trial 2's 3.
+    assert detail[-2:] == ["$8.41 (the serve's)", "$0.841 (over 10 confirmed in 3 trials)"]
 
 
 def test_two_trials_with_a_row_take_the_lower_middle_and_give_no_interval(root: Path):

@@ -24,7 +24,7 @@ from harness.mission import DEFAULT_MISSION
 from harness.paths import RUN_RECORD, ProjectPaths
 from harness.record import RunRecord, Status
 from harness.results.columns import DASH, HAND_LOCAL_CELLS, REMOTE_CELLS
-from harness.results.serving_columns import serving_cells
+from harness.results.serving_columns import SERVING_HEADERS, serving_cells
 from harness.results.trials import Member, median_member, trials_cell
 from harness.verdicts.rulings import Rulings, load_rulings
 from harness.verdicts.scoring import Score, format_total, parse_total, score_local, score_remote
@@ -265,6 +265,13 @@ def trial_group_row(root: Path, group: list[RunRecord]) -> Row | None:
     row.median_of = len(rows)
     if row.gpu_hours != DASH:
         row.gpu_hours += f" (the serve's, shared by {len(members)} trials)"
+    cost = median.record.serving.gpu_cost_usd if median.record.serving else None
+    if cost is not None:
+        # The serve's cost over every finding confirmed on it, not one trial's findings.
+        found = sum(m.confirmed for m in members if m.made_row)
+        row.serving[SERVING_HEADERS.index("GPU cost")] = f"${cost:.2f} (the serve's)"
+        row.serving[SERVING_HEADERS.index("GPU $/confirmed")] = (
+            f"${cost / found:.3f} (over {found} confirmed in {len(rows)} trials)" if found else DASH)
     return row
 
 
