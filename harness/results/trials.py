@@ -88,5 +88,5 @@ def trials_cell(members: list[Member], median: Member) -> str:
     interval = median_interval([m.score for m in rowed])
     if interval is not None:
         low, high, cover = interval
-        parts.append(f"Scoring {low:.1f}–{high:.1f} ({cover * 100:g} % interval of the median)")
+        parts.append(f"Scoring {_span(f'{low:.1f}', f'{high:.1f}')} ({cover * 100:g} % interval of the median)")
     return " · ".join(parts)
