@@ -1,7 +1,7 @@
 """The local-vllm stack driven through stand-in `vllm` and `nvidia-smi` executables on
 PATH: the exact `vllm serve` argv, readiness on /v1/models (the stand-in execs the
-replay server, a real OpenAI-compatible endpoint), a fatal start destroyed at once,
-and the missing-vllm refusal."""
+replay server, a real OpenAI-compatible endpoint), a fatal start destroyed at once, an
+option vLLM does not take ending the unit with vLLM's own line, and the missing-vllm refusal."""
 
 from __future__ import annotations
 
@@ -40,13 +40,16 @@ def _project(tmp_path: Path, fatal: bool) -> tuple[Path, dict]:
     body = f"""\
         #!{sys.executable}
         import json, os, sys, time
+        sys.path.insert(0, {str(ROOT / "tests" / "fakes")!r})
+        from standins import USAGE, engine_failure, parse_error
         json.dump(sys.argv[1:], open({str(argv_file)!r}, "w"))
-        if {fatal!r}:
-            print("INFO loading weights", flush=True)
-            print("RuntimeError: Engine core initialization failed. See root cause above.", flush=True)
-            print("ERROR EngineCore failed to start.", flush=True)
-            time.sleep(300)
         args = sys.argv[1:]
+        if error := parse_error(args[2:]):  # as the real vllm serve 0.32: argparse's line, exit 2
+            sys.stderr.write(USAGE + error + "\\n")
+            sys.exit(2)
+        if {fatal!r}:  # as the real vLLM 0.32: the engine's failure, then exit 1
+            engine_failure(lambda line: print(line, flush=True))
+            sys.exit(1)
         port, served = args[args.index("--port") + 1], args[args.index("--served-model-name") + 1]
         os.execv(sys.executable, [sys.executable, "-m", "harness.replay.server", "--trajectory",
                  {str(root / "replay" / "empty.yaml")!r}, "--port", port, "--served-model-name", served,
@@ -98,6 +101,22 @@ def test_fatal_engine_start_is_destroyed_at_once(tmp_path):
     assert time.monotonic() - started < 30  # not the 15-minute readiness bound
     flat = " ".join(err.split())
     assert "EngineCore failed to start" in flat and "destroyed" in flat
+    assert "Traceback" not in err
+    assert json.loads((root / ".vot" / "run" / "units.json").read_text()) == {}
+
+
+def test_an_option_vllm_does_not_take_ends_the_unit_with_its_line(tmp_path):
+    """The stand-in parses options as the real `vllm serve` 0.32 does (its list read from the real
+    one): a preset flag it does not know exits 2 at once, and that line is what the user reads."""
+    root, ctx = _project(tmp_path, fatal=False)
+    preset = root / ".vot" / "presets" / "odd-qwen3-8-27b.yaml"
+    preset.write_text(preset.read_text().replace("vllm_args:\n", "vllm_args:\n  --max-num-seqs-per-gpu: 8\n", 1))
+    started = time.monotonic()
+    code, out, err = _cli(["serve", "local-gpu", "odd-qwen3-8-27b"], ctx["env"])
+    assert code == 3, (out, err)
+    assert time.monotonic() - started < 30
+    flat = " ".join(err.split())
+    assert "vllm: error: unrecognized arguments: --max-num-seqs-per-gpu 8" in flat and "destroyed" in flat, flat
     assert "Traceback" not in err
     assert json.loads((root / ".vot" / "run" / "units.json").read_text()) == {}
 

@@ -11,7 +11,9 @@ What differs, and only that:
 - both cores serve (VLLM_CPU_NUM_OF_RESERVED_CPU=0; vLLM's default keeps one for the frontend);
 - refused by name, never dropped: FP8 (weights or KV cache) and speculative decoding, which this
   environment does not serve;
-- `--chat-template <name>` naming one of harness/stacks/templates is served from there.
+- `--chat-template <name>` naming one of harness/stacks/templates, and `--tool-parser-plugin <name>`
+  naming one of harness/stacks/vllm_plugins (a tool parser vLLM loads into its own process), are
+  served from there; the record names each with its sha256.
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ from harness.vot.environment import Environment
 from harness.vot.preset import ResolvedPreset
 
 TEMPLATES = Path(__file__).parent / "templates"
+PLUGINS = Path(__file__).parent / "vllm_plugins"
+# Preset flags naming a file of ours: the folder it is looked up in (after the project root).
+SHIPPED = {"--chat-template": TEMPLATES, "--tool-parser-plugin": PLUGINS}
 DEFAULT_KV_GIB = 2
 _KV_TOKENS = re.compile(r"CPU KV cache size: (?P<n>[\d,]+) tokens")
 _KV_SPACE = re.compile(r"Explicitly set \((?P<gib>[\d.]+)/[\d.]+\) GiB for KV cache")
@@ -71,11 +76,21 @@ def check_flags(preset: ResolvedPreset) -> None:
         _refuse(preset, "model", f"{preset.model}: FP8 weights are not served on the cpu device")
 
 
-def template_path(root: Path, value: str) -> Path | None:
-    for candidate in (root / value, TEMPLATES / value):
+def template_path(root: Path, value: str, folder: Path = TEMPLATES) -> Path | None:
+    for candidate in (root / value, folder / value):
         if candidate.is_file():
             return candidate
     return None
+
+
+def shipped_files(root: Path, args: dict) -> dict[str, Path]:
+    """The preset flags that name a file of ours (a chat template, a tool parser plugin): flag → path."""
+    out = {}
+    for flag, folder in SHIPPED.items():
+        value = args.get(flag)
+        if isinstance(value, str) and (path := template_path(root, value, folder)) is not None:
+            out[flag] = path
+    return out
 
 
 def preflight(stack, env: Environment, preset: ResolvedPreset) -> GpuCell:
@@ -94,6 +109,11 @@ def preflight(stack, env: Environment, preset: ResolvedPreset) -> GpuCell:
     if isinstance(tpl, str) and template_path(stack.root, tpl) is None and "{" not in tpl:
         raise PreflightError(f"chat template {tpl} not found", file=preset.path, field="vllm_args.--chat-template",
                              fix=f"name a file under the project or one of {', '.join(p.name for p in TEMPLATES.iterdir())}")
+    plugin = preset.vllm_args.get("--tool-parser-plugin")
+    if isinstance(plugin, str) and template_path(stack.root, plugin, PLUGINS) is None:
+        raise PreflightError(f"tool parser plugin {plugin} not found", file=preset.path,
+                             field="vllm_args.--tool-parser-plugin",
+                             fix=f"name a file under the project or one of {', '.join(p.name for p in PLUGINS.glob('*.py'))}")
     stack.check_port(env)
     return GpuCell(cpu_label(), 0)
 
@@ -102,9 +122,8 @@ def command(stack, env: Environment, preset: ResolvedPreset, port: int) -> list[
     found = model_folder(preset)
     model = str(found[0]) if found else preset.model
     args = dict(preset.vllm_args)
-    tpl = args.get("--chat-template")
-    if isinstance(tpl, str) and (path := template_path(stack.root, tpl)) is not None:
-        args["--chat-template"] = str(path)
+    for flag, path in shipped_files(stack.root, args).items():
+        args[flag] = str(path)
     return [executable(env), "serve", model, "--host", stack.host, "--port", str(port),
             "--served-model-name", preset.served_name, *render.argv(args)]
 
@@ -127,10 +146,10 @@ def describe(stack, env: Environment, preset: ResolvedPreset, log_text: str) -> 
         folder, stamp = found
         facts.update(model_folder=folder.name, model_sha256=stamp["sha256"],
                      model_source=f"converted from {stamp['gguf']} (sha256 {stamp['gguf_sha256']}) to {stamp['dtype']}")
-    tpl = preset.vllm_args.get("--chat-template")
-    if isinstance(tpl, str) and (path := template_path(stack.root, tpl)) is not None:
-        facts["chat_template"] = path.name
-        facts["chat_template_sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    for flag, path in shipped_files(stack.root, preset.vllm_args).items():
+        key = flag.removeprefix("--").replace("-", "_")
+        facts[key] = path.name
+        facts[f"{key}_sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
     if "--gpu-memory-utilization" in preset.vllm_args:
         facts["gpu_memory_utilization"] = (f"{preset.vllm_args['--gpu-memory-utilization']} passed on: vLLM's CPU "
                                            f"backend reads it as a share of RAM; VLLM_CPU_KVCACHE_SPACE={kv_gib(env)} wins")

@@ -13,12 +13,14 @@ driver does, and `docker logs --timestamps --since` reads them back.
 Behaviour switches live in `<state>/config.json`:
   trajectory   the trajectory the container's replay server plays (required to serve)
   info_fails   `docker info` exits 1 as with a stopped daemon
-  mode         serve (default) | fatal (logs vLLM's EngineCore failure, keeps running) | exit
+  mode         serve (default) | fatal (logs vLLM's EngineCore failure, exits 1 as vLLM 0.32 does) | exit
   no_gpu       `docker run --gpus` creates the container, then fails to start it (exit 125),
                as without the NVIDIA Container Toolkit
 
-The stand-in `vllm` (for the local-vllm and local-vllm-metal stacks) records its argv and
-execs the replay server on `--port` with `--served-model-name`, playing `trajectory`.
+The stand-in `vllm` (for the local-vllm and local-vllm-metal stacks) records its argv, refuses
+an option the real `vllm serve` 0.32 does not take (exit 2, argparse's line; the list in
+vllm_serve_flags.txt was read from the real one) and execs the replay server on `--port` with
+`--served-model-name`, playing `trajectory`.
 
 Shims are written by `install()`; each runs this file with the test's Python.
 """
@@ -112,18 +114,61 @@ def entry(state: str, tool: str, argv: list[str]) -> int:
     return Docker(state_dir).main(argv)
 
 
+SERVE_FLAGS = frozenset(line.strip() for line in (HERE.parent / "vllm_serve_flags.txt").read_text().splitlines()
+                       if line.strip() and not line.startswith("#"))
+# What the real vLLM 0.32 prints as it exits 2 on an option it does not know (argparse's usage).
+USAGE = ("usage: vllm [-h] [-v]\n"
+         "            {chat,complete,serve,launch,bench,collect-env,download-kernels,preload,run-batch,snapshot}\n"
+         "            ...\n")
+
+
+def _known(name: str) -> tuple[bool, list[str]]:
+    """(known, ambiguous matches): argparse also takes a unique prefix of a long option."""
+    if name in SERVE_FLAGS:
+        return True, []
+    matches = sorted(f for f in SERVE_FLAGS if name.startswith("--") and f.startswith(name))
+    return len(matches) == 1, matches if len(matches) > 1 else []
+
+
+def parse_error(args: list[str]) -> str | None:
+    """argparse's error line for the options of `vllm serve <model> ...` the real vLLM 0.32 would
+    not parse (None: it would). Its parser reads `--max_model_len` as `--max-model-len`,
+    `--flag=value`, `--config.key` / `-cc.key` dotted into a JSON option, and a unique prefix of
+    a long option as that option; an unknown option is listed with the values after it."""
+    out: list[str] = []
+    stray = False
+    for token in args:
+        if token.startswith("-") and len(token) > 1 and not token[1:2].isdigit():
+            name = token.split("=", 1)[0]
+            dashes = len(name) - len(name.lstrip("-"))
+            name = name[:dashes] + name[dashes:].replace("_", "-")
+            known, ambiguous = _known(name.split(".", 1)[0])
+            if ambiguous:
+                return f"vllm: error: ambiguous option: {token.split('=', 1)[0]} could match {', '.join(ambiguous)}"
+            stray = not known
+            if stray:
+                out.append(token)
+        elif stray:
+            out.append(token)
+    return f"vllm: error: unrecognized arguments: {' '.join(out)}" if out else None
+
+
 def vllm(state: Path, argv: list[str]) -> int:
-    """`vllm serve <model> --host H --port P --served-model-name S ...`: the replay server instead."""
+    """`vllm serve <model> --host H --port P --served-model-name S ...`: the replay server instead.
+
+    As the real vLLM 0.32: an option `vllm serve` does not know exits 2 with argparse's line; the
+    `fatal` mode logs the engine's failure and exits 1 a moment later (it does not keep running)."""
     record(state, "vllm", argv)
     config = json.loads((state / "config.json").read_text())
-    if config.get("mode") == "fatal":
-        print("INFO loading weights", flush=True)
-        print("ERROR EngineCore failed to start.", flush=True)
-        time.sleep(300)
-        return 1
     if argv[:1] != ["serve"] or len(argv) < 2:
         sys.stderr.write("vllm: the stand-in plays `vllm serve <model> ...` only\n")
         return 2
+    if error := parse_error(argv[2:]):
+        sys.stderr.write(USAGE + error + "\n")
+        return 2
+    if config.get("mode") == "fatal":
+        engine_failure(lambda line: print(line, flush=True))
+        return 1
 
     def arg(flag: str, default: str) -> str:
         return argv[argv.index(flag) + 1] if flag in argv else default
@@ -133,6 +178,22 @@ def vllm(state: Path, argv: list[str]) -> int:
                               "--served-model-name", arg("--served-model-name", argv[1]),
                               "--max-model-len", arg("--max-model-len", "65536")])
     return 0  # not reached
+
+
+def engine_failure(emit) -> None:
+    """The real vLLM 0.32's failed engine start, in its order: the engine core's error, then the API
+    server's RuntimeError as it gives up; the process then exits 1 (measured: ~2 s after the line)."""
+    emit("(EngineCore pid=2) INFO [cpu_model_runner.py:68] Starting to load model ...")
+    emit("(EngineCore pid=2) ERROR [core.py:1121] EngineCore failed to start.")
+    emit("(EngineCore pid=2) ERROR [core.py:1121] ValueError: To serve at least one request with the models's max "
+         "seq len (131072), (2.81 GiB KV cache is needed, which is larger than the available KV cache memory (2.0 "
+         "GiB). Try increasing `VLLM_CPU_KVCACHE_SPACE` or decreasing `max_model_len` when initializing the engine.")
+    time.sleep(FATAL_EXIT_DELAY_S)
+    emit("(APIServer pid=1) RuntimeError: Engine core initialization failed. See root cause above. "
+         "Failed core proc(s): {'EngineCore_DP0': 1}")
+
+
+FATAL_EXIT_DELAY_S = 2.0
 
 
 # -- containers ----------------------------------------------------------------------------------
@@ -500,14 +561,15 @@ def run_container(state: Path, cid: str) -> int:
     def arg(flag: str, default: str) -> str:
         return rest[rest.index(flag) + 1] if flag in rest else default
 
+    if error := parse_error(rest):  # the image's entrypoint is `vllm serve`: argparse exits 2 before any banner
+        for line in (USAGE + error).splitlines():
+            emit("stderr", line + "\n")
+        return finish(2)
     emit("stdout", f"INFO vLLM API server version 0.30.0 (stand-in image {meta['image']})\n")
     emit("stderr", f"INFO non-default args: model={model!r}\n")
     mode = config.get("mode", "serve")
-    if mode == "fatal":
-        emit("stdout", "INFO loading weights\n")
-        emit("stderr", "RuntimeError: Engine core initialization failed. See root cause above.\n")
-        emit("stderr", "ERROR EngineCore failed to start.\n")
-        time.sleep(300)
+    if mode == "fatal":  # as the real image: the engine's failure, then the container exits 1
+        engine_failure(lambda line: emit("stderr", line + "\n"))
         return finish(1)
     if mode == "exit":
         emit("stderr", "ValueError: the stand-in container exits at once\n")

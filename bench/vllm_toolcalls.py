@@ -1,0 +1,213 @@
+"""Does the real vLLM (CPU build, `make vllm`) turn Qwen2.5-Coder-1.5B's calls into `tool_calls`?
+
+The same measurement as bench/embedded_toolcalls.py, against vLLM instead of llama.cpp:
+
+1. Captures the real opencode CLI's first chat request (its system prompt and tool list) through
+   a loopback recorder (tests/fakes/openai_server.py).
+2. For each variant — a `--tool-call-parser` (vLLM's own, or `fenced_json`, ours, loaded with
+   `--tool-parser-plugin` from harness/stacks/vllm_plugins), optionally with a `--chat-template`
+   (a name under harness/stacks/templates, e.g. our fenced-JSON template) — serves the preset through the
+   local-vllm stack (cpu device, the same argv a launch runs), then sends that request with each
+   ask, streamed and not, counting the answers whose first `tool_calls` entry names the expected
+   tool with arguments that parse as a JSON object holding the tool's required keys.
+   A *leak* is an answer with a parsed call whose `content` still carries call syntax (a code
+   fence, `<tool_call>`, `"arguments"`); a *raw* answer is one with no parsed call whose content
+   holds a call the parser missed.
+
+    .venv/bin/python bench/vllm_toolcalls.py [--variants hermes xlam fenced_json@qwen2.5-coder-fenced-tools.jinja]
+        [--asks N] [--out FILE]
+
+Loopback only; every unit is destroyed in a finally; every request has a timeout and a token cap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+from embedded_toolcalls import ASKS, capture_request, well_formed  # noqa: E402
+
+from harness.stacks.local_vllm import LocalVllmStack  # noqa: E402
+from harness.unitlog import UnitLogCollector, wait_ready  # noqa: E402
+from harness.vot.environment import load_environment  # noqa: E402
+from harness.vot.preset import load_preset  # noqa: E402
+
+SYNTAX = ("```", "<tool_call>", '"arguments"')
+# Parsers of ours, loaded into vLLM with --tool-parser-plugin (harness/stacks/vllm_plugins).
+PLUGIN_PARSERS = {"fenced_json": "fenced_json_tool_parser.py"}
+REQUEST_TIMEOUT_S = 600
+
+
+def body_for(request: dict, served: str, text: str, stream: bool, max_tokens: int) -> dict:
+    body = {**request, "model": served, "stream": stream, "max_tokens": max_tokens,
+            "messages": [m for m in request["messages"] if m["role"] == "system"] + [{"role": "user", "content": text}]}
+    body.pop("stream_options", None)
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    return body
+
+
+def ask_streamed(base_url: str, body: dict) -> dict:
+    calls: dict[int, dict] = {}
+    content, finish, usage, first = "", None, {}, None
+    t0 = time.monotonic()
+    with httpx.stream("POST", f"{base_url}/v1/chat/completions", json=body, timeout=REQUEST_TIMEOUT_S) as resp:
+        if resp.status_code != 200:
+            return {"calls": {}, "content": "", "finish": f"HTTP {resp.status_code}: {resp.read()[:300]!r}",
+                    "usage": {}, "ttft_s": None, "wall_s": round(time.monotonic() - t0, 1)}
+        for line in resp.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            usage = chunk.get("usage") or usage
+            for choice in chunk.get("choices", []):
+                delta = choice.get("delta") or {}
+                if first is None and (delta.get("content") or delta.get("tool_calls")):
+                    first = time.monotonic()
+                content += delta.get("content") or ""
+                finish = choice.get("finish_reason") or finish
+                for tc in delta.get("tool_calls") or []:
+                    slot = calls.setdefault(tc.get("index", 0), {"name": "", "arguments": ""})
+                    fn = tc.get("function") or {}
+                    slot["name"] += fn.get("name") or ""
+                    slot["arguments"] += fn.get("arguments") or ""
+    end = time.monotonic()
+    return {"calls": calls, "content": content, "finish": finish, "usage": usage,
+            "ttft_s": round(first - t0, 2) if first else None, "wall_s": round(end - t0, 1),
+            "decode_tps": round((usage.get("completion_tokens", 0) - 1) / (end - first), 2)
+            if first and end > first and usage.get("completion_tokens", 0) > 1 else None}
+
+
+def ask_plain(base_url: str, body: dict) -> dict:
+    t0 = time.monotonic()
+    resp = httpx.post(f"{base_url}/v1/chat/completions", json=body, timeout=REQUEST_TIMEOUT_S)
+    wall = round(time.monotonic() - t0, 1)
+    if resp.status_code != 200:
+        return {"calls": {}, "content": "", "finish": f"HTTP {resp.status_code}: {resp.text[:300]}", "usage": {},
+                "wall_s": wall}
+    choice = resp.json()["choices"][0]
+    msg = choice.get("message") or {}
+    calls = {i: {"name": (tc.get("function") or {}).get("name") or "",
+                 "arguments": (tc.get("function") or {}).get("arguments") or ""}
+             for i, tc in enumerate(msg.get("tool_calls") or [])}
+    return {"calls": calls, "content": msg.get("content") or "", "finish": choice.get("finish_reason"),
+            "usage": resp.json().get("usage") or {}, "wall_s": wall}
+
+
+def classify(out: dict) -> tuple[bool, bool]:
+    """(leak, raw): call syntax left in content beside a parsed call; a call the parser missed."""
+    text = out["content"] or ""
+    has_syntax = any(s in text for s in SYNTAX) or ('"name"' in text and "{" in text)
+    return bool(out["calls"]) and has_syntax, not out["calls"] and has_syntax
+
+
+def parse_variant(spec: str) -> tuple[str, str | None]:
+    parser, _, template = spec.partition("@")
+    return parser, template or None
+
+
+def bench_variant(spec: str, preset_name: str, request: dict, asks: list, tmp: Path, max_tokens: int,
+                  modes: list[str], ready_timeout_s: int) -> dict:
+    parser, template = parse_variant(spec)
+    env = load_environment(ROOT, "cpu-vllm")
+    env = env.model_copy(update={"config": {**env.config, "port": 0}})
+    base = load_preset(ROOT, preset_name).resolve(env.stack)
+    args = {**base.vllm_args, "--tool-call-parser": parser}
+    args.pop("--tool-parser-plugin", None)
+    if parser in PLUGIN_PARSERS:
+        args["--tool-parser-plugin"] = PLUGIN_PARSERS[parser]
+    if template:
+        args["--chat-template"] = template
+    else:
+        args.pop("--chat-template", None)
+    preset = base.model_copy(update={"vllm_args": args})
+    stack = LocalVllmStack(tmp)
+    stack.preflight(env, preset)
+    unit = stack.serve(stack.plan(env, preset), env, preset)
+    log = tmp / f"{spec.replace('/', '_')}.log"
+    collector = UnitLogCollector(stack, unit, log)
+    collector.start()
+    tools = {t["function"]["name"]: t["function"] for t in request["tools"]}
+    rows: list[dict] = []
+    t_start = time.monotonic()
+    try:
+        wait_ready(unit, ready_timeout_s, collector)
+        ready_s = round(time.monotonic() - t_start, 1)
+        collector.drain()
+        serving = stack.describe(unit, env, preset, log.read_text())
+        for text, expected in asks:
+            for mode in modes:
+                body = body_for(request, unit.served_name, text, mode == "streamed", max_tokens)
+                out = (ask_streamed if mode == "streamed" else ask_plain)(unit.base_url, body)
+                good, what = well_formed(out["calls"], tools, expected)
+                leak, raw = classify(out)
+                rows.append({"variant": spec, "mode": mode, "ask": text, "expected": expected, "ok": good,
+                             "got": what, "leak": leak, "raw": raw, "finish": out["finish"],
+                             "wall_s": out["wall_s"], "ttft_s": out.get("ttft_s"),
+                             "decode_tps": out.get("decode_tps"),
+                             "prompt_tokens": out["usage"].get("prompt_tokens"),
+                             "completion_tokens": out["usage"].get("completion_tokens"),
+                             "calls": list(out["calls"].values())[:2], "text": out["content"][:300]})
+                print(json.dumps(rows[-1]), flush=True)
+    finally:
+        collector.stop()
+        stack.destroy(unit)
+    return {"variant": spec, "parser": parser, "chat_template": template, "preset": preset_name,
+            "ready_s": ready_s, "rows": rows, "serving": serving, "tools": len(tools),
+            "system_prompt_chars": sum(len(m["content"]) for m in request["messages"] if m["role"] == "system")}
+
+
+def table(results: list[dict]) -> str:
+    lines = ["| parser | chat template | mode | tries | well-formed, right tool | parsed calls | leaks | raw (missed) |",
+             "|---|---|---|---:|---:|---:|---:|---:|"]
+    for r in results:
+        for mode in ("streamed", "non-streamed"):
+            rows = [x for x in r["rows"] if x["mode"] == mode]
+            if not rows:
+                continue
+            lines.append(f"| `{r['parser']}` | {r['chat_template'] or 'model own'} | {mode} | {len(rows)} | "
+                         f"{sum(x['ok'] for x in rows)} | {sum(bool(x['calls']) for x in rows)} | "
+                         f"{sum(x['leak'] for x in rows)} | {sum(x['raw'] for x in rows)} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--preset", default="cpu-vllm-qwen2-5-coder-1-5b")
+    ap.add_argument("--variants", nargs="+",
+                    default=["hermes", "xlam", "xlam@qwen2.5-coder-fenced-tools.jinja"],
+                    help="PARSER or PARSER@TEMPLATE (a name under harness/stacks/templates)")
+    ap.add_argument("--asks", type=int, default=len(ASKS))
+    ap.add_argument("--modes", nargs="+", default=["streamed", "non-streamed"], choices=["streamed", "non-streamed"])
+    ap.add_argument("--max-tokens", type=int, default=384)
+    ap.add_argument("--ready-timeout", type=int, default=600)
+    ap.add_argument("--request", type=Path, help="a captured opencode request (JSON) instead of capturing one")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench-results" / "vllm_toolcalls.json")
+    args = ap.parse_args()
+    if not 1 <= args.asks <= len(ASKS):
+        raise SystemExit(f"--asks: 1..{len(ASKS)}")
+    results = []
+    with tempfile.TemporaryDirectory(prefix="vllm-toolcalls-") as tmp:
+        request = json.loads(args.request.read_text()) if args.request else capture_request(Path(tmp))
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.with_suffix(".request.json").write_text(json.dumps(request))
+        for spec in args.variants:
+            results.append(bench_variant(spec, args.preset, request, ASKS[:args.asks], Path(tmp) / "v",
+                                         args.max_tokens, args.modes, args.ready_timeout))
+            args.out.write_text(json.dumps(results, indent=2))
+    print(table(results))
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    main()
