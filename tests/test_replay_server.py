@@ -339,7 +339,7 @@ def metric_values(client: httpx.Client) -> dict[tuple[str, tuple], float]:
 
 
 def value(values: dict, name: str, **labels: str) -> float:
-    return values[(name, tuple(sorted({"model_name": MODEL, **labels}.items())))]
+    return values[(name, tuple(sorted({"engine": "0", "model_name": MODEL, **labels}.items())))]
 
 
 def test_metrics_and_served_log_match_what_was_served(make_replay) -> None:

@@ -21,7 +21,10 @@ E2E_BUCKETS = (
     0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0,
     30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
 )  # fmt: skip
-FINISHED_REASONS = ("stop", "length", "abort")
+# vLLM 0.32's own label values (read from its /metrics); the replay finishes with the first three.
+FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")
+# vLLM 0.32 labels every engine figure with its engine index and the served name.
+ENGINE = "0"
 
 
 class Metrics:
@@ -37,7 +40,7 @@ class Metrics:
         self.max_model_len = max_model_len
 
         def make(kind: type, name: str, doc: str, **kw: Any) -> Any:
-            return kind(name, doc, ["model_name"], registry=self.registry, **kw).labels(model_name)
+            return kind(name, doc, ["engine", "model_name"], registry=self.registry, **kw).labels(ENGINE, model_name)
 
         self.running = make(Gauge, "vllm:num_requests_running", "Requests streaming tokens.")
         self.waiting = make(Gauge, "vllm:num_requests_waiting", "Requests before their first token.")
@@ -57,9 +60,10 @@ class Metrics:
         self.ttft = make(Histogram, "vllm:time_to_first_token_seconds", "Time to first token.", buckets=TTFT_BUCKETS)
         self.e2e = make(Histogram, "vllm:e2e_request_latency_seconds", "Request latency.", buckets=E2E_BUCKETS)
         success = Counter(
-            "vllm:request_success", "Finished requests.", ["model_name", "finished_reason"], registry=self.registry
+            "vllm:request_success", "Finished requests.", ["engine", "finished_reason", "model_name"],
+            registry=self.registry,
         )
-        self.success = {reason: success.labels(model_name, reason) for reason in FINISHED_REASONS}
+        self.success = {reason: success.labels(ENGINE, reason, model_name) for reason in FINISHED_REASONS}
         self._lock = threading.Lock()
         self._held: dict[int, int] = {}
 

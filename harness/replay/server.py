@@ -45,7 +45,8 @@ from harness.replay import timed
 from harness.replay.metrics import Metrics, ServedLog
 from harness.replay.plan import Piece, Reply, plan_reply
 from harness.replay.trajectory import Trajectory, load_trajectory
-from harness.replay.wire import chunk, completion_body, error_body, request_problem, sse, usage_chunk
+from harness.replay.wire import (chunk, completion_body, error_body, model_card, request_problem, sse,
+                                 usage_chunk)
 
 BANNER = "replay server (scripted trajectory, not a model) listening on http://{host}:{port}"
 OWNED_BY = "llms-benchmark-replay"
@@ -172,15 +173,8 @@ class ReplayServer(ThreadingHTTPServer):
         self.api_key: str | None = None  # set from --api-key-env: the variable's name on argv, never the key
 
     def models_body(self) -> dict[str, Any]:
-        model = {
-            "id": self.model_name,
-            "object": "model",
-            "created": int(time.time()),
-            "owned_by": OWNED_BY,
-            "max_model_len": self.max_model_len,
-            "root": self.trajectory.label,
-        }
-        return {"object": "list", "data": [model]}
+        return {"object": "list", "data": [model_card(self.model_name, OWNED_BY, self.max_model_len,
+                                                      self.trajectory.label)]}
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # A client that hangs up is normal traffic, not a fault worth a traceback.

@@ -52,6 +52,7 @@ from typing import Any
 
 from harness.replay.precise_loop import precise_loop, sleep_until
 from harness.replay.timed_state import Config, Engine, State
+from harness.replay.wire import model_card
 from harness.replay.timed_wire import Connection
 from harness.replay.timed_wire import (
     Stream,
@@ -194,9 +195,8 @@ class TimedServer:
         return True
 
     def models(self) -> dict[str, Any]:
-        model = {"id": self.cfg.model, "object": "model", "created": int(time.time()), "owned_by": OWNED_BY,
-                 "max_model_len": self.cfg.max_model_len, "root": "timed schedule (not a model)"}
-        return {"object": "list", "data": [model]}
+        return {"object": "list", "data": [model_card(self.cfg.model, OWNED_BY, self.cfg.max_model_len,
+                                                      "timed schedule (not a model)")]}
 
     def script(self, body: bytes) -> dict[str, Any]:
         """POST /admin/metrics {"preemptions": +n, "running": n, "waiting": n, "kv_usage": x|null}."""

@@ -145,6 +145,8 @@ def usage(prompt: int, completion: int) -> dict[str, int]:
 
 # ---------------------------------------------------------------- metrics exposition
 
+CREATED = time.time()  # the `_created` gauges' value: when this server's counters began
+
 
 def exposition(state: State) -> bytes:
     cfg = state.cfg
@@ -165,11 +167,17 @@ def exposition(state: State) -> bytes:
 
     def family(name: str, kind: str, values: list[float]) -> None:
         exposed = f"{name}_total" if kind == "counter" else name
-        out.append(f"# HELP {name} timed replay server (not a model)")
-        out.append(f"# TYPE {name} {kind}")
-        for i, v in enumerate(values):
-            labels = "" if cfg.flavor == "llamacpp" else f'{{engine="{i}",model_name="{cfg.model}"}}'
-            out.append(f"{exposed}{labels} {float(v)!r}")
+        vllm = cfg.flavor != "llamacpp"
+        labels = [f'{{engine="{i}",model_name="{cfg.model}"}}' if vllm else "" for i in range(len(values))]
+        # As vLLM 0.32 writes a counter (prometheus_client): its TYPE names the _total sample, and
+        # a `_created` gauge family follows with each series' creation time.
+        out.append(f"# HELP {exposed if vllm else name} timed replay server (not a model)")
+        out.append(f"# TYPE {exposed if vllm else name} {kind}")
+        out.extend(f"{exposed}{label} {float(v)!r}" for label, v in zip(labels, values))
+        if vllm and kind == "counter":
+            out.append(f"# HELP {name}_created timed replay server (not a model)")
+            out.append(f"# TYPE {name}_created gauge")
+            out.extend(f"{name}_created{label} {CREATED!r}" for label in labels)
 
     engines = state.engines
     extra = lambda i, n: n if i == 0 else 0  # noqa: E731 - the scripted extras sit on engine 0
@@ -190,8 +198,8 @@ def exposition(state: State) -> bytes:
         family(names["queries"], "counter", [e.prefix_queries for e in engines])
         family(names["hits"], "counter", [0 for _ in engines])  # every prompt is cache-cold here
     if cfg.flavor != "llamacpp":
-        out.append("# HELP vllm:request_success timed replay server (not a model)")
-        out.append("# TYPE vllm:request_success counter")
+        out.append("# HELP vllm:request_success_total timed replay server (not a model)")
+        out.append("# TYPE vllm:request_success_total counter")
         for i, e in enumerate(engines):
             for reason, n in e.finished.items():
                 out.append(f'vllm:request_success_total{{engine="{i}",finished_reason="{reason}",'

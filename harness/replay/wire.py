@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import math
+import secrets
+import time
 from typing import TYPE_CHECKING, Any
 
 from harness.replay.trajectory import Usage
@@ -14,6 +16,21 @@ if TYPE_CHECKING:
     from harness.replay.plan import Reply
 
 DEFAULT_MAX_TOKENS = 64
+
+
+# ---------------------------------------------------------------- the model card
+
+
+def model_card(model: str, owned_by: str, max_model_len: int, root: str) -> dict[str, Any]:
+    """One /v1/models entry, in vLLM 0.32's shape (read from the real server): `root` (what was
+    loaded), `parent`, `max_model_len`, and a `permission` list."""
+    created = int(time.time())
+    return {"id": model, "object": "model", "created": created, "owned_by": owned_by, "root": root,
+            "parent": None, "max_model_len": max_model_len,
+            "permission": [{"id": f"modelperm-{secrets.token_hex(8)}", "object": "model_permission",
+                            "created": created, "allow_create_engine": False, "allow_sampling": True,
+                            "allow_logprobs": True, "allow_search_indices": False, "allow_view": True,
+                            "allow_fine_tuning": False, "organization": "*", "group": None, "is_blocking": False}]}
 
 
 # ---------------------------------------------------------------- reading a request

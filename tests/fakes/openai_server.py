@@ -1,6 +1,8 @@
 """A tiny loopback OpenAI-compatible server for tests, on its own thread and event loop.
 
-It speaks the real wire protocol: `GET /v1/models`, `GET /metrics` (vLLM names), and
+It speaks the real wire protocol: `GET /v1/models` (vLLM 0.32's model card: root, parent,
+max_model_len, permission), `GET /metrics` (vLLM 0.32's names and form: `engine`/`model_name`
+labels, counters typed by their `_total` sample, a `_created` gauge beside each), and
 `POST /v1/chat/completions` streamed as SSE `data: {...}` chunks ending in
 `data: [DONE]`, with tool-call deltas split into pieces and a final usage chunk. What
 it answers is decided by two functions the test gives:
@@ -59,8 +61,10 @@ def text_only(body: dict) -> Answer:
 class FakeOpenAI:
     def __init__(self, reply: Callable[[dict], Answer] = text_only,
                  refuse: Callable[[Seen, int], tuple[int, dict] | None] | None = None,
-                 model: str = MODEL, metrics: bool = True) -> None:
+                 model: str = MODEL, metrics: bool = True, max_model_len: int = 65536) -> None:
         self.reply = reply
+        self.max_model_len = max_model_len
+        self.created = int(time.time())
         self.refuse = refuse
         self.model = model
         self.metrics = metrics
@@ -134,7 +138,7 @@ class FakeOpenAI:
         auth = headers.get("authorization", "")
         key = auth.removeprefix("Bearer ") if auth else None
         if method == "GET" and path == "/v1/models":
-            await self._send(writer, 200, {"object": "list", "data": [{"id": self.model, "object": "model"}]})
+            await self._send(writer, 200, {"object": "list", "data": [self._model_card()]})
         elif method == "GET" and path == "/metrics" and self.metrics:
             await self._send_text(writer, 200, self._exposition())
         elif method == "POST" and path == "/v1/chat/completions":
@@ -192,23 +196,36 @@ class FakeOpenAI:
         finally:
             self.running -= 1
 
+    def _model_card(self) -> dict:
+        """As vLLM 0.32 answers /v1/models (read from the real server)."""
+        return {"id": self.model, "object": "model", "created": self.created, "owned_by": "vllm", "root": self.model,
+                "parent": None, "max_model_len": self.max_model_len,
+                "permission": [{"id": f"modelperm-{uuid.uuid4().hex[:16]}", "object": "model_permission",
+                                "created": self.created, "allow_create_engine": False, "allow_sampling": True,
+                                "allow_logprobs": True, "allow_search_indices": False, "allow_view": True,
+                                "allow_fine_tuning": False, "organization": "*", "group": None,
+                                "is_blocking": False}]}
+
     def _exposition(self) -> str:
         with self.lock:
             served = [s.usage for s in self.seen if s.usage]
         prompt = sum(u["prompt_tokens"] for u in served)
         cached = sum(u["prompt_tokens_details"]["cached_tokens"] for u in served)
         generated = sum(u["completion_tokens"] for u in served)
-        label = f'{{model_name="{self.model}"}}'
-        return "".join(f"{line}\n" for line in (
-            "# TYPE vllm:num_requests_running gauge", f"vllm:num_requests_running{label} {self.running}",
-            "# TYPE vllm:num_requests_waiting gauge", f"vllm:num_requests_waiting{label} 0",
-            "# TYPE vllm:kv_cache_usage_perc gauge", f"vllm:kv_cache_usage_perc{label} 0.25",
-            "# TYPE vllm:num_preemptions counter", f"vllm:num_preemptions_total{label} 0",
-            "# TYPE vllm:prompt_tokens counter", f"vllm:prompt_tokens_total{label} {prompt}",
-            "# TYPE vllm:generation_tokens counter", f"vllm:generation_tokens_total{label} {generated}",
-            "# TYPE vllm:prefix_cache_queries counter", f"vllm:prefix_cache_queries_total{label} {prompt}",
-            "# TYPE vllm:prefix_cache_hits counter", f"vllm:prefix_cache_hits_total{label} {cached}",
-        ))
+        label = f'{{engine="0",model_name="{self.model}"}}'
+        lines = []
+        for name, kind, value in (
+            ("vllm:num_requests_running", "gauge", self.running), ("vllm:num_requests_waiting", "gauge", 0),
+            ("vllm:kv_cache_usage_perc", "gauge", 0.25), ("vllm:num_preemptions", "counter", 0),
+            ("vllm:prompt_tokens", "counter", prompt), ("vllm:generation_tokens", "counter", generated),
+            ("vllm:prefix_cache_queries", "counter", prompt), ("vllm:prefix_cache_hits", "counter", cached),
+        ):
+            if kind == "gauge":
+                lines += [f"# TYPE {name} gauge", f"{name}{label} {float(value)}"]
+            else:  # as vLLM 0.32's prometheus_client writes a counter
+                lines += [f"# TYPE {name}_total counter", f"{name}_total{label} {float(value)}",
+                          f"# TYPE {name}_created gauge", f"{name}_created{label} {float(self.created)}"]
+        return "".join(f"{line}\n" for line in lines)
 
     async def _send(self, writer: asyncio.StreamWriter, status: int, payload: Any, extra: dict | None = None) -> None:
         data = json.dumps(payload).encode()
