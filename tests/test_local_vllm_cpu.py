@@ -57,6 +57,7 @@ def test_the_shipped_parser_plugin_and_template_are_served_from_their_folders(tm
     assert argv[argv.index("--tool-parser-plugin") + 1] == str(plugin)
     assert argv[argv.index("--chat-template") + 1] == str(template)
     assert argv[argv.index("--tool-call-parser") + 1] == "fenced_json"
+    assert stack.probe_long_cap == 4096  # the CPU prefill: never the probe's 82k
     facts = cpu.describe(stack, env, preset, "")
     assert facts["tool_parser_plugin"] == plugin.name
     assert facts["tool_parser_plugin_sha256"] == hashlib.sha256(plugin.read_bytes()).hexdigest()

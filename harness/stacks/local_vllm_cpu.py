@@ -35,6 +35,10 @@ PLUGINS = Path(__file__).parent / "vllm_plugins"
 # Preset flags naming a file of ours: the folder it is looked up in (after the project root).
 SHIPPED = {"--chat-template": TEMPLATES, "--tool-parser-plugin": PLUGINS}
 DEFAULT_KV_GIB = 2
+# The speed probe's long prompt on this device (as llama.cpp's CPU stack): vLLM's CPU prefill of
+# Qwen2.5-Coder-1.5B ran at ~70 tok/s on 2 cores, so the probe's 82k target (65k under a 64k
+# context) would prefill for over 15 min (measured: a launch still in it after 5 min).
+PROBE_LONG_CAP = 4096
 _KV_TOKENS = re.compile(r"CPU KV cache size: (?P<n>[\d,]+) tokens")
 _KV_SPACE = re.compile(r"Explicitly set \((?P<gib>[\d.]+)/[\d.]+\) GiB for KV cache")
 
@@ -115,6 +119,7 @@ def preflight(stack, env: Environment, preset: ResolvedPreset) -> GpuCell:
                              field="vllm_args.--tool-parser-plugin",
                              fix=f"name a file under the project or one of {', '.join(p.name for p in PLUGINS.glob('*.py'))}")
     stack.check_port(env)
+    stack.probe_long_cap = PROBE_LONG_CAP  # the launch reads it off the stack it preflighted
     return GpuCell(cpu_label(), 0)
 
 
