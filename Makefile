@@ -82,11 +82,13 @@ demo: demo-setup
 	$(BIN)/llms-benchmark launch local replay replay-hello --mission hello
 
 # `vllm` first: tests/test_vllm_real.py serves the real vLLM CPU build (make vllm: ~7 min once, then a
-# check; the four tests ~2.5 min on 2 cores).
+# check).
 # One worker per CPU the machine gives this process (xdist's `auto`): on a 2-core box four
 # workers made the timing-sensitive tests race each other for the CPU they measure.
+# `loadgroup`: the test files tests/conftest.py names in ONE_WORKER (the real-vLLM ones: one server
+# at a time, ~4.6 GB each) run on one worker in order; every other test is distributed as with `load`.
 test: setup vllm
-	$(BIN)/pytest -q -n auto
+	$(BIN)/pytest -q -n auto --dist loadgroup
 
 clean:
 	rm -rf $(VENV) node_modules

@@ -35,6 +35,35 @@ TEST_TRAJECTORIES = Path(__file__).resolve().parent / "trajectories"
 _ROOT_VARS = ("LLMS_BENCHMARK_ROOT", "XDG_DATA_HOME")
 
 
+# -- xdist: test files that run on one worker ------------------------------------------------
+# Under `--dist loadgroup` (`make test`), every test of these files goes to one worker and runs
+# there in order; every other test is distributed as with `load`. tests/test_vllm_real.py serves
+# the real vLLM (~4.6 GB and both cores a server): one at a time. xdist 3.8's own `xdist_group`
+# marker does nothing under pytest 9.2 (it renames items through `_nodeid`, which pytest 9 no
+# longer reads: measured, two marked tests ran on two workers), so the group is named here.
+ONE_WORKER = ("tests/test_vllm_real.py",)
+
+
+class _FileGroups:
+    @pytest.hookimpl
+    def pytest_xdist_make_scheduler(self, config, log):
+        if config.getvalue("dist") != "loadgroup":
+            return None
+        from xdist.scheduler import LoadGroupScheduling
+
+        class FileGroups(LoadGroupScheduling):
+            def _split_scope(self, nodeid: str) -> str:
+                path = nodeid.split("::", 1)[0]
+                return path if path in ONE_WORKER else super()._split_scope(nodeid)
+
+        return FileGroups(config, log)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(_FileGroups(), "llms-benchmark-file-groups")
+
+
 # -- processes ---------------------------------------------------------------------------
 def _under(path: str | None, root: Path) -> bool:
     if not path:

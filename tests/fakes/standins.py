@@ -181,13 +181,16 @@ def vllm(state: Path, argv: list[str]) -> int:
 
 
 def engine_failure(emit) -> None:
-    """The real vLLM 0.32's failed engine start, in its order: the engine core's error, then the API
-    server's RuntimeError as it gives up; the process then exits 1 (measured: ~2 s after the line)."""
+    """The real vLLM 0.32's failed engine start, in its order (read from its log): the engine core's
+    error, then the API server's RuntimeError as it gives up; the process then exits 1 (it does not
+    keep running, as the stand-ins once did). The pause stands in for its shutdown."""
     emit("(EngineCore pid=2) INFO [cpu_model_runner.py:68] Starting to load model ...")
-    emit("(EngineCore pid=2) ERROR [core.py:1121] EngineCore failed to start.")
-    emit("(EngineCore pid=2) ERROR [core.py:1121] ValueError: To serve at least one request with the models's max "
+    emit("(EngineCore pid=2) ERROR [core.py:1510] EngineCore failed to start.")
+    emit("(EngineCore pid=2) ERROR [core.py:1510] ValueError: To serve at least one request with the model's max "
          "seq len (131072), (2.81 GiB KV cache is needed, which is larger than the available KV cache memory (2.0 "
-         "GiB). Try increasing `VLLM_CPU_KVCACHE_SPACE` or decreasing `max_model_len` when initializing the engine.")
+         "GiB). Based on the available memory, the estimated maximum model length is 93056. Try increasing "
+         "`gpu_memory_utilization` (which also controls CPU memory on the CPU backend) or decreasing `max_model_len` "
+         "when initializing the engine.")
     time.sleep(FATAL_EXIT_DELAY_S)
     emit("(APIServer pid=1) RuntimeError: Engine core initialization failed. See root cause above. "
          "Failed core proc(s): {'EngineCore_DP0': 1}")
