@@ -86,8 +86,10 @@ class Bridge:
                 return  # closed
             self.connections[port] += 1
             relay_thread = threading.Thread(target=self._serve, args=(conn, port), daemon=True)
-            self._relays.append(relay_thread)
+            # Started before it is listed: `close` joins what it lists (a thread joined before its
+            # start raises, as a loaded CI run saw when a connection came in as the run ended).
             relay_thread.start()
+            self._relays.append(relay_thread)
 
     def _serve(self, conn: socket.socket, port: int) -> None:
         try:
