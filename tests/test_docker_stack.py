@@ -335,6 +335,8 @@ def test_launch_collects_the_container_log_and_destroys(box: DockerBox):
     # The whole container log from creation, once, stamps stripped, in time order.
     assert unit_log.startswith("INFO vLLM API server version 0.30.0 (stand-in image vllm/vllm-openai:v0.30.0)\n")
     assert unit_log.count("INFO non-default args") == 1 and "replay server" in unit_log
+    # The engine's KV lines, from that log onto the record's serving section (a GPU record too).
+    assert rec["serving_config"]["kv_cache_tokens"] == "514752" and rec["serving_config"]["kv_cache_gib"] == "31.42"
     assert rec["times"]["destroyed"] and box.project.ledger() == {} and box.containers() == []
     assert len(box.docker_calls("rm")) == 1
     assert SECRET_VALUE not in (box.state / "calls.jsonl").read_text()

@@ -41,7 +41,7 @@ def _project(tmp_path: Path, fatal: bool) -> tuple[Path, dict]:
         #!{sys.executable}
         import json, os, sys, time
         sys.path.insert(0, {str(ROOT / "tests" / "fakes")!r})
-        from standins import USAGE, engine_failure, parse_error
+        from standins import USAGE, engine_failure, engine_started, parse_error
         json.dump(sys.argv[1:], open({str(argv_file)!r}, "w"))
         args = sys.argv[1:]
         if error := parse_error(args[2:]):  # as the real vllm serve 0.32: argparse's line, exit 2
@@ -51,6 +51,7 @@ def _project(tmp_path: Path, fatal: bool) -> tuple[Path, dict]:
             engine_failure(lambda line: print(line, flush=True))
             sys.exit(1)
         port, served = args[args.index("--port") + 1], args[args.index("--served-model-name") + 1]
+        engine_started(lambda line: print(line, flush=True), args[args.index("--max-model-len") + 1])
         os.execv(sys.executable, [sys.executable, "-m", "harness.replay.server", "--trajectory",
                  {str(root / "replay" / "empty.yaml")!r}, "--port", port, "--served-model-name", served,
                  "--max-model-len", "262144"])
@@ -85,7 +86,15 @@ def test_serve_renders_vllm_argv_and_waits_for_models(tmp_path):
         assert json.loads(spec) == {"method": "mtp", "num_speculative_tokens": 3}  # one argv item, intact
         assert "--enable-auto-tool-choice" in argv and argv[argv.index("--max-model-len") + 1] == "262144"
         assert (root / ".vot" / "run" / "vot-odd-qwen3-8-27b.pid").is_file()
-        assert (root / ".vot" / "run" / "vot-odd-qwen3-8-27b.log").is_file()
+        log = (root / ".vot" / "run" / "vot-odd-qwen3-8-27b.log").read_text()
+        # What the record's serving section takes from that log (a GPU vLLM's KV lines).
+        from harness.stacks.local_vllm import LocalVllmStack
+        from harness.vot.environment import load_environment
+        from harness.vot.preset import load_preset
+        env = load_environment(root, "local-gpu")
+        facts = LocalVllmStack(root).describe(None, env, load_preset(root, "odd-qwen3-8-27b").resolve(env.stack), log)
+        assert facts == {"kv_cache_tokens": "514752", "kv_cache_device": "GPU", "kv_cache_gib": "31.42",
+                         "kv_max_concurrency": "1.96x at 262144 tokens per request"}, facts
     finally:
         code, out, err = _cli(["destroy", "local-gpu", "odd-qwen3-8-27b"], ctx["env"])
     assert code == 0 and "destroyed vot-odd-qwen3-8-27b" in out, err

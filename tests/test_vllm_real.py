@@ -31,7 +31,7 @@ import pytest
 from harness.load.metrics import parse, scrape
 from harness.load.runner import LoadOptions, Runner, check
 from harness.serving.engine import identify
-from harness.serving.preflight_fit import kv_fit
+from harness.serving.preflight_fit import estimate_against_log, kv_fit
 from harness.stacks.local_vllm import LocalVllmStack
 from harness.unitlog import UnitLogCollector, wait_ready
 from harness.vllm_cpu import converted, installed, venv_dir
@@ -138,7 +138,10 @@ class TestServed:
         assert fit is not None and fit.known and fit.fits, fit
         assert abs(fit.kv_tokens_budget - logged) / logged < 0.01, (fit.kv_tokens_budget, logged)
         facts = stack.describe(unit, env, preset, text)
-        assert facts["kv_cache_tokens"] == str(logged) and facts["model_sha256"]
+        assert facts["kv_cache_tokens"] == str(logged) and facts["kv_cache_device"] == "CPU" and facts["model_sha256"]
+        # What every vLLM record now carries: our formula on the KV memory vLLM reported.
+        check = estimate_against_log(env, preset, facts)
+        assert abs(float(check["kv_estimate_off_pct"])) < 1.0, (check, facts)
         assert "VLLM_CPU_KVCACHE_SPACE=2" in facts["env"] and "/" not in " ".join(facts["flags"])
 
     def test_fitness_phases_run_against_the_real_vllm(self, served, tmp_path):

@@ -7,7 +7,7 @@ import re
 import psutil
 
 from harness.errors import PreflightError
-from harness.serving.kv_fit import GIB, Fit, ModelShape, check_fit, gguf_shape, hf_shape
+from harness.serving.kv_fit import GIB, Fit, ModelShape, check_fit, gguf_shape, hf_shape, kv_tokens
 from harness.vot.environment import Environment
 from harness.vot.preset import ResolvedPreset
 
@@ -78,22 +78,48 @@ def refuse_unless_fits(fit: Fit | None, preset: ResolvedPreset) -> None:
     )
 
 
+def _cpu_vllm_shape(preset: ResolvedPreset) -> ModelShape | None:
+    import json
+
+    from harness.serving.kv_fit import shape_from_config
+    from harness.stacks.local_vllm_cpu import model_folder
+
+    found = model_folder(preset)
+    if found is None:
+        return hf_shape(preset.model)
+    return shape_from_config(json.loads((found[0] / "config.json").read_text()), preset.model,
+                             f"{found[0].name}/config.json")
+
+
 def _cpu_vllm_fit(env: Environment, preset: ResolvedPreset) -> Fit:
     """vLLM's CPU backend: the KV cache is its own fixed space (VLLM_CPU_KVCACHE_SPACE GiB), apart
     from the weights, so one max_model_len sequence must fit in exactly that (vLLM refuses otherwise:
     "... GiB KV cache is needed, which is larger than the available KV cache memory")."""
-    import json
+    from harness.stacks.local_vllm_cpu import kv_gib
 
-    from harness.stacks.local_vllm_cpu import kv_gib, model_folder
-    from harness.serving.kv_fit import shape_from_config
-
-    found = model_folder(preset)
-    if found is None:
-        shape = hf_shape(preset.model)
-    else:
-        shape = shape_from_config(json.loads((found[0] / "config.json").read_text()), preset.model,
-                                  f"{found[0].name}/config.json")
+    shape = _cpu_vllm_shape(preset)
     if shape is not None:
         shape.weights_bytes, shape.weights_source = 0, "weights apart from the CPU KV space"
     return check_fit(shape, max_model_len=preset.max_model_len, gpu_memory_gib=float(kv_gib(env)),
                      utilization=1.0, kv_dtype=str(_arg(preset, "--kv-cache-dtype", "auto")), overhead_gib=0.0)
+
+
+def estimate_against_log(env: Environment, preset: ResolvedPreset, facts: dict) -> dict[str, str]:
+    """The KV formula the fit check uses, against what the engine logged at start: the tokens our
+    formula puts in the KV memory vLLM reported, and how far that is from vLLM's own count. On every
+    vLLM record, so each real serve (a GPU's included) checks the estimate preflight relies on.
+    Empty where the log lacks either line or the model's config is not readable here."""
+    if env.stack not in VLLM_STACKS or "kv_cache_tokens" not in facts or "kv_cache_gib" not in facts:
+        return {}
+    try:
+        cpu = env.stack == "local-vllm" and env.config.get("device") == "cpu"
+        shape = _cpu_vllm_shape(preset) if cpu else _shape(env, preset)
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    logged = int(facts["kv_cache_tokens"])
+    if shape is None or logged <= 0:
+        return {}
+    estimate = kv_tokens(shape, float(facts["kv_cache_gib"]), str(_arg(preset, "--kv-cache-dtype", "auto")),
+                         int(_arg(preset, "--tensor-parallel-size", 1)))
+    return {"kv_cache_tokens_estimate": str(estimate),
+            "kv_estimate_off_pct": f"{100 * (estimate - logged) / logged:+.1f}"}

@@ -30,6 +30,7 @@ from azure.identity import CredentialUnavailableError
 from harness.errors import PreflightError, StackError
 from harness.paths import ProjectPaths
 from harness.record import utcnow
+from harness.serving.vllm_log import kv_facts
 from harness.stacks import azure_arm
 from harness.stacks.azure_arm import ARM_SCOPE, RESOURCE_GROUPS_API, AzureSettings, describe, get_json
 from harness.stacks.azure_logs import CRASH_LOOP, REVISION_FAILED, LogFollower
@@ -143,6 +144,11 @@ class AzureStack:
 
     def fatal_patterns(self) -> tuple[str, ...]:
         return ("EngineCore failed to start", "Engine core initialization failed", CRASH_LOOP, REVISION_FAILED)
+
+    def describe(self, unit: Unit, env: Environment, preset: ResolvedPreset,
+                 log_text: str) -> dict[str, str | list[str]]:
+        """What vLLM logged about its KV cache (the log collected from the revision's creation)."""
+        return kv_facts(log_text)
 
     # -- preflight: nothing bills ----------------------------------------------------------
     def preflight(self, env: Environment, preset: ResolvedPreset) -> GpuCell:

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 
 from harness.errors import PreflightError
+from harness.serving.vllm_log import kv_facts
 from harness.stacks import local_vllm_cpu as cpu
 from harness.stacks.base import GpuCell, Unit
 from harness.stacks.local_process import LocalProcessStack
@@ -89,4 +90,4 @@ class LocalVllmStack(LocalProcessStack):
 
     def describe(self, unit: Unit, env: Environment, preset: ResolvedPreset,
                  log_text: str) -> dict[str, str | list[str]]:
-        return cpu.describe(self, env, preset, log_text) if cpu.is_cpu(env) else {}
+        return cpu.describe(self, env, preset, log_text) if cpu.is_cpu(env) else kv_facts(log_text)

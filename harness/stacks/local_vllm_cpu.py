@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 from pathlib import Path
 
 from harness.embedded import models as embedded
 from harness.errors import PreflightError
+from harness.serving.vllm_log import kv_facts
 from harness.stacks.base import GpuCell
 from harness.vot import render
 from harness.vot.environment import Environment
@@ -39,8 +39,6 @@ DEFAULT_KV_GIB = 2
 # Qwen2.5-Coder-1.5B ran at ~70 tok/s on 2 cores, so the probe's 82k target (65k under a 64k
 # context) would prefill for over 15 min (measured: a launch still in it after 5 min).
 PROBE_LONG_CAP = 4096
-_KV_TOKENS = re.compile(r"CPU KV cache size: (?P<n>[\d,]+) tokens")
-_KV_SPACE = re.compile(r"Explicitly set \((?P<gib>[\d.]+)/[\d.]+\) GiB for KV cache")
 
 
 def is_cpu(env: Environment) -> bool:
@@ -158,8 +156,5 @@ def describe(stack, env: Environment, preset: ResolvedPreset, log_text: str) -> 
     if "--gpu-memory-utilization" in preset.vllm_args:
         facts["gpu_memory_utilization"] = (f"{preset.vllm_args['--gpu-memory-utilization']} passed on: vLLM's CPU "
                                            f"backend reads it as a share of RAM; VLLM_CPU_KVCACHE_SPACE={kv_gib(env)} wins")
-    if m := _KV_TOKENS.search(log_text):
-        facts["kv_cache_tokens"] = m["n"].replace(",", "")
-    if m := _KV_SPACE.search(log_text):
-        facts["kv_cache_gib"] = m["gib"]
+    facts.update(kv_facts(log_text))
     return facts

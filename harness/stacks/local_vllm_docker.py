@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 from harness.errors import PreflightError, StackError
+from harness.serving.vllm_log import kv_facts
 from harness.stacks.base import GpuCell, Unit
 from harness.stacks.ledger import Ledger
 from harness.stacks.local_process import LocalProcessStack
@@ -293,3 +294,7 @@ class LocalVllmDockerStack(LocalProcessStack):
 
     def fatal_patterns(self) -> tuple[str, ...]:
         return ("EngineCore failed to start", "Engine core initialization failed")
+
+    def describe(self, unit: Unit, env: Environment, preset: ResolvedPreset,
+                 log_text: str) -> dict[str, str | list[str]]:
+        return kv_facts(log_text)

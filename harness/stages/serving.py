@@ -14,6 +14,7 @@ from harness.record import RunRecord, SandboxFigures, utcnow
 from harness.sandbox.confine import agent_view
 from harness.sandbox.identity import hand_over
 from harness.serving.engine import identify
+from harness.serving.preflight_fit import estimate_against_log
 from harness.sandbox.proof import must_stay_hidden, prove_unprivileged, prove_view
 from harness.stages.context import LaunchContext
 from harness.units import claim
@@ -82,6 +83,11 @@ def _describe_serving(rec: RunRecord, ctx: LaunchContext) -> None:
     log = ctx.paths.unit_log
     text = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
     rec.serving_config = describe(ctx.unit, pf.env, pf.preset, text)
+    rec.serving_config.update(estimate_against_log(pf.env, pf.preset, rec.serving_config))
+    if "kv_cache_tokens_estimate" in rec.serving_config:
+        c = rec.serving_config
+        ctx.say(f"kv cache: vLLM holds {int(c['kv_cache_tokens']):,} tokens in {c['kv_cache_gib']} GiB; the fit "
+                f"check's formula gives {int(c['kv_cache_tokens_estimate']):,} ({c['kv_estimate_off_pct']} %)")
     if backend := rec.serving_config.get("cpu_backend"):
         ctx.say(f"server: CPU backend {backend} (the variant llama.cpp chose for this CPU)")
     if info := rec.serving_config.get("system_info"):

@@ -173,6 +173,7 @@ def vllm(state: Path, argv: list[str]) -> int:
     def arg(flag: str, default: str) -> str:
         return argv[argv.index(flag) + 1] if flag in argv else default
 
+    engine_started(lambda line: print(line, flush=True), arg("--max-model-len", "65536"))
     os.execv(sys.executable, [sys.executable, "-m", "harness.replay.server", "--trajectory", config["trajectory"],
                               "--host", arg("--host", "127.0.0.1"), "--port", arg("--port", "8000"),
                               "--served-model-name", arg("--served-model-name", argv[1]),
@@ -197,6 +198,15 @@ def engine_failure(emit) -> None:
 
 
 FATAL_EXIT_DELAY_S = 2.0
+
+
+def engine_started(emit, max_model_len: str) -> None:
+    """What a GPU vLLM 0.32 logs about its KV cache once the engine is up (the figures are one A100
+    80 GB's at --gpu-memory-utilization 0.92 for a 27B FP8 model; the stack reads the lines, not them)."""
+    emit("(EngineCore_DP0 pid=2) INFO [gpu_worker.py:298] Available KV cache memory: 31.42 GiB")
+    emit("(EngineCore_DP0 pid=2) INFO [kv_cache_utils.py:1087] GPU KV cache size: 514,752 tokens")
+    emit(f"(EngineCore_DP0 pid=2) INFO [kv_cache_utils.py:1091] Maximum concurrency for {int(max_model_len):,} "
+         f"tokens per request: {514752 / int(max_model_len):.2f}x")
 
 
 # -- containers ----------------------------------------------------------------------------------
@@ -582,6 +592,7 @@ def run_container(state: Path, cid: str) -> int:
         time.sleep(300)
         return finish(0)
     host_port = meta["ports"]["8000/tcp"][0]["HostPort"]
+    engine_started(lambda line: emit("stderr", line + "\n"), arg("--max-model-len", "65536"))
     server = subprocess.Popen(
         [sys.executable, "-m", "harness.replay.server", "--trajectory", config["trajectory"],
          "--host", "127.0.0.1", "--port", host_port, "--served-model-name", arg("--served-model-name", model),
