@@ -23,14 +23,12 @@ ROOT = Path(__file__).resolve().parents[1]
 GPU_LOG = """\
 (APIServer pid=1) INFO 12-02 10:00:01 [api_server.py:1885] vLLM API server version 0.32.0
 (EngineCore_DP0 pid=220) INFO 12-02 10:01:40 [gpu_worker.py:298] Available KV cache memory: 8.11 GiB
-(EngineCore_DP0 pid=220) INFO 12-02 10:01:41 [kv_cache_utils.py:1087] GPU KV cache size: 178,880 tokens
-(EngineCore_DP0 pid=220) INFO 12-02 10:01:41 [kv_cache_utils.py:1091] Maximum concurrency for 32,768 tokens per request: 5.46x
+(EngineCore_DP0 pid=220) INFO 12-02 10:01:41 [kv_cache_utils.py:2327] GPU KV cache size: 178,880 tokens, Maximum concurrency for 32,768 tokens per request: 5.46x
 (APIServer pid=1) INFO:     Application startup complete.
 """
 CPU_LOG = """\
-(EngineCore pid=2) INFO 12-02 16:40:51 [cpu_worker.py:120] Explicitly set (2.00/2.00) GiB for KV cache
-(EngineCore pid=2) INFO 12-02 16:40:51 [kv_cache_utils.py:1087] CPU KV cache size: 74,880 tokens
-(EngineCore pid=2) INFO 12-02 16:40:51 [kv_cache_utils.py:1091] Maximum concurrency for 65,536 tokens per request: 1.14x
+(EngineCore pid=2) INFO 12-02 16:40:51 [cpu_worker.py:258] Explicitly set (2.0/23.47) GiB for KV cache on node 0.
+(EngineCore pid=2) INFO 12-02 16:40:51 [kv_cache_utils.py:2327] CPU KV cache size: 74,880 tokens, Maximum concurrency for 65,536 tokens per request: 1.14x
 """
 QWEN3_235B = {"num_hidden_layers": 94, "num_attention_heads": 64, "num_key_value_heads": 4, "head_dim": 128,
               "hidden_size": 4096, "torch_dtype": "bfloat16"}
@@ -43,7 +41,13 @@ def test_gpu_lines_are_read_with_their_prefixes():
 
 def test_cpu_build_lines_are_read_too():
     facts = kv_facts(CPU_LOG)
-    assert facts["kv_cache_tokens"] == "74880" and facts["kv_cache_device"] == "CPU" and facts["kv_cache_gib"] == "2.00"
+    assert facts["kv_cache_tokens"] == "74880" and facts["kv_cache_device"] == "CPU" and facts["kv_cache_gib"] == "2.0"
+
+
+def test_a_host_sparse_pool_is_named_as_vllm_names_it():
+    line = "INFO [kv_cache_utils.py:2327] GPU + host KV cache size: 1,048,576 tokens, Maximum concurrency for 262,144 tokens per request: 4.00x"
+    assert kv_facts(line) == {"kv_cache_tokens": "1048576", "kv_cache_device": "GPU + host",
+                              "kv_max_concurrency": "4.00x at 262144 tokens per request"}
 
 
 def test_a_log_without_the_lines_gives_nothing_not_a_guess():

@@ -204,9 +204,8 @@ def engine_started(emit, max_model_len: str) -> None:
     """What a GPU vLLM 0.32 logs about its KV cache once the engine is up (the figures are one A100
     80 GB's at --gpu-memory-utilization 0.92 for a 27B FP8 model; the stack reads the lines, not them)."""
     emit("(EngineCore_DP0 pid=2) INFO [gpu_worker.py:298] Available KV cache memory: 31.42 GiB")
-    emit("(EngineCore_DP0 pid=2) INFO [kv_cache_utils.py:1087] GPU KV cache size: 514,752 tokens")
-    emit(f"(EngineCore_DP0 pid=2) INFO [kv_cache_utils.py:1091] Maximum concurrency for {int(max_model_len):,} "
-         f"tokens per request: {514752 / int(max_model_len):.2f}x")
+    emit(f"(EngineCore_DP0 pid=2) INFO [kv_cache_utils.py:2327] GPU KV cache size: 514,752 tokens, Maximum "
+         f"concurrency for {int(max_model_len):,} tokens per request: {514752 / int(max_model_len):.2f}x")
 
 
 # -- containers ----------------------------------------------------------------------------------
