@@ -22,13 +22,13 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from fakes.openai_server import MODEL, FakeOpenAI, text_only  # noqa: E402
 
+from harness.fitness.endpoint import Answer, Endpoint  # noqa: E402
+from harness.fitness.phases.tooluse import check_call  # noqa: E402
 from harness.opencode import config as oc_config  # noqa: E402
 from harness.opencode.binary import find_opencode  # noqa: E402
 from harness.stacks.base import Unit  # noqa: E402
@@ -72,49 +72,30 @@ def capture_request(tmp: Path) -> dict:
     return chats[0]
 
 
-def well_formed(calls: dict[int, dict], tools: dict[str, dict], expected: str) -> tuple[bool, str]:
+def well_formed(calls: list[dict], tools: dict[str, dict], expected: str) -> tuple[bool, str]:
+    """The first call is the expected tool, well formed by the fitness phase's own check."""
     if not calls:
         return False, "no tool_calls"
-    call = calls[min(calls)]
-    name = call.get("name")
-    try:
-        args = json.loads(call.get("arguments") or "")
-    except ValueError:
-        return False, f"{name}: arguments are not JSON"
-    if not isinstance(args, dict):
-        return False, f"{name}: arguments are not an object"
-    if name not in tools:
-        return False, f"unknown tool {name}"
-    missing = [k for k in tools[name].get("parameters", {}).get("required", []) if k not in args]
-    if missing:
-        return False, f"{name}: missing {missing}"
-    return name == expected, name
+    good, why, _ = check_call(calls[0], tools)
+    return good and why == expected, why
 
 
-def ask(base_url: str, request: dict, served: str, text: str, temperature: float | None = None) -> dict:
-    body = {**request, "model": served, "stream": True, "max_tokens": 512,
-            **({"temperature": temperature} if temperature is not None else {}),
-            "messages": [m for m in request["messages"] if m["role"] == "system"] + [{"role": "user", "content": text}]}
-    body.pop("stream_options", None)
-    calls: dict[int, dict] = {}
-    content, timings, finish = "", {}, None
-    with httpx.stream("POST", f"{base_url}/v1/chat/completions", json=body, timeout=httpx.Timeout(1800)) as resp:
-        resp.raise_for_status()
-        for line in resp.iter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
-            timings = chunk.get("timings") or timings
-            for choice in chunk.get("choices", []):
-                delta = choice.get("delta") or {}
-                content += delta.get("content") or ""
-                finish = choice.get("finish_reason") or finish
-                for tc in delta.get("tool_calls") or []:
-                    slot = calls.setdefault(tc.get("index", 0), {"name": "", "arguments": ""})
-                    fn = tc.get("function") or {}
-                    slot["name"] += fn.get("name") or ""
-                    slot["arguments"] += fn.get("arguments") or ""
-    return {"calls": calls, "content": content, "timings": timings, "finish": finish}
+def ask_messages(request: dict, text: str) -> list[dict]:
+    """opencode's system messages, then one ask of ours."""
+    return [m for m in request["messages"] if m["role"] == "system"] + [{"role": "user", "content": text}]
+
+
+def ask_params(request: dict) -> dict:
+    """The rest of opencode's request (tools, tool_choice, sampling...), sent as it sent them;
+    the endpoint sets model, messages and streaming itself."""
+    return {k: v for k, v in request.items() if k not in ("model", "messages", "stream", "stream_options")}
+
+
+def ask(endpoint: Endpoint, request: dict, text: str, temperature: float | None = None) -> Answer:
+    """One streamed ask, folded by the fitness endpoint (the product's own client)."""
+    return endpoint.stream(ask_messages(request, text), **{**ask_params(request), "max_tokens": 512,
+                                                           **({"temperature": temperature} if temperature is not None
+                                                              else {})})
 
 
 SMOKE_ASK = ("run the shell command date and reply with its output", "bash")
@@ -135,17 +116,19 @@ def bench_preset(name: str, request: dict, asks: int, tmp: Path, temperatures: l
         wait_ready(unit, stack.ready_timeout_s, collector)
         collector.drain()
         serving = stack.describe(unit, env, preset, (tmp / f"{name}.log").read_text())
+        endpoint = Endpoint(unit.base_url, unit.served_name, timeout_s=1800)
         plan = [(t, a) for t in temperatures for a in [*ASKS[:asks], *[SMOKE_ASK] * smoke_repeats]]
         for temperature, (text, expected) in plan:
             t0 = time.monotonic()
-            out = ask(unit.base_url, request, unit.served_name, text, temperature)
-            good, what = well_formed(out["calls"], tools, expected)
+            out = ask(endpoint, request, text, temperature)
+            good, what = well_formed(out.calls, tools, expected)
             ok += good
-            t = out["timings"]
-            rows.append({"temperature": temperature, "ask": text, "expected": expected, "ok": good, "got": what, "finish": out["finish"],
+            t = out.timings or {}
+            rows.append({"temperature": temperature, "ask": text, "expected": expected, "ok": good, "got": what,
+                         "finish": out.finish,
                          "wall_s": round(time.monotonic() - t0, 1), "prompt_n": t.get("prompt_n"),
                          "cached_n": t.get("cache_n"), "prefill_tps": t.get("prompt_per_second"),
-                         "decode_tps": t.get("predicted_per_second"), "text": out["content"][:200]})
+                         "decode_tps": t.get("predicted_per_second"), "text": out.content[:200]})
             print(json.dumps(rows[-1]), flush=True)
     finally:
         collector.stop()

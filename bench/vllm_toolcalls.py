@@ -30,13 +30,12 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
-from embedded_toolcalls import ASKS, capture_request, well_formed  # noqa: E402
+from embedded_toolcalls import ASKS, ask_messages, ask_params, capture_request, well_formed  # noqa: E402
 
+from harness.fitness.endpoint import Answer, Endpoint, PhaseError  # noqa: E402
 from harness.stacks.local_vllm import LocalVllmStack  # noqa: E402
 from harness.unitlog import UnitLogCollector, wait_ready  # noqa: E402
 from harness.vot.environment import load_environment  # noqa: E402
@@ -48,67 +47,31 @@ PLUGIN_PARSERS = {"fenced_json": "fenced_json_tool_parser.py"}
 REQUEST_TIMEOUT_S = 600
 
 
-def body_for(request: dict, served: str, text: str, stream: bool, max_tokens: int) -> dict:
-    body = {**request, "model": served, "stream": stream, "max_tokens": max_tokens,
-            "messages": [m for m in request["messages"] if m["role"] == "system"] + [{"role": "user", "content": text}]}
-    body.pop("stream_options", None)
-    if stream:
-        body["stream_options"] = {"include_usage": True}
-    return body
-
-
-def ask_streamed(base_url: str, body: dict) -> dict:
-    calls: dict[int, dict] = {}
-    content, finish, usage, first = "", None, {}, None
+def ask(endpoint: Endpoint, request: dict, text: str, streamed: bool, max_tokens: int) -> dict:
+    """One ask through the fitness endpoint (the product's own client: its stream fold, its
+    non-streamed read), with the wall time, TTFT and decode speed around it; a refused request
+    is a row naming the error, not the end of the bench."""
     t0 = time.monotonic()
-    with httpx.stream("POST", f"{base_url}/v1/chat/completions", json=body, timeout=REQUEST_TIMEOUT_S) as resp:
-        if resp.status_code != 200:
-            return {"calls": {}, "content": "", "finish": f"HTTP {resp.status_code}: {resp.read()[:300]!r}",
-                    "usage": {}, "ttft_s": None, "wall_s": round(time.monotonic() - t0, 1)}
-        for line in resp.iter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
-            usage = chunk.get("usage") or usage
-            for choice in chunk.get("choices", []):
-                delta = choice.get("delta") or {}
-                if first is None and (delta.get("content") or delta.get("tool_calls")):
-                    first = time.monotonic()
-                content += delta.get("content") or ""
-                finish = choice.get("finish_reason") or finish
-                for tc in delta.get("tool_calls") or []:
-                    slot = calls.setdefault(tc.get("index", 0), {"name": "", "arguments": ""})
-                    fn = tc.get("function") or {}
-                    slot["name"] += fn.get("name") or ""
-                    slot["arguments"] += fn.get("arguments") or ""
-    end = time.monotonic()
-    return {"calls": calls, "content": content, "finish": finish, "usage": usage,
-            "ttft_s": round(first - t0, 2) if first else None, "wall_s": round(end - t0, 1),
-            "decode_tps": round((usage.get("completion_tokens", 0) - 1) / (end - first), 2)
-            if first and end > first and usage.get("completion_tokens", 0) > 1 else None}
+    try:
+        answer = (endpoint.stream if streamed else endpoint.chat)(ask_messages(request, text),
+                                                                  **{**ask_params(request), "max_tokens": max_tokens})
+    except PhaseError as exc:
+        answer = Answer(finish=str(exc)[:300])
+    wall = time.monotonic() - t0
+    out = {"answer": answer, "wall_s": round(wall, 1), "usage": answer.usage or {}, "ttft_s": None, "decode_tps": None}
+    if streamed and answer.ttft_s is not None:
+        out["ttft_s"] = round(answer.ttft_s, 2)
+        tokens = out["usage"].get("completion_tokens", 0)
+        if tokens > 1 and wall > answer.ttft_s:
+            out["decode_tps"] = round((tokens - 1) / (wall - answer.ttft_s), 2)
+    return out
 
 
-def ask_plain(base_url: str, body: dict) -> dict:
-    t0 = time.monotonic()
-    resp = httpx.post(f"{base_url}/v1/chat/completions", json=body, timeout=REQUEST_TIMEOUT_S)
-    wall = round(time.monotonic() - t0, 1)
-    if resp.status_code != 200:
-        return {"calls": {}, "content": "", "finish": f"HTTP {resp.status_code}: {resp.text[:300]}", "usage": {},
-                "wall_s": wall}
-    choice = resp.json()["choices"][0]
-    msg = choice.get("message") or {}
-    calls = {i: {"name": (tc.get("function") or {}).get("name") or "",
-                 "arguments": (tc.get("function") or {}).get("arguments") or ""}
-             for i, tc in enumerate(msg.get("tool_calls") or [])}
-    return {"calls": calls, "content": msg.get("content") or "", "finish": choice.get("finish_reason"),
-            "usage": resp.json().get("usage") or {}, "wall_s": wall}
-
-
-def classify(out: dict) -> tuple[bool, bool]:
+def classify(answer: Answer) -> tuple[bool, bool]:
     """(leak, raw): call syntax left in content beside a parsed call; a call the parser missed."""
-    text = out["content"] or ""
+    text = answer.content or ""
     has_syntax = any(s in text for s in SYNTAX) or ('"name"' in text and "{" in text)
-    return bool(out["calls"]) and has_syntax, not out["calls"] and has_syntax
+    return bool(answer.calls) and has_syntax, not answer.calls and has_syntax
 
 
 def parse_variant(spec: str) -> tuple[str, str | None]:
@@ -145,19 +108,19 @@ def bench_variant(spec: str, preset_name: str, request: dict, asks: list, tmp: P
         ready_s = round(time.monotonic() - t_start, 1)
         collector.drain()
         serving = stack.describe(unit, env, preset, log.read_text())
+        endpoint = Endpoint(unit.base_url, unit.served_name, timeout_s=REQUEST_TIMEOUT_S)
         for text, expected in asks:
             for mode in modes:
-                body = body_for(request, unit.served_name, text, mode == "streamed", max_tokens)
-                out = (ask_streamed if mode == "streamed" else ask_plain)(unit.base_url, body)
-                good, what = well_formed(out["calls"], tools, expected)
-                leak, raw = classify(out)
+                out = ask(endpoint, request, text, mode == "streamed", max_tokens)
+                answer = out["answer"]
+                good, what = well_formed(answer.calls, tools, expected)
+                leak, raw = classify(answer)
                 rows.append({"variant": spec, "mode": mode, "ask": text, "expected": expected, "ok": good,
-                             "got": what, "leak": leak, "raw": raw, "finish": out["finish"],
-                             "wall_s": out["wall_s"], "ttft_s": out.get("ttft_s"),
-                             "decode_tps": out.get("decode_tps"),
+                             "got": what, "leak": leak, "raw": raw, "finish": answer.finish,
+                             "wall_s": out["wall_s"], "ttft_s": out["ttft_s"], "decode_tps": out["decode_tps"],
                              "prompt_tokens": out["usage"].get("prompt_tokens"),
                              "completion_tokens": out["usage"].get("completion_tokens"),
-                             "calls": list(out["calls"].values())[:2], "text": out["content"][:300]})
+                             "calls": answer.calls[:2], "text": answer.content[:300]})
                 print(json.dumps(rows[-1]), flush=True)
     finally:
         collector.stop()

@@ -36,6 +36,8 @@ class Answer:
     calls: list[dict[str, str]] = field(default_factory=list)  # [{name, arguments (raw text)}]
     finish: str | None = None
     usage: dict[str, Any] | None = None
+    ttft_s: float | None = None  # streamed: seconds to the first generated delta (text, reasoning or a call)
+    timings: dict[str, Any] | None = None  # llama.cpp's own per-request timings (prefill and decode speed)
 
 
 @dataclass
@@ -97,7 +99,8 @@ class Endpoint:
                   "arguments": (tc.get("function") or {}).get("arguments") or ""}
                  for tc in msg.get("tool_calls") or []]
         return self._answered(Answer(msg.get("content") or "", msg.get("reasoning_content") or msg.get("reasoning")
-                                     or "", calls, choice.get("finish_reason"), data.get("usage")))
+                                     or "", calls, choice.get("finish_reason"), data.get("usage"),
+                                     timings=data.get("timings")))
 
     def stream(self, messages: list[dict], **extra: Any) -> Answer:
         """One streamed chat completion, its deltas folded the way an OpenAI client folds them."""
@@ -116,7 +119,7 @@ class Endpoint:
 
     def _stream_once(self, body: dict[str, Any], retrier: Retrier) -> Answer:
         """One streamed attempt; `_Again` when its status is retried (only before any chunk was read)."""
-        answer, slots = Answer(), {}
+        answer, slots, t0 = Answer(), {}, time.monotonic()
         with httpx.stream("POST", f"{self.base_url}/v1/chat/completions", json=body, headers=self.headers(),
                           timeout=self.timeout_s) as resp:
             if resp.status_code != 200:
@@ -139,8 +142,12 @@ class Endpoint:
                 if chunk.get("error"):
                     raise PhaseError(f"the stream carried an error: {json.dumps(chunk['error'])[:BODY_QUOTE]}")
                 answer.usage = chunk.get("usage") or answer.usage
+                answer.timings = chunk.get("timings") or answer.timings
                 for choice in chunk.get("choices") or []:
                     delta = choice.get("delta") or {}
+                    if answer.ttft_s is None and any(delta.get(k) for k in (
+                            "content", "reasoning_content", "reasoning", "tool_calls")):
+                        answer.ttft_s = time.monotonic() - t0
                     answer.content += delta.get("content") or ""
                     answer.reasoning += delta.get("reasoning_content") or delta.get("reasoning") or ""
                     answer.finish = choice.get("finish_reason") or answer.finish

@@ -63,10 +63,11 @@ ASKS = [
 _TEXT_CALL = re.compile(r"<tool_call>|<function[=>]|\"name\"\s*:\s*\"(" + "|".join(TOOL_SPECS) + r")\"")
 
 
-def check_call(call: dict[str, str]) -> tuple[bool, str, Any]:
-    """(well formed, why, parsed arguments)."""
+def check_call(call: dict[str, str], specs: dict[str, dict[str, Any]] = TOOL_SPECS) -> tuple[bool, str, Any]:
+    """(well formed, why, parsed arguments): a tool of `specs` (name → function spec), arguments a
+    JSON object holding that tool's required keys."""
     name = call.get("name") or ""
-    if name not in TOOL_SPECS:
+    if name not in specs:
         return False, f"unknown tool {name!r}", None
     try:
         args = json.loads(call.get("arguments") or "")
@@ -74,7 +75,7 @@ def check_call(call: dict[str, str]) -> tuple[bool, str, Any]:
         return False, f"{name}: arguments are not JSON: {(call.get('arguments') or '')[:120]!r}", None
     if not isinstance(args, dict):
         return False, f"{name}: arguments are not a JSON object", args
-    missing = [k for k in TOOL_SPECS[name]["parameters"]["required"] if k not in args]
+    missing = [k for k in (specs[name].get("parameters") or {}).get("required", []) if k not in args]
     if missing:
         return False, f"{name}: missing required {', '.join(missing)}", args
     return True, name, args
