@@ -49,7 +49,10 @@ REQUEST_TIMEOUT_S = 600
 
 def ask(endpoint: Endpoint, request: dict, text: str, streamed: bool, max_tokens: int) -> dict:
     """One ask through the fitness endpoint (the product's own client: its stream fold, its
-    non-streamed read), with the wall time, TTFT and decode speed around it; a refused request
+    non-streamed read), with its wall time and, streamed, the time to the first generated delta —
+    what opencode waits before it sees anything. No decode rate: a parser that holds text back
+    until a call parses (`fenced_json`) sends the whole call in one delta at the end, so the
+    client cannot time decoding (the launch's probe measures it on plain text). A refused request
     is a row naming the error, not the end of the bench."""
     t0 = time.monotonic()
     try:
@@ -57,14 +60,8 @@ def ask(endpoint: Endpoint, request: dict, text: str, streamed: bool, max_tokens
                                                                   **{**ask_params(request), "max_tokens": max_tokens})
     except PhaseError as exc:
         answer = Answer(finish=str(exc)[:300])
-    wall = time.monotonic() - t0
-    out = {"answer": answer, "wall_s": round(wall, 1), "usage": answer.usage or {}, "ttft_s": None, "decode_tps": None}
-    if streamed and answer.ttft_s is not None:
-        out["ttft_s"] = round(answer.ttft_s, 2)
-        tokens = out["usage"].get("completion_tokens", 0)
-        if tokens > 1 and wall > answer.ttft_s:
-            out["decode_tps"] = round((tokens - 1) / (wall - answer.ttft_s), 2)
-    return out
+    ttft = round(answer.ttft_s, 2) if answer.ttft_s is not None else None
+    return {"answer": answer, "wall_s": round(time.monotonic() - t0, 1), "usage": answer.usage or {}, "ttft_s": ttft}
 
 
 def classify(answer: Answer) -> tuple[bool, bool]:
@@ -117,7 +114,7 @@ def bench_variant(spec: str, preset_name: str, request: dict, asks: list, tmp: P
                 leak, raw = classify(answer)
                 rows.append({"variant": spec, "mode": mode, "ask": text, "expected": expected, "ok": good,
                              "got": what, "leak": leak, "raw": raw, "finish": answer.finish,
-                             "wall_s": out["wall_s"], "ttft_s": out["ttft_s"], "decode_tps": out["decode_tps"],
+                             "wall_s": out["wall_s"], "ttft_s": out["ttft_s"],
                              "prompt_tokens": out["usage"].get("prompt_tokens"),
                              "completion_tokens": out["usage"].get("completion_tokens"),
                              "calls": answer.calls[:2], "text": answer.content[:300]})
