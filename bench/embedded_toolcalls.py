@@ -93,9 +93,10 @@ def ask_params(request: dict) -> dict:
 
 def ask(endpoint: Endpoint, request: dict, text: str, temperature: float | None = None) -> Answer:
     """One streamed ask, folded by the fitness endpoint (the product's own client)."""
-    return endpoint.stream(ask_messages(request, text), **{**ask_params(request), "max_tokens": 512,
-                                                           **({"temperature": temperature} if temperature is not None
-                                                              else {})})
+    params = {**ask_params(request), "max_tokens": 512}
+    if temperature is not None:
+        params["temperature"] = temperature
+    return endpoint.stream(ask_messages(request, text), **params)
 
 
 SMOKE_ASK = ("run the shell command date and reply with its output", "bash")

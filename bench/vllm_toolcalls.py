@@ -47,21 +47,20 @@ PLUGIN_PARSERS = {"fenced_json": "fenced_json_tool_parser.py"}
 REQUEST_TIMEOUT_S = 600
 
 
-def ask(endpoint: Endpoint, request: dict, text: str, streamed: bool, max_tokens: int) -> dict:
+def ask(endpoint: Endpoint, request: dict, text: str, streamed: bool, max_tokens: int) -> tuple[Answer, float]:
     """One ask through the fitness endpoint (the product's own client: its stream fold, its
-    non-streamed read), with its wall time and, streamed, the time to the first generated delta —
-    what opencode waits before it sees anything. No decode rate: a parser that holds text back
-    until a call parses (`fenced_json`) sends the whole call in one delta at the end, so the
-    client cannot time decoding (the launch's probe measures it on plain text). A refused request
-    is a row naming the error, not the end of the bench."""
+    non-streamed read) and its wall time; streamed, the answer carries the time to the first
+    generated delta — what opencode waits before it sees anything. No decode rate: a parser that
+    holds text back until a call parses (`fenced_json`) sends the whole call in one delta at the
+    end, so the client cannot time decoding (the launch's probe measures it on plain text). A
+    refused request is a row naming the error, not the end of the bench."""
     t0 = time.monotonic()
     try:
         answer = (endpoint.stream if streamed else endpoint.chat)(ask_messages(request, text),
                                                                   **{**ask_params(request), "max_tokens": max_tokens})
     except PhaseError as exc:
         answer = Answer(finish=str(exc)[:300])
-    ttft = round(answer.ttft_s, 2) if answer.ttft_s is not None else None
-    return {"answer": answer, "wall_s": round(time.monotonic() - t0, 1), "usage": answer.usage or {}, "ttft_s": ttft}
+    return answer, time.monotonic() - t0
 
 
 def classify(answer: Answer) -> tuple[bool, bool]:
@@ -108,15 +107,16 @@ def bench_variant(spec: str, preset_name: str, request: dict, asks: list, tmp: P
         endpoint = Endpoint(unit.base_url, unit.served_name, timeout_s=REQUEST_TIMEOUT_S)
         for text, expected in asks:
             for mode in modes:
-                out = ask(endpoint, request, text, mode == "streamed", max_tokens)
-                answer = out["answer"]
+                answer, wall_s = ask(endpoint, request, text, mode == "streamed", max_tokens)
                 good, what = well_formed(answer.calls, tools, expected)
                 leak, raw = classify(answer)
+                usage = answer.usage or {}
                 rows.append({"variant": spec, "mode": mode, "ask": text, "expected": expected, "ok": good,
                              "got": what, "leak": leak, "raw": raw, "finish": answer.finish,
-                             "wall_s": out["wall_s"], "ttft_s": out["ttft_s"],
-                             "prompt_tokens": out["usage"].get("prompt_tokens"),
-                             "completion_tokens": out["usage"].get("completion_tokens"),
+                             "wall_s": round(wall_s, 1),
+                             "ttft_s": round(answer.ttft_s, 2) if answer.ttft_s is not None else None,
+                             "prompt_tokens": usage.get("prompt_tokens"),
+                             "completion_tokens": usage.get("completion_tokens"),
                              "calls": answer.calls[:2], "text": answer.content[:300]})
                 print(json.dumps(rows[-1]), flush=True)
     finally:
