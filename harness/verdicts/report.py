@@ -1,26 +1,39 @@
-"""The observation report contract, and its parser.
+"""The observation report contract, and its parser (the fallback when there is no findings.json).
 
 `report.md` has YAML front matter (services, window start/end, mode) and two graded
 parts: an *Anomalies* table (`| # | Finding | Kind | Severity | Evidence |`) and
 *Telemetry gaps* bullets. Each table row and each bullet is one finding, numbered as
-the report numbers it (gaps as G1, G2, ... unless the bullet gives its own id). A
-report that misses the contract is parsed as far as it goes: what could not be read
-is listed in `problems`, never raised, so a person can still rule it.
+the report numbers it (gaps as G1, G2, ... unless the bullet gives its own id).
+
+The structure (headings, tables, lists, code fences, HTML blocks) is read with
+markdown-it-py, never with line regexes; a table's cells are then split from its own
+source lines (a pipe inside backticks stays in its cell, as people write SQL). Headings and
+columns are matched by meaning ("Issues", "Evidence (query → result)", "Root cause"), not
+exact text. Whatever misses the contract is parsed as far as it goes and named in
+`problems` (a repeated number, a fenced or HTML table, an oversized cell, too many rows),
+never raised: everything the agent wrote is hostile input.
 """
 
 from __future__ import annotations
 
 import re
+from html.parser import HTMLParser
 from pathlib import Path
 
 import yaml
 from pydantic import BaseModel, Field
 
 KINDS = ("Telemetry", "Perf", "Behavior")
+DIRECTIONS = ("higher", "lower", "absent", "present")
 _KIND_ALIASES = {"telemetry": "Telemetry", "perf": "Perf", "performance": "Perf", "behavior": "Behavior",
-                 "behaviour": "Behavior", "bug": "Behavior", "error": "Behavior", "errors": "Behavior"}
-_HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
-_GAP_ID = re.compile(r"^\s*(?:\*\*)?(?P<id>G\d+)(?:\*\*)?\s*[.:)\-–—]\s*(?:\*\*)?\s*", re.IGNORECASE)
+                 "behaviour": "Behavior", "bug": "Behavior", "error": "Behavior", "errors": "Behavior",
+                 "observability": "Telemetry", "latency": "Perf", "correctness": "Behavior"}
+_GAP_ID = re.compile(r"^\s*(?:\*\*)?(?P<id>G\d{1,4})(?:\*\*)?\s*[.:)\-–—]\s*(?:\*\*)?\s*", re.IGNORECASE)
+
+MAX_FINDINGS = 1000  # rows and bullets parsed; more is a named problem (they are not read)
+CELL_CAP = 4000  # characters of one cell or bullet read; a longer one is a named problem (never held up)
+TEXT_CAP = 2_000_000  # characters of a report read at all
+_NUMBER_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,11}$")
 
 
 class Finding(BaseModel):
@@ -30,12 +43,17 @@ class Finding(BaseModel):
     severity: str | None = None
     evidence: str = ""
     section: str  # "anomalies" | "gaps"
+    code: str = ""  # the accused code when the report gives it apart (a Location column, a record's fields)
+    direction: str | None = None  # a structured record's stated direction against a healthy system
+    queries: list[dict] | None = None  # a structured record's cited queries: [{"query", "read"}]
+    problem: str | None = None  # why this finding cannot hold up whatever it cites (oversized ...)
 
 
 class Report(BaseModel):
     front_matter: dict = Field(default_factory=dict)
     findings: list[Finding] = Field(default_factory=list)
     problems: list[str] = Field(default_factory=list)
+    source: str = "report.md"  # or "findings.json"
 
     @property
     def window(self) -> tuple[str, str] | None:
@@ -44,21 +62,22 @@ class Report(BaseModel):
 
 
 def normalise_kind(text: str) -> str | None:
-    return _KIND_ALIASES.get(text.strip().strip("*_`").lower())
+    return _KIND_ALIASES.get((text or "").strip().strip("*_`\"' ").lower())
 
 
 def _front_matter(text: str, problems: list[str]) -> tuple[dict, str]:
-    if not text.startswith("---"):
+    stripped = text.lstrip("\ufeff \t\r\n")
+    if not stripped.startswith("---"):
         problems.append("no front matter (a `---` block with services, window, mode)")
         return {}, text
-    end = text.find("\n---", 3)
+    end = stripped.find("\n---", 3)
     if end < 0:
         problems.append("front matter is not closed by a `---` line")
         return {}, text
     try:
-        data = yaml.safe_load(text[3:end]) or {}
+        data = yaml.safe_load(stripped[3:end]) or {}
     except yaml.YAMLError as exc:
-        problems.append(f"front matter is not valid YAML: {exc}")
+        problems.append(f"front matter is not valid YAML: {str(exc).splitlines()[0]}")
         data = {}
     if not isinstance(data, dict):
         problems.append("front matter is not a mapping")
@@ -66,34 +85,56 @@ def _front_matter(text: str, problems: list[str]) -> tuple[dict, str]:
     for key in ("services", "window", "mode"):
         if key not in data:
             problems.append(f"front matter lacks `{key}`")
-    return data, text[end + 4:]
+    return data, stripped[end + 4:]
 
 
-def _sections(body: str) -> dict[str, list[str]]:
-    """Lines under each heading, keyed by the heading's lower-cased text."""
-    sections: dict[str, list[str]] = {}
-    current = None
-    for line in body.splitlines():
-        match = _HEADING.match(line)
-        if match:
-            current = match.group(2).strip().lower()
-            sections.setdefault(current, [])
-        elif current is not None:
-            sections[current].append(line)
-    return sections
+# --- columns and headings by meaning ------------------------------------------------------
+
+# Checked in this order: "Evidence (query → result)" is evidence, "Root cause (code)" is code.
+_ROLES = (
+    ("number", re.compile(r"^(#|no\.?|nr\.?|n|id|num|number|ref)$")),
+    ("evidence", re.compile(r"evidence|proof|quer(y|ies)|observ|measure|result|telemetry|\bdata\b|\bsql\b")),
+    ("code", re.compile(r"\bcode\b|location|\bfile\b|\bwhere\b|root.?cause|\bcause\b|function|source")),
+    ("kind", re.compile(r"^(kind|type|category|class|signal)\b")),
+    ("severity", re.compile(r"severity|\bsev\b|impact|priority")),
+    ("finding", re.compile(r"finding|anomal|issue|problem|description|what|claim|symptom|title|summary|defect|bug")),
+)
 
 
-def _find(sections: dict[str, list[str]], word: str) -> list[str] | None:
-    for title, lines in sections.items():
-        if word in title:
-            return lines
+def column_roles(header: list[str]) -> dict[str, int]:
+    """Each role's column, from the header's words: the first column a role's pattern meets."""
+    roles: dict[str, int] = {}
+    for i, cell in enumerate(header):
+        name = " ".join(re.sub(r"[*_`]", "", cell).lower().split())
+        for role, pattern in _ROLES:
+            if role not in roles and pattern.search(name):
+                roles[role] = i
+                break
+    return roles
+
+
+_ANOMALY_HEADING = re.compile(r"anomal|finding|issue|problem|defect|bug")
+_GAP_HEADING = re.compile(r"\bgaps?\b|blind.?spot|missing telemetry|telemetry (holes|gaps?)")
+
+
+def _heading_role(title: str) -> str | None:
+    low = title.lower()
+    if _GAP_HEADING.search(low):
+        return "gaps"
+    if _ANOMALY_HEADING.search(low):
+        return "anomalies"
     return None
 
+
+# --- cells ------------------------------------------------------------------------------
 
 def _cells(line: str) -> list[str]:
     # Split on pipes that are not escaped (`\|` inside evidence) and not inside backticks.
     cells, buf, in_code, prev = [], [], False, ""
-    for ch in line.strip().strip("|"):
+    body = line.strip()
+    body = body[1:] if body.startswith("|") else body
+    body = body[:-1] if body.endswith("|") and not body.endswith("\\|") else body
+    for ch in body:
         if ch == "`":
             in_code = not in_code
         if ch == "|" and not in_code and prev != "\\":
@@ -106,30 +147,158 @@ def _cells(line: str) -> list[str]:
     return [c.replace("\\|", "|") for c in cells]
 
 
-def _anomalies(lines: list[str], problems: list[str]) -> list[Finding]:
-    rows = [line for line in lines if line.strip().startswith("|")]
+def _is_separator(cells: list[str]) -> bool:
+    return all(set(c) <= set("-: ") for c in cells) and any("-" in c for c in cells)
+
+
+class _HTMLTable(HTMLParser):
+    """The rows of HTML tables as cell texts; `<code>` kept as backticks, so cited queries stay cited."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.rows: list[list[str]] = []
+        self._row: list[str] | None = None
+        self._cell: list[str] | None = None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "tr":
+            self._row = []
+        elif tag in ("td", "th") and self._row is not None:
+            self._cell = []
+        elif tag == "code" and self._cell is not None:
+            self._cell.append("`")
+        elif tag == "br" and self._cell is not None:
+            self._cell.append(" ")
+
+    def handle_endtag(self, tag):
+        if tag == "code" and self._cell is not None:
+            self._cell.append("`")
+        elif tag in ("td", "th") and self._row is not None and self._cell is not None:
+            self._row.append(" ".join("".join(self._cell).split()))
+            self._cell = None
+        elif tag == "tr" and self._row is not None:
+            self.rows.append(self._row)
+            self._row = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+def _html_rows(html: str) -> list[list[str]]:
+    parser = _HTMLTable()
+    try:
+        parser.feed(html)
+        parser.close()
+    except Exception:  # noqa: BLE001 - malformed HTML is read as far as it goes
+        pass
+    return parser.rows
+
+
+# --- the document's blocks ----------------------------------------------------------------
+
+def _blocks(body: str, problems: list[str]) -> list[tuple[str, str | None, object]]:
+    """(kind, the section role it sits under, payload) in document order: kind "table" (rows
+    of cells), "list" (item texts)."""
+    from markdown_it import MarkdownIt
+
+    md = MarkdownIt("commonmark", {"html": True}).enable("table")
+    lines = body.splitlines()
+    tokens = md.parse(body)
+    out: list[tuple[str, str | None, object]] = []
+    role: str | None = None
+    i = 0
+    while i < len(tokens):
+        t = tokens[i]
+        if t.type == "heading_open":
+            title = tokens[i + 1].content if i + 1 < len(tokens) else ""
+            role = _heading_role(title) or (role if t.tag in ("h4", "h5", "h6") else None)
+            i += 3
+            continue
+        if t.type == "table_open" and t.map:
+            rows = [_cells(line) for line in lines[t.map[0]:t.map[1]] if line.strip()]
+            out.append(("table", role, [r for r in rows if not _is_separator(r)]))
+            i = _skip(tokens, i, "table_close")
+            continue
+        if t.type == "fence" and "|" in t.content:
+            rows = [_cells(line) for line in t.content.splitlines() if line.strip().startswith("|")]
+            if len(rows) >= 2:
+                problems.append("a table sits inside a code fence; it was read as a table (write it as plain markdown)")
+                out.append(("table", role, [r for r in rows if not _is_separator(r)]))
+        elif t.type == "html_block" and "<table" in t.content.lower():
+            # An HTML block ends at a blank line: take the source up to </table>.
+            start = t.map[0] if t.map else 0
+            end = next((k + 1 for k in range(start, len(lines)) if "</table" in lines[k].lower()), len(lines))
+            rows = _html_rows("\n".join(lines[start:end]))
+            if rows:
+                problems.append("an HTML table was read as the findings table (write it as a markdown table)")
+                out.append(("table", role, rows))
+        elif t.type == "paragraph_open" and t.map and t.level == 0:
+            src = [x for x in lines[t.map[0]:t.map[1]] if x.strip()]
+            if len(src) >= 2 and all(x.lstrip().startswith("|") for x in src):
+                problems.append("a table's separator row is malformed; its rows were read as a table")
+                out.append(("table", role, [r for r in (_cells(x) for x in src) if not _is_separator(r)]))
+        elif t.type in ("bullet_list_open", "ordered_list_open") and t.level == 0:
+            close = t.type.replace("_open", "_close")
+            end = _skip(tokens, i, close)
+            items = []
+            for k in range(i, end):
+                if tokens[k].type == "list_item_open" and tokens[k].level == t.level + 1 and tokens[k].map:
+                    a, b = tokens[k].map
+                    src = " ".join(x.strip() for x in lines[a:b] if x.strip())
+                    items.append(re.sub(r"^(?:[-*+]|\d+[.)])\s+", "", src))
+            out.append(("list", role, items))
+            i = end
+            continue
+        i += 1
+    return out
+
+
+def _skip(tokens, i: int, close: str) -> int:
+    level = tokens[i].level
+    for k in range(i + 1, len(tokens)):
+        if tokens[k].type == close and tokens[k].level == level:
+            return k + 1
+    return len(tokens)
+
+
+# --- findings -----------------------------------------------------------------------------
+
+def _capped(text: str, what: str, problems: list[str]) -> tuple[str, str | None]:
+    if len(text) <= CELL_CAP:
+        return text, None
+    why = f"its {what} is {len(text):,} characters, over the {CELL_CAP:,} read"
+    return text[:CELL_CAP], why
+
+
+def _table_findings(rows: list[list[str]], problems: list[str], first: bool) -> list[Finding]:
     if not rows:
-        problems.append("the Anomalies section has no table")
         return []
-    header = [c.lower() for c in _cells(rows[0])]
-    expected = ["#", "finding", "kind", "severity", "evidence"]
-    if header[:5] != expected:
-        problems.append(f"Anomalies table columns are {header}, expected {expected}")
-    col = {name: header.index(name) for name in expected if name in header}
+    header = rows[0]
+    roles = column_roles(header)
+    if "finding" not in roles:
+        problems.append(f"a table's columns are {[h.lower() for h in header]}: none says what the finding is")
+        return []
+    missing = [r for r in ("number", "kind", "severity", "evidence") if r not in roles]
+    if missing and first:
+        problems.append(f"Anomalies table columns are {[h.lower() for h in header]}, expected "
+                        f"['#', 'finding', 'kind', 'severity', 'evidence'] (no {', '.join(missing)} column)")
     findings = []
-    for i, line in enumerate(rows[1:], start=1):
-        cells = _cells(line)
-        if all(set(c) <= set("-: ") for c in cells):
-            continue  # the separator row
-        get = lambda name: cells[col[name]] if name in col and col[name] < len(cells) else ""  # noqa: E731
-        number = get("#").strip("*") or str(i)
+    for i, cells in enumerate(rows[1:], start=1):
+        def get(role: str) -> str:
+            return cells[roles[role]] if role in roles and roles[role] < len(cells) else ""
+        number = get("number").strip("*_` ") or str(i)
         kind_text = get("kind")
         kind = normalise_kind(kind_text)
         if kind is None:
-            problems.append(f"anomaly {number}: kind '{kind_text}' is not one of {', '.join(KINDS)}")
-        findings += _subfindings(Finding(number=number, text=get("finding"), kind=kind,
-                                         severity=get("severity") or None, evidence=get("evidence"),
-                                         section="anomalies"))
+            problems.append(f"anomaly {number[:12]}: kind '{kind_text[:40]}' is not one of {', '.join(KINDS)}")
+        text, why_t = _capped(get("finding"), "Finding cell", problems)
+        evidence, why_e = _capped(get("evidence"), "Evidence cell", problems)
+        code, why_c = _capped(get("code"), "code cell", problems)
+        problem = why_t or why_e or why_c
+        row = Finding(number=number, text=text, kind=kind, severity=get("severity")[:40] or None,
+                      evidence=evidence, code=code, section="anomalies", problem=problem)
+        findings += _subfindings(row)
     return findings
 
 
@@ -151,7 +320,7 @@ def _subfindings(row: Finding) -> list[Finding]:
     """A row that lists sub-findings (`8a) ... 8b) ...`) is one finding per sub-finding, each with
     its own verdict: numbered 8a, 8b; each with the Evidence cell's part of the same letter when
     the cell is split the same way, else the whole cell."""
-    if not row.number.isdigit():
+    if not row.number.isdigit() or len(row.number) > 6:
         return [row]
     marks = _sub_marks(row.number, row.text)
     if len(marks) < 2:
@@ -163,38 +332,82 @@ def _subfindings(row: Finding) -> list[Finding]:
                                    "evidence": evidence.get(n, row.evidence)}) for n, t in texts.items()]
 
 
-def _gaps(lines: list[str]) -> list[Finding]:
+def _gap_findings(items: list[str], start: int, problems: list[str]) -> list[Finding]:
     findings: list[Finding] = []
-    for line in lines:
-        match = re.match(r"^\s*(?:[-*+]|\d+[.)])\s+(.*)$", line)
-        if match:
-            text = match.group(1).strip()
-            gid = _GAP_ID.match(text)
-            number = gid.group("id").upper() if gid else f"G{len(findings) + 1}"
-            text = text[gid.end():].strip() if gid else text
-            findings.append(Finding(number=number, text=text, kind="Telemetry", section="gaps"))
-        elif findings and line.strip() and line.startswith((" ", "\t")):
-            findings[-1].text += " " + line.strip()  # a wrapped bullet
+    for item in items:
+        gid = _GAP_ID.match(item)
+        number = gid.group("id").upper() if gid else f"G{start + len(findings) + 1}"
+        text, why = _capped(item[gid.end():].strip() if gid else item.strip(), "bullet", problems)
+        if text:
+            findings.append(Finding(number=number, text=text, kind="Telemetry", section="gaps", problem=why))
     return findings
+
+
+def _unique_numbers(findings: list[Finding], problems: list[str]) -> list[Finding]:
+    """Every finding keeps a number of its own: an odd one is replaced by its position, a repeated
+    one becomes `3-2`, `3-3` (each still ruled, each counted)."""
+    seen: set[str] = set()
+    out = []
+    for pos, f in enumerate(findings, start=1):
+        number = f.number
+        if not _NUMBER_OK.match(number):
+            problems.append(f"finding number '{number[:20]}' is not a short id; it is ruled as {pos}")
+            number = str(pos)
+        if number in seen:
+            k = 2
+            while f"{number}-{k}" in seen:
+                k += 1
+            problems.append(f"finding number {number} appears more than once; this one is ruled as {number}-{k}")
+            number = f"{number}-{k}"
+        seen.add(number)
+        out.append(f if number == f.number else f.model_copy(update={"number": number}))
+    return out
 
 
 def parse_report(text: str) -> Report:
     problems: list[str] = []
+    if len(text) > TEXT_CAP:
+        problems.append(f"the report is {len(text):,} characters; only the first {TEXT_CAP:,} are read")
+        text = text[:TEXT_CAP]
     front, body = _front_matter(text, problems)
-    sections = _sections(body)
     findings: list[Finding] = []
-    anomalies = _find(sections, "anomal")
-    if anomalies is None:
-        problems.append("no Anomalies section")
-    else:
-        findings += _anomalies(anomalies, problems)
-    gaps = _find(sections, "telemetry gap")
-    if gaps is None:
+    saw_anomalies = saw_gaps = False
+    gap_count = 0
+    for kind, role, payload in _blocks(body, problems):
+        if kind == "table" and role != "gaps":
+            rows = payload  # type: ignore[assignment]
+            roles = column_roles(rows[0]) if rows else {}
+            # A table under an Anomalies heading, or any table that has a finding and an evidence
+            # column (a title heading above it, or a heading worded otherwise).
+            if role == "anomalies" or ("finding" in roles and "evidence" in roles):
+                findings += _table_findings(rows, problems, first=not saw_anomalies)
+                saw_anomalies = True
+        elif kind == "list" and role == "gaps":
+            saw_gaps = True
+            gaps = _gap_findings(payload, gap_count, problems)  # type: ignore[arg-type]
+            gap_count += len(gaps)
+            findings += gaps
+        elif kind == "table" and role == "gaps":
+            saw_gaps = True
+    if not saw_anomalies:
+        if any(_heading_role(m) == "anomalies" for m in re.findall(r"(?m)^#{1,6}\s+(.*)$", body)):
+            problems.append("the Anomalies section has no table")
+        else:
+            problems.append("no Anomalies section")
+    if not saw_gaps and not any(_heading_role(m) == "gaps" for m in re.findall(r"(?m)^#{1,6}\s+(.*)$", body)):
         problems.append("no Telemetry gaps section")
-    else:
-        findings += _gaps(gaps)
-    return Report(front_matter=front, findings=findings, problems=problems)
+    if len(findings) > MAX_FINDINGS:
+        problems.append(f"the report lists {len(findings):,} findings; the first {MAX_FINDINGS:,} are read")
+        findings = findings[:MAX_FINDINGS]
+    for f in findings:
+        if f.problem and f.problem not in problems:
+            problems.append(f"finding {f.number[:12]}: {f.problem}")
+    return Report(front_matter=front, findings=_unique_numbers(findings, problems), problems=problems)
 
 
 def parse_report_file(path: Path) -> Report:
-    return parse_report(path.read_text(encoding="utf-8", errors="replace"))
+    try:
+        raw = Path(path).read_bytes()[:TEXT_CAP * 4]
+    except OSError as exc:
+        return Report(problems=[f"the report could not be read: {exc.strerror or exc}"])
+    return parse_report(raw.decode("utf-8", errors="replace"))
