@@ -5,36 +5,50 @@ so a model that runs `env` or echoes it puts the key into opencode's events, its
 store, its logs, its report, or (sent to a shop endpoint) the mission's DuckDB store.
 After the run, each file is scrubbed by what it is:
 
-- UTF-8 text: every form of each secret (as is, reversed, hex in either case, base64 and
-  base32 at every alignment, URL-encoded) replaced by `[redacted]`, streamed through a
-  temporary file (memory stays bounded by one chunk, whatever the agent wrote) that
-  replaces the original atomically;
-- SQLite: the same replacement in every text column, then a checkpoint and VACUUM;
-- DuckDB: the replacement through DuckDB in every VARCHAR/JSON column, then the live
-  data copied into a fresh file (no old block keeps a copy) that replaces it;
-- anything else is never rewritten (a byte-for-byte edit would corrupt it): a binary
-  that still holds a secret is named on the record.
+- UTF-8 text: every form of each secret (as is, reversed, ROT13, UTF-16, hex in either
+  case, base64, base32 and base85 at every alignment, URL-encoded) replaced by
+  `[redacted]`, streamed into a new file created O_EXCL under a random name beside it and
+  renamed over it (memory stays bounded by one chunk, whatever the agent wrote);
+- SQLite: copied into a private folder, the same replacement in every text and blob cell
+  there, VACUUMed, written back whole;
+- DuckDB: copied into a private folder and opened there with external access off and the
+  configuration locked; the replacement through DuckDB in every VARCHAR/JSON column, the
+  live data copied into a fresh file (no old block keeps a copy), written back;
+- file and folder names and link targets that hold a form: renamed, links removed;
+- anything else is never rewritten (a byte-for-byte edit would corrupt it; a sparse file
+  is never expanded): a file that still holds a secret is named, and the launch fails
+  closed on it (void, the agent's folder removed).
+
+Everything is reached by directory descriptors (`agentfs`): no link is ever followed, no
+temporary name is predictable, any depth up to agentfs's bound (past it: `Unclean`).
+Forms no scrub can name (compressed, split, every other character) are why the key the
+agent sees is the launch's own and dies with the unit.
 """
 
 from __future__ import annotations
 
 import base64
 import codecs
+import contextlib
 import itertools
 import os
 import re
 import sqlite3
+import stat
+import tempfile
+import uuid
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote, quote_plus
 
 from harness.paths import RUN_RECORD
+from harness.sandbox import agentfs
 
 REDACTED = "[redacted]"
 MIN_SECRET_LEN = 8  # shorter values ("none", "1") would redact ordinary text
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _DUCKDB_MAGIC = b"DUCK"  # at offset 8, after the header's checksum
-_SKIP_SUFFIXES = ("-wal", "-shm", "-journal", ".wal")
 
 
 def secrets_from(values: Iterable[str | None]) -> list[str]:
@@ -55,13 +69,30 @@ def _fragments(secret: bytes, encode, group: int, bits: int) -> set[bytes]:
     return found
 
 
+def _group_fragments(secret: bytes, encode, size: int, chars: int) -> set[bytes]:
+    """As `_fragments`, for encodings of whole groups (base85: 4 bytes → 5 characters): the
+    characters of the groups that lie wholly inside the secret, at every alignment."""
+    found = set()
+    for lead in range(size):
+        encoded = encode(b"\0" * lead + secret + b"\0" * size)
+        first = -(-lead // size)  # the first group that starts inside the secret
+        last = (lead + len(secret)) // size  # groups before this one end inside it
+        fragment = encoded[first * chars:last * chars]
+        if len(fragment) >= MIN_SECRET_LEN:
+            found.add(fragment)
+    return found
+
+
 def forms(secrets: list[str]) -> list[bytes]:
     """Every form looked for, longest first (a longer one may contain a shorter one)."""
     out: set[bytes] = set()
     for secret in secrets:
         raw = secret.encode()
         out |= {raw, raw[::-1], raw.hex().encode(), raw.hex().upper().encode(),
-                quote(secret, safe="").encode(), quote_plus(secret, safe="").encode()}
+                quote(secret, safe="").encode(), quote_plus(secret, safe="").encode(),
+                codecs.encode(secret, "rot13").encode(), secret.encode("utf-16-le"), secret.encode("utf-16-be")}
+        for encode in (base64.b85encode, base64.a85encode):
+            out |= _group_fragments(raw, encode, 4, 5)
         for encode in (base64.b64encode, base64.urlsafe_b64encode):
             out |= _fragments(raw, encode, 3, 6)
         b32 = _fragments(raw, base64.b32encode, 5, 5)
@@ -75,12 +106,6 @@ CHUNK = 1 << 20  # bytes read at a time: the scrub's memory is a few of these, w
 
 def _pattern(encoded: list[bytes]) -> re.Pattern[bytes]:
     return re.compile(b"|".join(re.escape(f) for f in encoded))  # longest first: the longest form wins
-
-
-def _blocks(path: Path):
-    with open(path, "rb") as f:
-        while block := f.read(CHUNK):
-            yield block
 
 
 def _replaced(blocks, encoded: list[bytes], into=None) -> tuple[bool, bool]:
@@ -120,72 +145,218 @@ def _replaced(blocks, encoded: list[bytes], into=None) -> tuple[bool, bool]:
     return found, text
 
 
-def holds_any(path: Path, encoded: list[bytes]) -> bool:
-    """Does the file hold any form? Streamed: bounded memory for any size."""
+# -- reading by descriptor --------------------------------------------------------------
+_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def _open_file(dir_fd: int, name: str) -> int | None:
+    """A regular file opened without following a link (None: not one, or gone)."""
     try:
-        return _replaced(_blocks(path), encoded)[0]
+        fd = os.open(name, _FILE, dir_fd=dir_fd)
+    except PermissionError:
+        os.chmod(name, 0o600, dir_fd=dir_fd)  # the agent's own file made unreadable (a user launch)
+        fd = os.open(name, _FILE, dir_fd=dir_fd)
+    except (FileNotFoundError, OSError):
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return fd
+
+
+def _fd_blocks(fd: int, start: int = 0, end: int | None = None):
+    os.lseek(fd, start, os.SEEK_SET)
+    left = None if end is None else end - start
+    while left is None or left > 0:
+        block = os.read(fd, CHUNK if left is None else min(CHUNK, left))
+        if not block:
+            return
+        if left is not None:
+            left -= len(block)
+        yield block
+
+
+def _extents(fd: int, size: int):
+    """The data extents of a file (start, end): a sparse file's holes are never read."""
+    at = 0
+    while at < size:
+        try:
+            start = os.lseek(fd, at, os.SEEK_DATA)
+        except OSError:  # ENXIO: no data past `at`
+            return
+        end = os.lseek(fd, start, os.SEEK_HOLE)
+        yield start, end
+        at = end
+
+
+def _is_sparse(st: os.stat_result) -> bool:
+    return st.st_blocks * 512 + (1 << 16) < st.st_size
+
+
+def _fd_holds(fd: int, encoded: list[bytes]) -> bool:
+    size = os.fstat(fd).st_size
+    return any(_replaced(_fd_blocks(fd, start, end), encoded)[0] for start, end in _extents(fd, size))
+
+
+def holds_any(path: Path, encoded: list[bytes]) -> bool:
+    """Does the file hold any form? Streamed, links never followed: bounded memory for any size."""
+    path = Path(path)
+    try:
+        parent = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         return False
+    try:
+        fd = _open_file(parent, path.name)
+        if fd is None:
+            return False
+        try:
+            return _fd_holds(fd, encoded)
+        finally:
+            os.close(fd)
+    finally:
+        os.close(parent)
+
+
+def _write_beside(dir_fd: int, name: str, mode: int, fill) -> None:
+    """Replace `name` in `dir_fd` by a new file that `fill(fd)` writes: created O_EXCL under a fresh
+    random name (nothing the agent planted is opened or followed), then renamed over `name`."""
+    tmp = f".{uuid.uuid4().hex}.scrub"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+    try:
+        try:
+            fill(fd)
+            os.fchmod(fd, mode & 0o777)  # never a set-id bit on a file the launcher rewrote
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=dir_fd)
+        raise
+
+
+def _copy_fd(src: int, dst: int) -> None:
+    for block in _fd_blocks(src):
+        os.write(dst, block)  # a regular file: a short write is an error raised by os.write
+
+
+def _copy_in(dir_fd: int, name: str, dest: Path) -> bool:
+    """The agent's file copied into a private folder of the harness, by descriptor."""
+    fd = _open_file(dir_fd, name)
+    if fd is None:
+        return False
+    try:
+        out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            _copy_fd(fd, out)
+        finally:
+            os.close(out)
+    finally:
+        os.close(fd)
+    return True
+
+
+def _unlink(dir_fd: int, name: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(name, dir_fd=dir_fd)  # a link is removed, never followed
 
 
 # -- SQLite ------------------------------------------------------------------------------
-def _scrub_sqlite(path: Path, encoded: list[bytes]) -> int:
-    con = sqlite3.connect(path, timeout=30)
+def _quote(identifier: str) -> str:
+    """An SQL identifier as a quoted name whatever it holds (a name carrying SQL stays a name)."""
+    return '"' + identifier.replace('"', '""') + '"'
+
+
+def _scrub_sqlite(db: Path, encoded: list[bytes]) -> int:
+    """The replacement in every text and blob cell of a private copy, then VACUUM (no old page kept)."""
+    con = sqlite3.connect(db, timeout=30)
     changed = 0
     try:
+        con.execute("PRAGMA trusted_schema = OFF")  # the file's own triggers and views call no function of note
         con.execute("PRAGMA secure_delete = ON")
         tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
         for table in tables:
-            columns = [r[1] for r in con.execute(f'PRAGMA table_info("{table}")')]
+            columns = [r[1] for r in con.execute(f"PRAGMA table_info({_quote(table)})")]
             for column in columns:
+                t, c = _quote(table), _quote(column)
                 for form in encoded:
                     text = form.decode()
-                    cur = con.execute(
-                        f'UPDATE "{table}" SET "{column}" = replace("{column}", ?, ?) '
-                        f'WHERE typeof("{column}") = \'text\' AND instr("{column}", ?) > 0',
-                        (text, REDACTED, text))
-                    changed += cur.rowcount
+                    changed += con.execute(
+                        f"UPDATE {t} SET {c} = replace({c}, ?, ?) WHERE typeof({c}) = 'text' AND instr({c}, ?) > 0",
+                        (text, REDACTED, text)).rowcount
+                    changed += con.execute(
+                        f"UPDATE {t} SET {c} = CAST(replace(CAST({c} AS TEXT), ?, ?) AS BLOB) "
+                        f"WHERE typeof({c}) = 'blob' AND instr({c}, ?) > 0",
+                        (text, REDACTED, form)).rowcount
         con.commit()
-        if changed:
-            con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            con.execute("VACUUM")
         con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        con.execute("PRAGMA journal_mode = DELETE")  # one file to write back
+        con.execute("VACUUM")
     finally:
         con.close()
     return changed
 
 
-def _scrub_sqlite_file(path: Path, encoded: list[bytes]) -> bool:
-    wal = path.with_name(path.name + "-wal")
-    in_wal = wal.is_file() and holds_any(wal, encoded)
-    if not (in_wal or holds_any(path, encoded)):
-        return False
-    try:
-        return bool(_scrub_sqlite(path, encoded)) or in_wal
-    except sqlite3.Error:
-        return False  # named afterwards if it still holds one
+def _scrub_sqlite_at(dir_fd: int, name: str, st: os.stat_result, encoded: list[bytes]) -> tuple[bool, bool]:
+    """A SQLite file (and its WAL) copied into a private folder, scrubbed there, written back whole."""
+    side = [name + suffix for suffix in ("-wal", "-journal")]
+    with tempfile.TemporaryDirectory(prefix="llms-scrub-") as tmp:
+        db = Path(tmp) / "db"
+        _copy_in(dir_fd, name, db)
+        for suffix, side_name in zip(("-wal", "-journal"), side):
+            _copy_in(dir_fd, side_name, Path(tmp) / f"db{suffix}")
+        if not any(holds_any(p, encoded) for p in Path(tmp).iterdir()):
+            return False, False
+        try:
+            _scrub_sqlite(db, encoded)
+        except sqlite3.Error:
+            return False, True  # a store we cannot rewrite still holds it: named, and the caller fails closed
+        if holds_any(db, encoded):
+            return False, True
+        src = os.open(db, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            _write_beside(dir_fd, name, st.st_mode, lambda out: _copy_fd(src, out))
+        finally:
+            os.close(src)
+    for side_name in (*side, name + "-shm"):
+        _unlink(dir_fd, side_name)
+    return True, False
 
 
 # -- DuckDB ------------------------------------------------------------------------------
+def _duck_connect(path: Path, read_only: bool = False, attach: Path | None = None):
+    """A DuckDB connection that can reach no file but `path` (and `attach`, made before it locks):
+    external access off, configuration locked, no extension loaded."""
+    import duckdb
+
+    con = duckdb.connect(str(path), read_only=read_only,
+                         config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
+    if attach is not None:
+        con.execute("ATTACH ? AS fresh_copy", [str(attach)])
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
+    return con
+
+
 def _duck_text_columns(con) -> list[tuple[str, str, str, str]]:
     return con.execute(
-        "SELECT schema_name, table_name, column_name, data_type FROM duckdb_columns() "
-        "WHERE database_name = current_database() AND NOT internal "
-        "AND (data_type = 'VARCHAR' OR data_type = 'JSON')").fetchall()
+        "SELECT c.schema_name, c.table_name, c.column_name, c.data_type FROM duckdb_columns() c "
+        "JOIN duckdb_tables() t ON c.table_oid = t.table_oid "
+        "WHERE c.database_name = current_database() AND NOT c.internal "
+        "AND (c.data_type = 'VARCHAR' OR c.data_type = 'JSON')").fetchall()
 
 
 def _duck_where(column: str, n: int) -> str:
-    return " OR ".join([f'contains("{column}"::VARCHAR, ?)'] * n)
+    return " OR ".join([f"contains({column}::VARCHAR, ?)"] * n)
 
 
 def _duckdb_holds(path: Path, encoded: list[bytes]) -> bool:
-    import duckdb
-
     texts = [f.decode() for f in encoded]
-    with duckdb.connect(str(path), read_only=True) as con:
+    with _duck_connect(path, read_only=True) as con:
         for schema, table, column, _ in _duck_text_columns(con):
-            hit = con.execute(f'SELECT 1 FROM "{schema}"."{table}" WHERE {_duck_where(column, len(texts))} LIMIT 1',
-                              texts).fetchone()
+            hit = con.execute(f"SELECT 1 FROM {_quote(schema)}.{_quote(table)} "
+                              f"WHERE {_duck_where(_quote(column), len(texts))} LIMIT 1", texts).fetchone()
             if hit:
                 return True
     return holds_any(path, encoded)
@@ -193,36 +364,51 @@ def _duckdb_holds(path: Path, encoded: list[bytes]) -> bool:
 
 def _scrub_duckdb(path: Path, encoded: list[bytes]) -> bool:
     """Replace through DuckDB (its strings are compressed: a byte search can miss them), then
-    copy the live data into a fresh file so no freed block keeps a copy."""
-    import duckdb
-
+    copy the live data into a fresh file so no freed block keeps a copy. `path` is a private copy."""
     texts = [f.decode() for f in encoded]
+    fresh = path.with_name(path.name + ".fresh")
     changed = 0
-    with duckdb.connect(str(path)) as con:
+    with _duck_connect(path, attach=fresh) as con:
         for schema, table, column, dtype in _duck_text_columns(con):
-            value = f'"{column}"::VARCHAR'
-            for text in texts:
+            c = _quote(column)
+            value = f"{c}::VARCHAR"
+            for _ in texts:
                 value = f"replace({value}, ?, '{REDACTED}')"
-            params = [*texts, *texts]
             changed += con.execute(
-                f'UPDATE "{schema}"."{table}" SET "{column}" = ({value})::{dtype} '
-                f"WHERE {_duck_where(column, len(texts))}", params).fetchone()[0]
-        if not changed:
-            return False
-        fresh = path.with_name(f".{path.name}.scrub")
-        fresh.unlink(missing_ok=True)
-        con.execute(f"ATTACH '{fresh}' AS fresh_copy")
-        con.execute(f'COPY FROM DATABASE "{con.execute("SELECT current_database()").fetchone()[0]}" TO fresh_copy')
+                f"UPDATE {_quote(schema)}.{_quote(table)} SET {c} = ({value})::{dtype} "
+                f"WHERE {_duck_where(c, len(texts))}", [*texts, *texts]).fetchone()[0]
+        if changed:
+            con.execute(f"COPY FROM DATABASE {_quote(con.execute('SELECT current_database()').fetchone()[0])} "
+                        "TO fresh_copy")
         con.execute("DETACH fresh_copy")
-    mode = path.stat().st_mode
-    os.replace(fresh, path)
-    os.chmod(path, mode & 0o7777)
-    for leftover in (path.with_name(path.name + ".wal"), fresh.with_name(fresh.name + ".wal")):
-        leftover.unlink(missing_ok=True)
-    return True
+    if changed:
+        os.replace(fresh, path)
+    return bool(changed)
 
 
-# -- the walk ----------------------------------------------------------------------------
+def _scrub_duckdb_at(dir_fd: int, name: str, st: os.stat_result, encoded: list[bytes]) -> tuple[bool, bool]:
+    with tempfile.TemporaryDirectory(prefix="llms-scrub-") as tmp:
+        db = Path(tmp) / "db.duckdb"
+        _copy_in(dir_fd, name, db)
+        _copy_in(dir_fd, name + ".wal", Path(tmp) / "db.duckdb.wal")
+        try:
+            if not _duckdb_holds(db, encoded):
+                return False, False
+            _scrub_duckdb(db, encoded)
+            if _duckdb_holds(db, encoded):
+                return False, True
+        except Exception:  # noqa: BLE001 - duckdb's errors have no common base: a store we cannot open is named
+            return False, True
+        src = os.open(db, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            _write_beside(dir_fd, name, st.st_mode, lambda out: _copy_fd(src, out))
+        finally:
+            os.close(src)
+    _unlink(dir_fd, name + ".wal")
+    return True, False
+
+
+# -- one entry ---------------------------------------------------------------------------
 def _kind(head: bytes) -> str:
     if head.startswith(_SQLITE_MAGIC):
         return "sqlite"
@@ -231,72 +417,149 @@ def _kind(head: bytes) -> str:
     return "other"  # text or binary: told apart while streaming
 
 
-def _scrub_one(path: Path, encoded: list[bytes]) -> tuple[bool, bool]:
-    """(changed, still holds a secret)."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(16)
-    except OSError:
+def _scrub_at(dir_fd: int, name: str, st: os.stat_result, encoded: list[bytes]) -> tuple[bool, bool]:
+    """(changed, still holds a secret) for the regular file `name` in the open folder `dir_fd`."""
+    fd = _open_file(dir_fd, name)
+    if fd is None:
         return False, False
-    kind = _kind(head)
+    try:
+        head = os.pread(fd, 16, 0)
+        kind = _kind(head)
+        if kind == "other":
+            if _is_sparse(os.fstat(fd)):  # never written out in full: its holes would become the disk's bytes
+                return False, _fd_holds(fd, encoded)
+            found, text = _replaced(_fd_blocks(fd), encoded)  # scan only: a clean file is never copied
+            if not found:
+                return False, False
+            if not text:
+                return False, True  # never rewritten: a byte-for-byte edit would corrupt what we cannot parse
+            _write_beside(dir_fd, name, st.st_mode,
+                          lambda out: _replaced(_fd_blocks(fd), encoded, into=_Writer(out)))
+    finally:
+        os.close(fd)
     if kind == "sqlite":
-        changed = _scrub_sqlite_file(path, encoded)
-        return changed, holds_any(path, encoded)
+        return _scrub_sqlite_at(dir_fd, name, st, encoded)
     if kind == "duckdb":
+        return _scrub_duckdb_at(dir_fd, name, st, encoded)
+    fd = _open_file(dir_fd, name)
+    try:
+        return True, fd is not None and _fd_holds(fd, encoded)
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+class _Writer:
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self.fd, view):]
+
+
+def _holds_text(value: str, encoded: list[bytes]) -> bool:
+    raw = os.fsencode(value)
+    return any(form in raw for form in encoded)
+
+
+def _redacted_name(name: str, encoded: list[bytes]) -> str:
+    raw = os.fsencode(name)
+    for form in encoded:
+        raw = raw.replace(form, REDACTED.encode())
+    return os.fsdecode(raw)
+
+
+# -- the walk ----------------------------------------------------------------------------
+@dataclass
+class Scrubbed:
+    changed: int = 0
+    left: list[str] = field(default_factory=list)  # relative to the walked root
+
+
+def _rename_free(dir_fd: int, name: str, wanted: str) -> None:
+    target, n = wanted, 0
+    while True:
         try:
-            changed = _scrub_duckdb(path, encoded)
-            return changed, _duckdb_holds(path, encoded)
-        except Exception:  # noqa: BLE001 - duckdb's errors have no common base: a store we cannot open is named
-            return False, True
-    try:
-        found, text = _replaced(_blocks(path), encoded)  # scan only: a clean file is never copied
-    except OSError:
-        return False, False
-    if not found:
-        return False, False
-    if not text:
-        return False, True  # never rewritten: a byte-for-byte edit would corrupt what we cannot parse
-    mode = path.stat().st_mode
-    fresh = path.with_name(f".{path.name}.scrub")
-    try:
-        with open(fresh, "wb") as out:
-            _replaced(_blocks(path), encoded, into=out)
-            out.flush()
-            os.fsync(out.fileno())
-    except OSError:  # no room for the copy: named as still holding one
-        fresh.unlink(missing_ok=True)
-        return False, True
-    os.chmod(fresh, mode & 0o7777)
-    os.replace(fresh, path)
-    return True, holds_any(path, encoded)
+            os.stat(target, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            break
+        n += 1
+        target = f"{wanted}.{n}"
+    os.rename(name, target, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+
+
+def scrub_tree(root: Path, secrets: list[str], last: tuple[str, ...] = (RUN_RECORD,)) -> tuple[int, list[str]]:
+    """Every file under `root` by descriptor (no link followed, any depth up to agentfs's bound:
+    past it `agentfs.Unclean` is raised and the caller fails closed), those named in `last`
+    (at the top) after the rest; names and link targets holding a form renamed or removed.
+    (files changed, paths relative to `root` that still hold a secret)."""
+    if not secrets or not Path(root).is_dir():
+        return 0, []
+    root, encoded, out = Path(root), forms(secrets), Scrubbed()
+    names: list[tuple[str, int]] = []  # folders whose names hold a form: renamed deepest first, after the walk
+    for entry in agentfs.walk(root):
+        if entry.is_link:
+            if _holds_text(os.readlink(entry.name, dir_fd=entry.dir_fd), encoded):
+                _unlink(entry.dir_fd, entry.name)
+                out.changed += 1
+                continue
+        elif entry.is_file and not (entry.depth == 1 and entry.name in last):
+            changed, holds = _scrub_at(entry.dir_fd, entry.name, entry.st, encoded)
+            out.changed += changed
+            if holds:
+                out.left.append(entry.rel)
+        if _holds_text(entry.name, encoded):
+            if entry.is_dir:
+                names.append((entry.rel, entry.depth))
+            else:
+                _rename_free(entry.dir_fd, entry.name, _redacted_name(entry.name, encoded))
+                out.changed += 1
+    for rel, _ in sorted(names, key=lambda item: -item[1]):
+        *parents, name = rel.split("/")
+        fd = _open_path(root, parents)
+        try:
+            _rename_free(fd, name, _redacted_name(name, encoded))
+            out.changed += 1
+        finally:
+            os.close(fd)
+    changed, left = scrub_files([root / name for name in last], secrets)
+    return out.changed + changed, [*out.left, *(str(Path(p).relative_to(root)) for p in left)]
+
+
+def _open_path(root: Path, parts: list[str]) -> int:
+    fd = agentfs.open_dir(root)
+    for part in parts:
+        nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+        os.close(fd)
+        fd = nxt
+    return fd
 
 
 def scrub_files(paths: Iterable[Path], secrets: list[str]) -> tuple[int, list[str]]:
-    """(files changed, files that still hold a secret afterwards), in the order given.
-    Links and the side files of a database (its WAL, journal) are skipped."""
+    """(files changed, files that still hold a secret afterwards), in the order given: each
+    opened through its folder without following a link at its name."""
     if not secrets:
         return 0, []
     encoded = forms(secrets)
     changed, left = 0, []
-    for path in paths:
-        if path.is_symlink() or not path.is_file() or path.name.endswith(_SKIP_SUFFIXES):
+    for path in map(Path, paths):
+        try:
+            parent = agentfs.open_dir(path.parent)
+        except OSError:
             continue
-        did, holds = _scrub_one(path, encoded)
-        changed += did
-        if holds:
-            left.append(str(path))
+        try:
+            try:
+                st = os.stat(path.name, dir_fd=parent, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            did, holds = _scrub_at(parent, path.name, st, encoded)
+            changed += did
+            if holds:
+                left.append(str(path))
+        finally:
+            os.close(parent)
     return changed, left
-
-
-def scrub_tree(root: Path, secrets: list[str], last: tuple[str, ...] = (RUN_RECORD,)) -> tuple[int, list[str]]:
-    """Every file under `root`, those named in `last` (at the top) scrubbed after the rest."""
-    if not secrets or not Path(root).is_dir():
-        return 0, []
-    root = Path(root)
-    tail = [root / name for name in last]
-    found = []
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):  # no link is followed
-        dirnames.sort()
-        found += [Path(dirpath) / name for name in filenames]
-    paths = [p for p in sorted(found) if p not in tail] + tail
-    return scrub_files(paths, secrets)

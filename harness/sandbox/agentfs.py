@@ -1,0 +1,185 @@
+"""Acting on a folder tree the agent wrote, with the launcher's rights, safely.
+
+Everything under the agent's folders is hostile input: links planted where the harness
+will write (`.report.md.tmp -> /work/harness/x.py`), trees thousands of folders deep (a
+recursive walk dies on Python's recursion limit, a path-based one on PATH_MAX), folders
+made unreadable, FIFOs and sockets that block a reader, names with terminal escapes.
+So every step here goes by directory file descriptors:
+
+- each component is opened relative to its parent with O_NOFOLLOW (a link is an entry,
+  never a way somewhere else), O_DIRECTORY for folders;
+- the walk keeps an explicit stack of open folders (no recursion), bounded in depth and
+  in entries: past either bound it raises `Unclean`, and the caller fails closed;
+- removal needs no bound: a subtree deeper than the fd stack allows is lifted (renamed
+  up to the top folder) and taken apart from there.
+
+It runs after every agent process is gone (the sandbox's PID namespace died with it), so
+nothing swaps an entry between a check and a use; O_NOFOLLOW holds regardless.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+MAX_DEPTH = 256  # folders below a walked root; node_modules nests ~20
+MAX_ENTRIES = 500_000  # entries a walk visits before it gives up (and the caller fails closed)
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class Unclean(Exception):
+    """The tree cannot be vouched for (too deep, too many entries, an entry that would not open)."""
+
+
+@dataclass
+class Entry:
+    dir_fd: int  # the open folder holding it: valid only while the walk is at this entry
+    name: str
+    st: os.stat_result  # lstat: a link is a link
+    rel: str  # for messages: relative to the walked root (escape it before printing)
+    depth: int
+
+    @property
+    def is_dir(self) -> bool:
+        return stat.S_ISDIR(self.st.st_mode)
+
+    @property
+    def is_file(self) -> bool:
+        return stat.S_ISREG(self.st.st_mode)
+
+    @property
+    def is_link(self) -> bool:
+        return stat.S_ISLNK(self.st.st_mode)
+
+
+def open_dir(path: Path | str) -> int:
+    """A folder the harness made (a run folder), opened without following a link at its last component."""
+    return os.open(path, _DIR)
+
+
+def _listing(fd: int) -> list[str]:
+    return sorted(os.listdir(fd))
+
+
+def _open_child_dir(parent: int, name: str) -> int:
+    try:
+        return os.open(name, _DIR, dir_fd=parent)
+    except PermissionError:
+        # A folder the agent made unreadable (same uid when launched by a user): ours to open again.
+        os.chmod(name, 0o700, dir_fd=parent)  # lstat said folder; no agent process is left to swap it
+        return os.open(name, _DIR, dir_fd=parent)
+
+
+def walk(root: Path | str, max_depth: int = MAX_DEPTH, max_entries: int = MAX_ENTRIES) -> Iterator[Entry]:
+    """Every entry under `root`, folders before their contents, sorted by name; no link followed.
+    Raises Unclean past `max_depth` or `max_entries`. A consumer may replace a file entry
+    (rename over it) while at it, but must not rename a folder entry."""
+    root_fd = open_dir(root)
+    stack: list[tuple[int, Iterator[str], str]] = [(root_fd, iter(_listing(root_fd)), "")]
+    seen = 0
+    try:
+        while stack:
+            fd, names, rel = stack[-1]
+            name = next(names, None)
+            if name is None:
+                stack.pop()
+                os.close(fd)
+                continue
+            seen += 1
+            if seen > max_entries:
+                raise Unclean(f"more than {max_entries:,} entries under {Path(root).name}/")
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            child_rel = f"{rel}/{name}" if rel else name
+            yield Entry(fd, name, st, child_rel, len(stack))
+            if stat.S_ISDIR(st.st_mode):
+                if len(stack) > max_depth:
+                    raise Unclean(f"folders nested more than {max_depth} deep under {Path(root).name}/")
+                try:
+                    child = _open_child_dir(fd, name)
+                except FileNotFoundError:
+                    continue
+                except OSError as exc:
+                    raise Unclean(f"a folder would not open: {exc.strerror}") from None
+                stack.append((child, iter(_listing(child)), child_rel))
+    finally:
+        for fd, _, _ in stack:
+            os.close(fd)
+
+
+def chown_tree(root: Path, uid: int, gid: int) -> int:
+    """`root` and everything under it owned by uid:gid, links themselves (never their targets).
+    The number of entries; Unclean where the walk cannot finish."""
+    os.chown(root, uid, gid, follow_symlinks=False)
+    if not stat.S_ISDIR(os.lstat(root).st_mode):
+        return 1
+    count = 1
+    for entry in walk(root):
+        try:
+            os.chown(entry.name, uid, gid, dir_fd=entry.dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+        count += 1
+    return count
+
+
+def remove(path: Path) -> None:
+    """`path` gone, whatever the agent built under it: any depth, any count, unreadable folders,
+    links (removed, never followed). Its parent is the harness's own folder."""
+    path = Path(path)
+    parent = open_dir(path.parent)
+    try:
+        try:
+            st = os.stat(path.name, dir_fd=parent, follow_symlinks=False)
+        except FileNotFoundError:
+            return
+        if not stat.S_ISDIR(st.st_mode):
+            os.unlink(path.name, dir_fd=parent)
+            return
+        top = _open_child_dir(parent, path.name)
+        try:
+            _empty(top)
+        finally:
+            os.close(top)
+        os.rmdir(path.name, dir_fd=parent)
+    finally:
+        os.close(parent)
+
+
+def _empty(top: int, lift_at: int = MAX_DEPTH) -> None:
+    """Everything in the folder `top` removed, holding at most `lift_at` folders open: a folder met
+    deeper is renamed up into `top` and taken apart on a later pass."""
+    lifted = 0
+    while True:
+        listing = _listing(top)
+        if not listing:
+            return
+        stack: list[tuple[int, Iterator[str], str | None]] = [(top, iter(listing), None)]
+        while stack:
+            fd, names, own = stack[-1]
+            name = next(names, None)
+            if name is None:
+                stack.pop()
+                if own is not None:
+                    os.close(fd)
+                    os.rmdir(own, dir_fd=stack[-1][0])
+                continue
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if not stat.S_ISDIR(st.st_mode):
+                os.unlink(name, dir_fd=fd)
+                continue
+            if len(stack) >= lift_at:
+                lifted += 1
+                os.rename(name, f".lifted-{lifted}-{uuid.uuid4().hex}", src_dir_fd=fd, dst_dir_fd=top)
+                continue
+            child = _open_child_dir(fd, name)
+            stack.append((child, iter(_listing(child)), name))
