@@ -21,13 +21,16 @@ import traceback
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Literal
 
 from harness import failpoint
 from harness.errors import FatalUnitLog, StackError, UserError
 from harness.paths import ProjectPaths
 from harness.record import RowKey, RunRecord, SandboxFigures, Status, Timestamps, Trial, utcnow
+from harness.sandbox import agentfs
 from harness.sandbox.secrets import scrub_files, scrub_tree, secrets_from
+from harness.sandbox.untrusted import escape_controls
 from harness.serving.collect import gpu_cost
 from harness.stages import agent, collect, serving
 from harness.stages.agent import SmokeFailed
@@ -77,6 +80,8 @@ class Launch:
     def __init__(self, opts: LaunchOptions, say: Say) -> None:
         run_id = new_run_id(opts.preset, opts.effort)
         paths = ProjectPaths(opts.root).run(run_id)
+        # Names and texts from the agent reach the terminal escaped (a file name may carry OSC 52).
+        say = _escaping(say)
         self.ctx = LaunchContext(opts=opts, say=say, paths=paths, life=None)
         # The unit's log is collected into the first trial's folder for the whole serve; the
         # mission stack stopped before a destroy is the trial's running now.
@@ -126,7 +131,7 @@ class Launch:
         for record, trial_ctx in self.trials:
             record.save(trial_ctx.paths.dir)
         for record, trial_ctx in self.trials:
-            self._scrub_secrets(record, trial_ctx)  # run.json last: it was written above
+            self._post_run(record, trial_ctx)  # run.json last: it was written above
         return rec
 
     def _stages(self, index: int = 1) -> None:
@@ -195,23 +200,56 @@ class Launch:
             shutil.copy2(served, first_ctx.paths.served_log)
             first.artifacts.served_log = str(first_ctx.paths.served_log)
 
-    def _scrub_secrets(self, record: RunRecord, ctx: LaunchContext) -> None:
-        """The unit's key and the preset's env values out of everything the run left: the run
-        folder (run.json last) and the units' logs under .vot/run."""
+    def _post_run(self, record: RunRecord, ctx: LaunchContext) -> None:
+        """The unit's key and the preset's env values out of everything the run left (the run
+        folder, run.json last, and the units' logs under .vot/run), failing closed: an agent
+        folder the hand-back or the scrub could not vouch for, or one still holding a secret,
+        is removed whole, and the run is void with the reason; never ok with a key left."""
         secrets = secrets_from([ctx.api_key, *(os.environ.get(name) for name in ctx.secret_names)])
-        unit_logs = sorted(ProjectPaths(ctx.root).unit_run_dir.glob("*.log"))
-        changed, left = scrub_files(unit_logs, secrets)
-        in_run, left_in_run = scrub_tree(ctx.paths.dir, secrets)
-        changed, left = changed + in_run, left + left_in_run
+        problems: list[str] = []
+        remove: set[Path] = set()
+        changed, left = 0, []
+        for path in sorted(ctx.unclean):  # walked by nothing else: no scrub could vouch for it
+            problems += self._remove(path, ctx)
+        try:
+            changed, left = scrub_files(sorted(ProjectPaths(ctx.root).unit_run_dir.glob("*.log")), secrets)
+            in_run, left_in_run = scrub_tree(ctx.paths.dir, secrets)
+            changed, left = changed + in_run, left + left_in_run
+        except Exception as exc:  # noqa: BLE001 - whatever stopped it, the run fails closed
+            problems.append(f"the post-run scrub could not finish ({escape_controls(str(exc))})")
+            remove |= set(ctx.agent_folders())
+        for rel in left:  # relative to the run folder (a unit log: absolute)
+            path = ctx.paths.dir / rel
+            remove.add(next((f for f in ctx.agent_folders() if path == f or f in path.parents), path))
+        if left:
+            problems.append(f"a secret could not be redacted from {', '.join(escape_controls(p) for p in left)}")
+        for path in sorted(remove):
+            problems += self._remove(path, ctx)
         if changed:
             ctx.say(f"secrets redacted from {changed} file(s) of run {record.run_id}")
-        if left:
-            # Named (paths only) on the record; a binary we cannot parse is never rewritten.
-            record.reason = ((record.reason + "; ") if record.reason else "") + \
-                f"a secret could not be redacted from {', '.join(left)}"
-            ctx.say(f"WARNING: a secret remains in {', '.join(left)}")
+        if problems:
+            why = "post-run: " + "; ".join(problems)
+            ctx.say(f"WARNING: {why}")
+            record.reason = ((record.reason + "; ") if record.reason else "") + why
+            if record.status == Status.ok:
+                record.status, record.stopped_at = Status.void, "post-run"
             record.save(ctx.paths.dir)
             scrub_files([ctx.paths.record], secrets)
+
+
+    @staticmethod
+    def _remove(path: Path, ctx: LaunchContext) -> list[str]:
+        """An agent folder (or a file) the post-run cannot vouch for, removed whole: what to say of it."""
+        name = escape_controls(os.path.relpath(path, ctx.paths.dir))
+        try:
+            agentfs.remove(path)
+        except OSError as exc:
+            return [f"{name} could not be removed ({exc.strerror})"]
+        return [f"{name} removed"]
+
+
+def _escaping(say: Say) -> Say:
+    return lambda message: say(escape_controls(message))
 
 
 def trial_record(first: RunRecord, run_id: str, index: int) -> RunRecord:

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import PreflightError
+from harness.sandbox import agentfs
 
 NOBODY = 65534
 UID_VAR, GID_VAR = "LLMS_BENCHMARK_AGENT_UID", "LLMS_BENCHMARK_AGENT_GID"
-_MAX_ENTRIES = 500_000  # a walk never runs without end on an agent-made tree
 
 
 @dataclass(frozen=True)
@@ -60,33 +60,25 @@ def agent_identity() -> AgentIdentity:
     return AgentIdentity(_id_from(UID_VAR, NOBODY), _id_from(GID_VAR, NOBODY), drop=True)
 
 
-def _chown_tree(root: Path, uid: int, gid: int) -> None:
-    if not os.path.lexists(root):
-        return
-    os.lchown(root, uid, gid)
-    if not root.is_dir() or root.is_symlink():
-        return
-    seen = 0
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        for name in (*dirnames, *filenames):
-            seen += 1
-            if seen > _MAX_ENTRIES:
-                return
-            try:
-                os.lchown(os.path.join(dirpath, name), uid, gid)
-            except FileNotFoundError:
-                continue
-
-
 def hand_over(paths: Iterable[Path], who: AgentIdentity) -> None:
     """The agent's writable folders become the agent user's (nothing to do without a drop)."""
     if who.drop:
         for path in paths:
-            _chown_tree(Path(path), who.uid, who.gid)
+            if os.path.lexists(path):
+                agentfs.chown_tree(Path(path), who.uid, who.gid)
 
 
-def take_back(paths: Iterable[Path], who: AgentIdentity) -> None:
-    """After the run (every agent process gone): the folders are the launcher's again."""
+def take_back(paths: Iterable[Path], who: AgentIdentity) -> dict[Path, str]:
+    """After the run (every agent process gone): the folders are the launcher's again, walked by
+    descriptor (no link followed, any path length). The folders that could not be walked whole
+    (too deep, too many entries), each with why: the caller fails closed on them."""
+    unclean: dict[Path, str] = {}
     if who.drop:
-        for path in paths:
-            _chown_tree(Path(path), os.geteuid(), os.getegid())
+        for path in map(Path, paths):
+            if not os.path.lexists(path):
+                continue
+            try:
+                agentfs.chown_tree(path, os.geteuid(), os.getegid())
+            except (agentfs.Unclean, OSError) as exc:
+                unclean[path] = str(exc)
+    return unclean

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 from pathlib import Path, PurePosixPath
 
@@ -21,6 +22,15 @@ RECORD_CAP = 16 * 1024 * 1024  # the drive record and the query log
 
 class Refused(Exception):
     """The file is not what the harness may read; the message says why (for the record)."""
+
+
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def escape_controls(text: str) -> str:
+    """`text` with every control character but newline and tab shown as an escape: a file name
+    or a model's text printed raw could retitle the terminal or write its clipboard (OSC 0/52)."""
+    return _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def relative_inside(relative: str) -> PurePosixPath:

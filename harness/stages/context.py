@@ -63,6 +63,7 @@ class LaunchContext:
     sandbox: Sandbox = field(default_factory=lambda: Sandbox("none"))
     secret_names: list[str] = field(default_factory=list)  # the preset's env names: their values are secrets
     untrusted: list[str] = field(default_factory=list)  # agent-written files the harness refused to read
+    unclean: set[Path] = field(default_factory=set)  # agent folders the post-run could not vouch for: removed
     services: MissionServices | None = None
     drive: DriveServer | None = None  # the services' drive server (`obs drive`), kept past their stop for the gate
     provider_file: Path | None = None
@@ -128,7 +129,10 @@ class LaunchContext:
                     view.cgroup.remove()
                 if disk.hit:
                     done.hits.append(disk.hit)
-                take_back(view.writable, who)
+                for path, why in take_back(view.writable, who).items():
+                    # Not vouched for: removed by the post-run, and no row on this run.
+                    self.unclean.add(path)
+                    self.untrusted.append(f"the agent's {path.name}/ could not be taken back ({why})")
 
     def network(self, record: RunRecord, urls: list[str], who: AgentIdentity | None = None,
                 wire_log: Path | None = None):
@@ -144,6 +148,10 @@ class LaunchContext:
         wire = (model_port[0], WireLog(wire_log)) if wire_log is not None and model_port else None
         return bridge(self.sandbox.kind if isolated else None, loopback_ports(urls),
                       who if self.sandbox.kind == "bwrap" else None, wire)
+
+    def agent_folders(self) -> list[Path]:
+        """Every folder the agent could write (the smoke's and the mission's)."""
+        return [self.paths.workspace, self.paths.opencode_home, self.paths.agent_tmp, self.paths.smoke / "opencode"]
 
     def agent_text(self, relative: str, what: str) -> str:
         """An agent-writable file's text, read without following links ('' when absent or refused)."""

@@ -1,0 +1,75 @@
+"""The post-run against a scripted agent, through the real opencode and the real bwrap: the
+agent leaves links where the old scrub wrote its temporaries (pointing at a host file of
+the checkout), its key in the report, a folder tree 1,500 levels deep (a recursive walk
+dies on it) and a file named with a terminal escape. The launch must change no file
+outside the run folder, leave no raw key in it, print no raw escape, and fail closed:
+void, the post-run named as the reason, the agent's workspace removed."""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO, Project
+from test_launch_e2e import SMALL_PROBE, dump
+
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+
+DEEP = """import os
+fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY)
+for _ in range(1500):
+    os.mkdir("d", dir_fd=fd)
+    nxt = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+    os.close(fd)
+    fd = nxt
+out = os.open("deep.txt", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)
+os.write(out, ("deep " + os.environ["VOT_API_KEY"]).encode())
+print("deep tree made")
+"""
+
+
+def _bash(description: str, command: str) -> dict:
+    return {"tool_calls": [{"name": "bash", "arguments": {"command": command, "description": description}}]}
+
+
+def _write(name: str, content: str) -> dict:
+    return {"tool_calls": [{"name": "write", "arguments": {"filePath": name, "content": content}}]}
+
+
+@needs_bwrap
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_links_deep_trees_and_escapes_left_by_the_agent_fail_closed(project: Project):
+    key = f"sk-unit-{secrets.token_hex(12)}"
+    canary = project.root / "harness-canary.py"
+    canary.write_text("print('the harness')\n")
+    plant = (f"ln -s {canary} .REPORT.md.scrub; ln -s {canary} .report.md.tmp; "
+             f"ln -s {canary} opencode.db.scrub; echo planted\n")
+    steps = [_write("plant.sh", plant), _bash("plant links", "sh plant.sh"),
+             _write("deep.py", DEEP), _bash("deep tree", "python3 deep.py"),
+             _bash("escape name", "touch \"$(printf 'x\\033]0;pwned\\007y')\"; echo named"),
+             _bash("report", 'echo "the key is $VOT_API_KEY" > REPORT.md'), {"text": "DONE"}]
+    hello = yaml.safe_load((REPO / "replay" / "hello.yaml").read_text())
+    hello["trajectories"][1]["steps"] = steps
+    project.add_trajectory("leftovers", hello)
+    project.add_preset("replay-leftovers", trajectory="leftovers", env=["VLLM_API_KEY"])
+    project.env.update(VLLM_API_KEY=key)
+    code, out, err = project.run_cli(["launch", "local", "replay", "replay-leftovers", "--mission", "hello",
+                                      *SMALL_PROBE], timeout=360)
+    run_dir, rec = project.only_run()
+    assert code == 1, dump(out, err)
+    assert rec["status"] == "void" and "post-run" in rec["reason"], rec["reason"]
+    assert "workspace removed" in rec["reason"] and "nested more than" in rec["reason"], rec["reason"]
+    assert not (run_dir / "workspace").exists()
+    assert canary.read_text() == "print('the harness')\n"  # nothing outside the run folder changed
+    assert "\x1b" not in out + err and "\x07" not in out + err
+    events = (run_dir / "opencode-events.jsonl").read_text()
+    assert "deep tree made" in events and "planted" in events  # the attacks ran
+    for path in project.root.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            assert key.encode() not in path.read_bytes(), path
+    assert (run_dir / "report.md").read_text().strip() == "the key is [redacted]"
