@@ -8,6 +8,8 @@
       rulings/<run-id>.yaml           one rulings file per ruled run
       .llms-benchmark/README.md       the results page
       .llms-benchmark/*.yaml          the hand-kept rows (remote, oddyssey's local) and non-conclusive presets
+      .llms-benchmark/refused/<id>/   a launch the preflight refused (nothing served): its folder, ignored by git
+      .llms-benchmark/launches/       `launch --detach`: each background launch's log and <run-id>.json (pid)
       .llms-benchmark/runs/<run-id>/  RunPaths:
         run.json                      the run record (artifacts named relative to this folder)
         fault.txt                     a harness bug's traceback
@@ -144,6 +146,16 @@ class ProjectPaths:
     @property
     def runs(self) -> Path:
         return self.bench / "runs"
+
+    @property
+    def refused(self) -> Path:
+        """Run folders of launches the preflight refused (nothing served): ignored by git."""
+        return self.bench / "refused"
+
+    @property
+    def launches(self) -> Path:
+        """`launch --detach`: each background launch's output and its pid file (ignored by git)."""
+        return self.bench / "launches"
 
     @property
     def page(self) -> Path:

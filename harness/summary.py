@@ -14,7 +14,7 @@ def minutes_seconds(seconds: float) -> str:
     return f"{total // 60}m{total % 60:02d}s"
 
 
-def run_summary_table(rec: RunRecord) -> Table:
+def run_summary_table(rec: RunRecord, record_path: str | None = None) -> Table:
     title = f"run {rec.run_id}: {rec.status.value}"
     if rec.scripted:
         title += " — SCRIPTED TRAJECTORY (replay), not a model"
@@ -59,7 +59,7 @@ def run_summary_table(rec: RunRecord) -> Table:
         shared = f", shared by the {rec.trial.of} trials" if rec.trial else ""
         rows.append(("served", f"{minutes_seconds((t.destroyed - t.serve_start).total_seconds())} "
                                f"(GPU-hours {rec.gpu_hours}{shared})"))
-    rows.append(("record", f".llms-benchmark/runs/{rec.run_id}/run.json"))
+    rows.append(("record", record_path or f".llms-benchmark/runs/{rec.run_id}/run.json"))
     for key, value in rows:
         table.add_row(key, escape(value))  # reasons quote logs and paths: never rich markup
     return table

@@ -386,12 +386,14 @@ def test_preflight_refuses_before_serving(project: Project, case: str):
     shown = out + err
     assert str(path) in shown and f"field '{field}'" in shown and phrase in shown, dump(out, err)
 
-    # The record says so, and nothing was served.
-    _, rec = project.only_run()
+    # The record says so, kept out of git (under .llms-benchmark/refused/), and nothing was served.
+    assert project.run_dirs() == [], "a refused launch leaves nothing under .llms-benchmark/runs/"
+    refused = sorted((project.root / ".llms-benchmark" / "refused").glob("*/run.json"))
+    assert len(refused) == 1, refused
+    rec = json.loads(refused[0].read_text())
     assert rec["status"] == "refused" and rec["stopped_at"] == "preflight"
     assert rec["reason"].startswith(f"{path}") and f"field '{field}': " in rec["reason"] and phrase in rec["reason"]
     assert rec["times"]["serve_start"] is None and rec["unit"] is None
-    assert all(r["times"]["serve_start"] is None for r in project.records())
     assert project.ledger() == {}
     assert not (project.root / ".vot" / "run").exists() or not any((project.root / ".vot" / "run").glob("*.log"))
     assert not project.survivors(timeout_s=2)

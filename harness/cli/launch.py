@@ -1,19 +1,85 @@
-"""`llms-benchmark launch`: run the benchmark end to end."""
+"""`llms-benchmark launch`: run the benchmark end to end.
+
+Every argument is checked before anything happens (no run folder, nothing served): the
+environment, preset and mission are names (never paths), the effort is one opencode accepts.
+A launch the preflight refuses (nothing served) keeps its record out of git, under
+`.llms-benchmark/refused/<run-id>/` with its reason. `--detach` starts the launch in the
+background and prints its run id and record path at once (`llms-benchmark wait RUN` waits).
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
 from typing import Annotated
 
+import psutil
 import typer
 from rich.markup import escape
 
 from harness.cli.common import JsonOpt, err, out, project_root, say, user_errors
+from harness.errors import UserError
 from harness.mission import DEFAULT_MISSION
+from harness.opencode.config import EFFORTS
+from harness.paths import ProjectPaths
 
 
 MAX_TRIALS = 20  # each trial is a whole mission run on the serve: bounded
+# What the EFFORT argument takes: a level opencode sends as `--variant` (a model with no such
+# variant is run at its own default, recorded as `default`), or `default` (no `--variant`).
+ACCEPTED_EFFORTS = (*EFFORTS, "default")
+# vllm-on-tap's name rule (harness/vot/schema/*.schema.json), with a length a path can hold.
+NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,99}")
+MISSION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")
+# The child of `--detach` writes its run id to the file this variable names, once it is known.
+ANNOUNCE_VAR = "LLMS_BENCHMARK_ANNOUNCE"
+ANNOUNCE_WAIT_S = 120.0  # how long `--detach` waits for the run id before it gives up
 
 app = typer.Typer(no_args_is_help=True, help="Run the benchmark end to end.")
+
+
+def check_launch_inputs(root: Path, environment: str, preset: str, effort: str, mission: str) -> None:
+    """Refuse, before anything is written or served, an argument no launch could use."""
+    paths = ProjectPaths(root)
+    for value, what, folder, pattern in (
+        (environment, "ENVIRONMENT", paths.environments, NAME),
+        (preset, "PRESET", paths.presets, NAME),
+        (mission, "--mission", paths.missions, MISSION_NAME),
+    ):
+        if not pattern.fullmatch(value):
+            known = sorted(p.stem for p in folder.glob("*.yaml")) if what != "--mission" else \
+                sorted(p.parent.name for p in folder.glob("*/mission.yaml"))
+            raise UserError(f"{value[:120]!r} is not a name: {what} names a file of {folder.name}/, "
+                            f"in lower-case letters, digits and '-' (never a path)", file=folder, field=what,
+                            fix=f"use one of: {', '.join(known) or '(none)'}")
+    if effort not in ACCEPTED_EFFORTS:
+        raise UserError(f"effort {effort[:120]!r} is not one opencode accepts", field="EFFORT",
+                        fix=f"use one of: {', '.join(ACCEPTED_EFFORTS)} ({', '.join(EFFORTS)} are sent as "
+                            "opencode's --variant where the served model has that variant; `default` sends none)")
+
+
+def keep_refusal_out_of_git(root: Path, record) -> Path | None:
+    """A launch the preflight refused served nothing and makes no row: its run folder moves to
+    `.llms-benchmark/refused/` (ignored by git), its record saying why. Returns the new record path."""
+    from harness.record import Status
+
+    if record.status != Status.refused or record.stopped_at != "preflight" or record.times.serve_start:
+        return None
+    paths = ProjectPaths(root)
+    source = paths.run(record.run_id).dir
+    if not source.is_dir():
+        return None
+    paths.refused.mkdir(parents=True, exist_ok=True)
+    dest = paths.refused / record.run_id
+    shutil.move(str(source), str(dest))
+    return dest / "run.json"
 
 
 @app.command("local")
@@ -21,7 +87,9 @@ app = typer.Typer(no_args_is_help=True, help="Run the benchmark end to end.")
 def launch_local_cmd(
     environment: Annotated[str, typer.Argument(help="A .vot/environments/<name>.yaml name.")],
     preset: Annotated[str, typer.Argument(help="A .vot/presets/<name>.yaml name.")],
-    effort: Annotated[str, typer.Argument(help="Reasoning effort (low, medium, high).")] = "medium",
+    effort: Annotated[str, typer.Argument(
+        help=f"Reasoning effort: {', '.join(ACCEPTED_EFFORTS)} (a model with no such variant runs at its default).")
+    ] = "medium",
     mission: Annotated[str, typer.Option(help="Mission under missions/.")] = DEFAULT_MISSION,
     probe_long_tokens: Annotated[int, typer.Option(help="Long-context probe size (0: 82k where the context allows).")] = 0,
     no_sandbox: Annotated[bool, typer.Option(
@@ -32,32 +100,111 @@ def launch_local_cmd(
     trials: Annotated[int, typer.Option(
         min=1, max=MAX_TRIALS, help="Run the mission K times on one serve (probed and smoked once), each trial "
                                     "on a fresh workspace, store and mission stack, each its own run record.")] = 1,
+    detach: Annotated[bool, typer.Option(
+        "--detach", help="Start the launch in the background; print its run id and record path at once "
+                         "(then `llms-benchmark wait RUN`).")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Serve PRESET on ENVIRONMENT once, probe it, run the mission with opencode, destroy, record."""
-    from harness.launch import LaunchOptions, launch_local
+    root = project_root()
+    check_launch_inputs(root, environment, preset, effort, mission)
+    if detach:
+        argv = [environment, preset, effort, "--mission", mission, "--probe-long-tokens", str(probe_long_tokens),
+                "--stop-after-report", str(stop_after_report), "--trials", str(trials),
+                *(["--no-sandbox"] if no_sandbox else [])]
+        _detach(root, argv, as_json)
+        return
+
+    from harness.launch import Launch, LaunchOptions
     from harness.summary import run_summary_table
 
-    records = launch_local(LaunchOptions(project_root(), environment, preset, effort, mission,
-                                         probe_long_tokens or None, sandbox=not no_sandbox,
-                                         stop_after_report=stop_after_report or None, trials=trials), say)
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    launch = Launch(LaunchOptions(root, environment, preset, effort, mission, probe_long_tokens or None,
+                                  sandbox=not no_sandbox, stop_after_report=stop_after_report or None,
+                                  trials=trials), say)
+    _announce(launch.record.run_id)
+    launch.run()
+    records = launch.records
+    moved = keep_refusal_out_of_git(root, records[0])
     if as_json:
         # One trial: its record, as ever; K trials: the list of their records.
         out.print_json(records[0].model_dump_json() if trials == 1
                        else "[" + ",".join(r.model_dump_json() for r in records) + "]")
     else:
         for record in records:
-            out.print(run_summary_table(record))
+            out.print(run_summary_table(record, _rel(root, moved) if moved and record is records[0] else None))
     for record in records:
         if record.reason:
             where = f" (trial {record.trial.index})" if record.trial else ""
             err.print(f"[bold red]{record.status.value}{where}:[/bold red] {escape(record.reason or '')}",
                       highlight=False)
+    if moved is not None:
+        say(f"nothing was served; the refused launch's record is kept out of git at {_rel(root, moved)}")
     if trials > 1 and len(records) < trials:
         err.print(f"[bold red]{len(records)} of {trials} trials ran[/bold red]: the launch ended in trial "
                   f"{len(records)}", highlight=False)
     # The worst trial's exit code: 0 only when every trial asked for made a row.
     raise typer.Exit(max(r.status.exit_code for r in records))
+
+
+def _rel(root: Path, path: Path) -> str:
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return str(path)
+
+
+def _announce(run_id: str) -> None:
+    """In the child of `--detach`: tell the parent the run id (an atomic write)."""
+    target = os.environ.get(ANNOUNCE_VAR)
+    if not target:
+        return
+    tmp = f"{target}.tmp"
+    with open(tmp, "w") as fh:
+        fh.write(run_id + "\n")
+    os.replace(tmp, target)
+
+
+def _detach(root: Path, argv: list[str], as_json: bool) -> None:
+    """Start `launch local ARGV --json` in a session of its own (it outlives this command and the
+    caller's terminal), its output in `.llms-benchmark/launches/`; print its run id once known."""
+    paths = ProjectPaths(root)
+    paths.launches.mkdir(parents=True, exist_ok=True)
+    stamp = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{uuid.uuid4().hex[:6]}"
+    log = paths.launches / f"{stamp}.log"
+    announce = paths.launches / f"{stamp}.run-id"
+    env = {**os.environ, ANNOUNCE_VAR: str(announce), "LLMS_BENCHMARK_ROOT": str(root), "PYTHONUNBUFFERED": "1"}
+    with open(log, "wb") as fh:
+        child = subprocess.Popen([sys.executable, "-m", "harness.cli", "launch", "local", *argv, "--json"],
+                                 cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=fh, stderr=fh,
+                                 start_new_session=True)
+    deadline = time.monotonic() + ANNOUNCE_WAIT_S
+    while not announce.is_file() and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if not announce.is_file():
+        tail = log.read_text(errors="replace")[-2000:]
+        if child.poll() is None:
+            raise UserError(f"the background launch (pid {child.pid}) named no run within {ANNOUNCE_WAIT_S:.0f}s; "
+                            f"its output so far:\n{tail}", file=log,
+                            fix=f"read {log}; end it with `kill -INT {child.pid}` (it destroys what it served)")
+        err.print(tail, end="", highlight=False, markup=False)
+        raise typer.Exit(child.returncode)
+    run_id = announce.read_text().strip()
+    announce.unlink(missing_ok=True)
+    launcher = paths.launches / f"{run_id}.json"
+    try:
+        created = psutil.Process(child.pid).create_time()
+    except psutil.Error:  # it ended already: `wait` then reads its record
+        created = None
+    facts = {"run_id": run_id, "pid": child.pid, "created": created, "record": _rel(root, paths.run(run_id).record),
+             "log": _rel(root, log), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    launcher.write_text(json.dumps(facts) + "\n")
+    if as_json:
+        out.print_json(json.dumps(facts))
+    else:
+        out.print(f"run {run_id} launched in the background (pid {child.pid})\n"
+                  f"  record: {facts['record']}\n  log:    {facts['log']}\n"
+                  f"  wait:   llms-benchmark wait {run_id} --timeout 9000", highlight=False)
 
 
 def register(parent: typer.Typer) -> None:

@@ -1,0 +1,144 @@
+"""`llms-benchmark wait <run> [--timeout S]`: wait for a launch to end; exit as the launch did.
+
+For a launch started with `launch local … --detach` (the slash command's way): the run's
+record is read until its launch process is gone, then the run's own exit code is returned
+(0 a row, 1 void, 2 refused, 3 fault; K trials: the worst, as `launch` exits). Still running
+after S seconds: exit 124 and the run goes on (call `wait` again). A launch run in another
+terminal (no background process on file) is done when its record says it ended.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Annotated
+
+import psutil
+import typer
+from rich.markup import escape
+
+from harness.cli.common import JsonOpt, err, out, project_root, user_errors
+from harness.errors import UserError
+from harness.paths import RUN_RECORD, ProjectPaths
+from harness.record import RunRecord, Status
+
+STILL_RUNNING = 124  # as coreutils' timeout: the wait ran out, the run did not
+POLL_S = 1.0
+
+
+def locate(root: Path, run: str) -> Path:
+    """The run's folder: under .llms-benchmark/runs/ or, refused at preflight, .llms-benchmark/refused/."""
+    paths = ProjectPaths(root)
+    if run in ("", ".", "..") or "/" in run or "\\" in run or len(run) > 200:
+        raise UserError(f"{run[:120]!r} is not a run id", file=paths.runs, field="RUN",
+                        fix="pass the run id `launch` printed (a folder name under .llms-benchmark/runs/)")
+    for folder in (paths.runs, paths.refused):
+        if (folder / run).is_dir():
+            return folder / run
+    launcher = paths.launches / f"{run}.json"
+    if launcher.is_file():  # announced, its folder not made yet
+        return paths.run(run).dir
+    known = sorted(p.name for p in paths.runs.iterdir() if p.is_dir())[-3:] if paths.runs.is_dir() else []
+    raise UserError(f"no run '{run}'", file=paths.runs / run, field="RUN",
+                    fix="pass the run id `launch` printed" + (f" (latest: {', '.join(known)})" if known else ""))
+
+
+def _launcher_alive(root: Path, run: str) -> bool | None:
+    """Whether the background launch of `run` still runs; None: it was not started with --detach."""
+    path = ProjectPaths(root).launches / f"{run}.json"
+    try:
+        facts = json.loads(path.read_text())
+        pid, created = int(facts["pid"]), facts.get("created")
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    try:
+        proc = psutil.Process(pid)
+        if created is not None and abs(proc.create_time() - float(created)) > 1:
+            return False  # the pid was reused: ours is gone
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _load(path: Path) -> RunRecord | None:
+    try:
+        return RunRecord.load(path)
+    except FileNotFoundError:
+        return None
+    except ValueError as exc:
+        raise UserError(f"not a valid run record: {str(exc).splitlines()[0]}", file=path,
+                        fix="restore run.json from git, or launch the run again") from None
+
+
+def _group(root: Path, record: RunRecord, folder: Path) -> list[RunRecord]:
+    """The run's record, or with --trials K every trial's record so far, in order."""
+    if record.trial is None:
+        return [record]
+    records = []
+    for path in sorted(folder.parent.glob(f"*/{RUN_RECORD}")):
+        try:
+            other = RunRecord.load(path)
+        except (OSError, ValueError):
+            continue
+        if other.trial is not None and other.trial.group == record.trial.group:
+            records.append(other)
+    return sorted(records, key=lambda r: r.trial.index) or [record]
+
+
+def _ended(records: list[RunRecord]) -> bool:
+    """A launch's records say it ended: the last trial's end is written (after the destroy),
+    and it was the last asked for or the one the launch stopped at."""
+    last = records[-1]
+    if last.times.end is None:
+        return False
+    return last.trial is None or last.trial.index == last.trial.of or last.status != Status.ok
+
+
+@user_errors
+def wait(run: Annotated[str, typer.Argument(help="The run id `launch` printed.")],
+         timeout: Annotated[float, typer.Option(
+             "--timeout", min=0, help="Give up after S seconds (exit 124; the run goes on). 0: no limit.")] = 0,
+         as_json: JsonOpt = False) -> None:
+    """Wait until RUN's launch ends; exit with its code (0 row, 1 void, 2 refused, 3 fault; 124 still running)."""
+    root = project_root()
+    deadline = time.monotonic() + timeout if timeout else None
+    while True:
+        folder = locate(root, run)  # a refused launch's folder moves while we wait
+        alive = _launcher_alive(root, run)
+        record = _load(folder / RUN_RECORD)
+        records = _group(root, record, folder) if record is not None else []
+        if alive is False:
+            folder = locate(root, run)
+            record = _load(folder / RUN_RECORD)
+            records = _group(root, record, folder) if record is not None else []
+            break
+        if alive is None and records and _ended(records):
+            break
+        if deadline is not None and time.monotonic() >= deadline:
+            if as_json:
+                out.print_json(json.dumps({"run_id": run, "running": True, "record": str(folder / RUN_RECORD)}))
+            err.print(f"run {run} is still running after {timeout:g}s (the run goes on; wait again)",
+                      highlight=False)
+            raise typer.Exit(STILL_RUNNING)
+        time.sleep(POLL_S)
+
+    if not records or records[-1].times.end is None:
+        raise UserError(f"the launch of run {run} ended without finishing its record (killed?)",
+                        file=folder / RUN_RECORD, fix="check `llms-benchmark units` is empty; launch again")
+    code = max(r.status.exit_code for r in records)
+    summary = [{"run_id": r.run_id, "status": r.status.value, "reason": r.reason, "stopped_at": r.stopped_at,
+                "record": str((folder.parent / r.run_id / RUN_RECORD).relative_to(root))} for r in records]
+    if as_json:
+        out.print_json(json.dumps(summary[0] if len(summary) == 1 else summary))
+    else:
+        for s in summary:
+            out.print(f"run {s['run_id']}: {s['status']}" + (f" at {s['stopped_at']}" if s["stopped_at"] else "")
+                      + f" — {s['record']}", highlight=False)
+            if s["reason"]:
+                err.print(f"[bold red]{s['status']}:[/bold red] {escape(s['reason'])}", highlight=False)
+    raise typer.Exit(code)
+
+
+def register(parent: typer.Typer) -> None:
+    parent.command("wait")(wait)

@@ -1,0 +1,145 @@
+"""Issue 35, item 2: every launch input checked before anything happens, a refused launch
+leaves `git status` clean; item 1's background launch: `launch --detach` prints the run id
+and record at once, `wait RUN --timeout S` exits as the launch did (124 while it runs).
+
+The checks run the real console script against a throw-away project root (tests/conftest.py)
+that is a git repository with the checkout's own .gitignore."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import REPO, Project
+
+
+def dump(out: str, err: str) -> str:
+    return f"\n--- stdout\n{out[-4000:]}\n--- stderr\n{err[-4000:]}"
+
+
+def _git(project: Project, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=project.root, check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture
+def repo(project: Project) -> Project:
+    """The project as a git repository: the checkout's .gitignore, everything committed."""
+    shutil.copy2(REPO / ".gitignore", project.root / ".gitignore")
+    _git(project, "init", "-q", ".")
+    _git(project, "add", "-A")
+    _git(project, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "the project")
+    return project
+
+
+def _nothing_written(project: Project) -> None:
+    assert not (project.root / ".llms-benchmark").exists(), sorted((project.root / ".llms-benchmark").rglob("*"))
+    assert project.ledger() == {}
+
+
+@pytest.mark.parametrize("effort", ["extreme", "x/y", "../medium", "", "HIGH", "a" * 3000])
+def test_an_effort_opencode_does_not_accept_is_refused_before_anything(project: Project, effort: str):
+    code, out, err = project.run_cli(["launch", "local", "replay", "replay-hello", effort, "--mission", "hello"],
+                                     timeout=60)
+    text = " ".join(err.split())
+    assert code == 2 and "Traceback" not in err, dump(out, err)
+    assert "field 'EFFORT'" in text and "use one of: low, medium, high, default" in text, dump(out, err)
+    _nothing_written(project)
+
+
+@pytest.mark.parametrize(("args", "field"), [
+    (["replay", "x/y"], "PRESET"), (["replay", "../replay-hello"], "PRESET"), (["replay", ""], "PRESET"),
+    (["replay", "a" * 3000], "PRESET"), (["../replay", "replay-hello"], "ENVIRONMENT"),
+    (["/etc", "replay-hello"], "ENVIRONMENT"), (["replay", "replay-hello", "medium", "--mission", "../hello"], "--mission"),
+    (["replay", "replay-hello", "medium", "--mission", "hello/"], "--mission"),
+])
+def test_a_name_that_could_make_a_path_is_refused_before_anything(project: Project, args: list[str], field: str):
+    if "--mission" not in args:
+        args = [*args, "medium", "--mission", "hello"]
+    code, out, err = project.run_cli(["launch", "local", *args], timeout=60)
+    text = " ".join(err.split())
+    assert code == 2 and "Traceback" not in err, dump(out, err)
+    assert f"field '{field}'" in text and "is not a name" in text and "use one of:" in text, dump(out, err)
+    _nothing_written(project)
+
+
+def test_default_effort_is_accepted(repo: Project):
+    """`default` (the seed's word: no --variant) passes the check; the preflight refusal after it
+    proves the check let it through (an unknown preset: nothing served)."""
+    code, out, err = repo.run_cli(["launch", "local", "replay", "nope", "default", "--mission", "hello"], timeout=60)
+    assert code == 2 and "no preset 'nope'" in err, dump(out, err)
+
+
+@pytest.mark.parametrize("case", ["unknown-preset", "missing-key", "port-in-use"])
+def test_a_refused_launch_leaves_git_status_clean(repo: Project, case: str):
+    import socket
+
+    held = None
+    if case == "unknown-preset":
+        args = ["replay", "nope"]
+    elif case == "missing-key":
+        repo.add_preset("keyed", trajectory="hello", env=["LLMS_BENCHMARK_TEST_UNSET_KEY"])
+        repo.env.pop("LLMS_BENCHMARK_TEST_UNSET_KEY", None)
+        _git(repo, "add", "-A")
+        _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "a preset needing a key")
+        args = ["replay", "keyed"]
+    else:
+        held = socket.socket()
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        env = repo.root / ".vot" / "environments" / "replay.yaml"
+        env.write_text(f"name: replay\nstack: replay\nconfig:\n  port: {held.getsockname()[1]}\n")
+        _git(repo, "add", "-A")
+        _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "a port in use")
+        args = ["replay", "replay-hello"]
+    try:
+        code, out, err = repo.run_cli(["launch", "local", *args, "--mission", "hello"], timeout=90)
+    finally:
+        if held is not None:
+            held.close()
+    assert code == 2 and "Traceback" not in err, dump(out, err)
+    assert _git(repo, "status", "--porcelain") == "", dump(out, err)
+    # The record is kept, out of git, and says why.
+    refused = sorted((repo.root / ".llms-benchmark" / "refused").glob("*/run.json"))
+    assert len(refused) == 1 and repo.run_dirs() == []
+    rec = json.loads(refused[0].read_text())
+    assert rec["status"] == "refused" and rec["stopped_at"] == "preflight" and rec["reason"], rec
+    assert f".llms-benchmark/refused/{rec['run_id']}/run.json" in " ".join(err.split()), dump(out, err)
+    assert repo.ledger() == {}
+
+
+def test_wait_names_a_run_it_cannot_find(project: Project):
+    for run, phrase in (("no-such-run", "no run 'no-such-run'"), ("../x", "is not a run id")):
+        code, out, err = project.run_cli(["wait", run, "--timeout", "1"], timeout=60)
+        assert code == 2 and phrase in " ".join(err.split()) and "Traceback" not in err, dump(out, err)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_detach_prints_the_run_at_once_and_wait_exits_as_the_launch(repo: Project):
+    code, out, err = repo.run_cli(["launch", "local", "replay", "replay-hello", "--mission", "hello", "--detach",
+                                   "--json"], timeout=60)
+    assert code == 0, dump(out, err)
+    facts = json.loads(out)
+    run = facts["run_id"]
+    assert facts["record"] == f".llms-benchmark/runs/{run}/run.json" and facts["pid"] > 0
+    # Still running a second later: 124, and the run goes on.
+    code, out, err = repo.run_cli(["wait", run, "--timeout", "0.5"], timeout=60)
+    assert code == 124 and "still running" in err, dump(out, err)
+    code, out, err = repo.run_cli(["wait", run, "--timeout", "240", "--json"], timeout=260)
+    assert code == 0, dump(out, err) + (repo.root / facts["log"]).read_text()[-3000:]
+    done = json.loads(out)
+    assert done["status"] == "ok" and done["record"] == facts["record"]
+    assert json.loads((repo.root / facts["record"]).read_text())["times"]["end"]
+    # A refused background launch: its record moves out of git, and wait finds it there.
+    code, out, err = repo.run_cli(["launch", "local", "replay", "nope", "--mission", "hello", "--detach", "--json"],
+                                  timeout=60)
+    assert code == 0, dump(out, err)
+    refused = json.loads(out)["run_id"]
+    code, out, err = repo.run_cli(["wait", refused, "--timeout", "60", "--json"], timeout=90)
+    assert code == 2 and json.loads(out)["record"] == f".llms-benchmark/refused/{refused}/run.json", dump(out, err)
+    # Only the ok run's record and report are left for git: nothing of the refused one, no log.
+    assert _git(repo, "status", "--porcelain", "-uall").split() == [
+        "??", facts["record"].replace("run.json", "report.md"), "??", facts["record"]]
