@@ -17,6 +17,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -196,13 +197,24 @@ def run_opencode(
     prompt_file.write_bytes(prompt.encode("utf-8"))
     result = RunResult(started=time.time())
     watch = _Watch(limits.same_error_limit, limits.same_failed_call_limit)
-    with open(prompt_file, "rb") as stdin:
-        proc = subprocess.Popen(argv, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                env=env, cwd=cwd, start_new_session=True)
+    # stdout and stderr are socketpairs, not pipes: a pipe can be opened again through
+    # /proc/<opencode's pid>/fd/1 by a tool running as the same user, and whatever it writes
+    # there would read as opencode's own events; a socket cannot be reopened that way (ENXIO).
+    (out_ours, out_theirs), (err_ours, err_theirs) = socket.socketpair(), socket.socketpair()
+    try:
+        with open(prompt_file, "rb") as stdin:
+            proc = subprocess.Popen(argv, stdin=stdin, stdout=out_theirs.fileno(), stderr=err_theirs.fileno(),
+                                    env=env, cwd=cwd, start_new_session=True)
+    finally:
+        out_theirs.close()
+        err_theirs.close()
+        out_ours.shutdown(socket.SHUT_WR)
+        err_ours.shutdown(socket.SHUT_WR)
+    streams = [out_ours.makefile("rb"), err_ours.makefile("rb")]
     readers = [
-        threading.Thread(target=_read_events, args=(proc.stdout, events_path, result, watch, on_event),
+        threading.Thread(target=_read_events, args=(streams[0], events_path, result, watch, on_event),
                          daemon=True),
-        threading.Thread(target=_read_stderr, args=(proc.stderr, stderr_path, result, watch), daemon=True),
+        threading.Thread(target=_read_stderr, args=(streams[1], stderr_path, result, watch), daemon=True),
     ]
     for thread in readers:
         thread.start()
@@ -240,6 +252,9 @@ def run_opencode(
                 pass
         for thread in readers:
             thread.join(timeout=5)
+        for stream, sock in zip(streams, (out_ours, err_ours)):
+            stream.close()
+            sock.close()
         prompt_file.unlink(missing_ok=True)
     result.exit_code = proc.returncode
     result.ended = time.time()
