@@ -193,3 +193,32 @@ def test_a_sparse_file_is_never_expanded_and_a_fifo_never_opened(tmp_path: Path)
     assert (changed, left) == (0, ["sparse.log"])
     assert os.stat(sparse).st_blocks * 512 < 1 << 20
     assert abs(os.statvfs(tmp_path).f_bavail - free) * os.statvfs(tmp_path).f_frsize < 64 << 20
+
+
+def test_the_store_copy_follows_no_link(tmp_path: Path):
+    """`opencode.db-wal -> /dev/zero` would fill the launcher's TMPDIR; a linked db would read a host file."""
+    from harness.errors import UserError
+    from harness.opencode.store import store_copy
+
+    data = tmp_path / "opencode"
+    data.mkdir()
+    with sqlite3.connect(data / "opencode.db") as con:
+        con.execute("CREATE TABLE session (id TEXT)")
+    (data / "opencode.db-wal").symlink_to("/dev/zero")
+    with pytest.raises(UserError, match="not a file the harness reads"):
+        with store_copy(data):
+            pass
+    (data / "opencode.db-wal").unlink()
+    os.mkfifo(data / "opencode.db-shm")
+    with pytest.raises(UserError, match="not a regular file"):
+        with store_copy(data):
+            pass
+    (data / "opencode.db-shm").unlink()
+    with store_copy(data) as conn:
+        assert conn.execute("SELECT count(*) FROM session").fetchone()[0] == 0
+    host = tmp_path / "host.db"
+    (data / "opencode.db").rename(host)
+    (data / "opencode.db").symlink_to(host)
+    with pytest.raises(UserError, match="no opencode session store"):
+        with store_copy(data):
+            pass

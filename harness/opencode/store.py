@@ -10,8 +10,9 @@ messages (opencode's compaction agent).
 
 from __future__ import annotations
 
-import shutil
+import os
 import sqlite3
+import stat
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -54,23 +55,65 @@ def check_schema(conn: sqlite3.Connection, db: Path) -> None:
                          "`npm ci` installs it), or teach harness/opencode/store.py the new layout")
 
 
+STORE_CAP = 4 << 30  # bytes per file copied: above the agent's disk cap, far below a filled TMPDIR
+_NOFOLLOW = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def _copy_regular(dir_fd: int, name: str, dest: Path) -> bool:
+    """`name` in the open folder copied to `dest` only if it is a regular file (a link the agent
+    left, to /dev/zero say, or a FIFO is never opened as one), at most STORE_CAP bytes."""
+    try:
+        fd = os.open(name, _NOFOLLOW, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise UserError(f"{name} in opencode's store folder is not a file the harness reads ({exc.strerror})",
+                        file=dest.name, fix="the agent replaced opencode's store: no figures from it") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > STORE_CAP:
+            raise UserError(f"{name} in opencode's store folder is not a regular file under {STORE_CAP:,} bytes",
+                            file=dest.name, fix="the agent replaced opencode's store: no figures from it")
+        with open(dest, "wb") as out:
+            copied = 0
+            while block := os.read(fd, 1 << 20):
+                copied += len(block)
+                if copied > STORE_CAP:
+                    raise UserError(f"{name} grew past {STORE_CAP:,} bytes while copied", file=dest.name,
+                                    fix="the agent replaced opencode's store: no figures from it")
+                out.write(block)
+    finally:
+        os.close(fd)
+    return True
+
+
 @contextmanager
 def store_copy(data_dir: Path) -> Iterator[sqlite3.Connection]:
+    """A private copy of the store (db, WAL, shm) opened read-write there: links never followed."""
     db = data_dir / DB_NAME
-    if not db.is_file():
+    try:
+        dir_fd = os.open(data_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        dir_fd = None
+    if dir_fd is None or not stat.S_ISREG(os.stat(DB_NAME, dir_fd=dir_fd, follow_symlinks=False).st_mode
+                                          if os.path.lexists(db) else 0):
+        if dir_fd is not None:
+            os.close(dir_fd)
         raise UserError(f"no opencode session store at {db}", file=data_dir,
                         fix="pass opencode's data directory ($XDG_DATA_HOME/opencode), the one holding opencode.db")
-    with tempfile.TemporaryDirectory(prefix="llms-benchmark-store-") as tmp:
-        for suffix in ("", "-wal", "-shm"):
-            src = data_dir / f"{DB_NAME}{suffix}"
-            if src.exists():
-                shutil.copy2(src, Path(tmp) / src.name)
-        conn = sqlite3.connect(Path(tmp) / DB_NAME)
-        conn.row_factory = sqlite3.Row
-        try:
-            yield conn
-        finally:
-            conn.close()
+    try:
+        with tempfile.TemporaryDirectory(prefix="llms-benchmark-store-") as tmp:
+            for suffix in ("", "-wal", "-shm"):
+                _copy_regular(dir_fd, f"{DB_NAME}{suffix}", Path(tmp) / f"{DB_NAME}{suffix}")
+            conn = sqlite3.connect(Path(tmp) / DB_NAME)
+            conn.execute("PRAGMA trusted_schema = OFF")
+            conn.row_factory = sqlite3.Row
+            try:
+                yield conn
+            finally:
+                conn.close()
+    finally:
+        os.close(dir_fd)
 
 
 def _root_session(conn: sqlite3.Connection, session_id: str | None, title: str | None,
