@@ -41,10 +41,11 @@ def test_every_best_column_can_read_its_cells():
 
 def test_score_check_reads_cells_by_column_not_position():
     head = headers("local", "headline")
+    # One row: its every best value bold, as render writes it (score check reads the bold marks too).
     values = {"Rank": "**#1**", "Preset": "p", "Effort": "medium", "CLI": "opencode", "GPU": "CPU",
-              "Protocol": "llms-benchmark 1", "Scoring": "9.9", "Confirmed / reported": "1 / 2",
-              "Telemetry / Perf / Behavior": "1 / 0 / 0", "Total": "10m00s", "Accuracy": "50%",
-              "seconds/confirmed": "600s"}
+              "Protocol": "llms-benchmark 1", "Scoring": "**9.9**", "Confirmed / reported": "1 / 2",
+              "Telemetry / Perf / Behavior": "1 / 0 / 0", "Total": "**10m00s**", "Accuracy": "**50%**",
+              "seconds/confirmed": "**600s**"}
     page = "| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n| " + " | ".join(values[h] for h in head) + " |\n"
     checked, problems = check_rows(page)
     assert checked == 1 and len(problems) == 1 and "Scoring '9.9'" in problems[0], problems

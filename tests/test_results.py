@@ -385,3 +385,80 @@ def test_the_page_states_the_bounds_that_scored_it(root: Path):
     lo, hi = scoring.SECONDS_PER_CONFIRMED_BOUNDS
     assert f"100·ln({hi:g}/s)/ln({hi / lo:g})" in text and f"{lo:g} s → 100, ≥ {hi:g} s → 0" in text
     assert "Scoring = (3·points(s) + 2·points(T) + 1·points(a) + 1·points(n)) / 7" in text
+
+
+# -- issue 35, item 3: a page no bad record can block; score check reads ranks, order and bold ----------
+@pytest.mark.parametrize(("data", "words"), [
+    (b"{\"run_id\": \"new-qwen\", ", "not a readable run record"),  # truncated
+    (b"\xff\xfe", "not a readable run record"),  # not UTF-8
+    (b"{\"kind\": \"another tool's record\", \"id\": 7}", "not a run record of this harness"),  # foreign schema
+    (None, "written under run-record schema 2"),  # a later schema of ours
+])
+def test_a_bad_record_is_named_and_the_rest_rendered(root: Path, data: bytes | None, words: str):
+    record = root / ".llms-benchmark" / "runs" / "other" / "run.json"
+    if data is None:
+        text = record.read_text().replace('"schema_version": 1', '"schema_version": 2')
+        assert '"schema_version": 2' in text
+        record.write_text(text)
+    else:
+        record.write_bytes(data)
+    result = CliRunner().invoke(app, ["render"], env={"LLMS_BENCHMARK_ROOT": str(root), "COLUMNS": "400"},
+                                catch_exceptions=False)
+    output = " ".join(result.output.split())
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and str(record) in output and words in output, result.output
+    assert "1 run record(s) left out of the page, the rest rendered" in output and "fix:" in output
+    text = _page(root).read_text()
+    assert QWEN_ROW in text  # the good record's row is there,
+    assert "odd-qwen3-6-35b-a3b" not in text  # the bad one's is not
+    assert "deepseek/deepseek-v4.1-flash" in text and text.endswith(PROSE_BOTTOM)
+    assert check_page(_page(root)) == []
+    # --json names it too; a second render is as clear (and changes nothing).
+    result = CliRunner().invoke(app, ["render", "--json"], env={"LLMS_BENCHMARK_ROOT": str(root), "COLUMNS": "400"})
+    assert result.exit_code == 2 and '"changed": false' in result.output and "other/run.json" in result.output
+
+
+def test_a_broken_rulings_file_leaves_out_its_run_only(root: Path):
+    (root / "rulings" / "other.yaml").write_bytes(b"findings: [\n")
+    with pytest.raises(UserError) as caught:
+        render_page(root)
+    assert "other.yaml" in str(caught.value) and "left out" in str(caught.value)
+    assert QWEN_ROW in _page(root).read_text() and "odd-qwen3-6-35b-a3b" not in _page(root).read_text()
+
+
+def _swap_rows(text: str, first: str, second: str) -> str:
+    lines = text.splitlines(keepends=True)
+    i = next(n for n, line in enumerate(lines) if first in line)
+    j = next(n for n, line in enumerate(lines) if second in line)
+    lines[i], lines[j] = lines[j], lines[i]
+    return "".join(lines)
+
+
+def test_score_check_catches_swapped_ranks_and_moved_bold(root: Path):
+    render_page(root)
+    page = _page(root)
+    good = page.read_text()
+    runner = CliRunner()
+    # #1 and #2 swapped, each keeping its cells (its Scoring still right): the ranks and the order are wrong.
+    page.write_text(_swap_rows(good, "| **#1** | `openai/gpt-5.6-luna`", "| **#2** | `deepseek/deepseek-v4.1-flash`"))
+    problems = check_page(page)
+    assert any("Rank '**#2**' in place 1" in p for p in problems), problems
+    assert any("ranked above openai/gpt-5.6-luna but scores lower (70.9 vs 79.7)" in p for p in problems), problems
+    result = runner.invoke(app, ["score", "check", "--page", str(page)])
+    assert result.exit_code == 1 and "scores lower" in result.output
+    # The rank cells renumbered too: the order alone still gives it away.
+    swapped = _swap_rows(good, "| **#1** | `openai/gpt-5.6-luna`", "| **#2** | `deepseek/deepseek-v4.1-flash`")
+    swapped = swapped.replace("| **#2** | `deepseek", "| **#1** | `deepseek").replace("| **#1** | `openai", "| **#2** | `openai")
+    page.write_text(swapped)
+    assert [p for p in check_page(page) if "scores lower" in p] and not [p for p in check_page(page) if "Rank" in p]
+    # A bold mark moved off the best Total, and onto a worse one.
+    page.write_text(good.replace("| **6m29s** |", "| 6m29s |").replace("| 29m05s |", "| **29m05s** |"))
+    problems = check_page(page)
+    assert len(problems) == 2, problems
+    assert "Total '6m29s' is the column's best but not bold" in problems[0]
+    assert "Total '29m05s' is bold but not the column's best" in problems[1]
+    # A ratio with a finding unconfirmed, bold.
+    page.write_text(good.replace("| 7 / 8 |", "| **7 / 8** |"))
+    assert [p for p in check_page(page) if "not every finding was confirmed" in p]
+    page.write_text(good)
+    assert check_page(page) == []

@@ -58,7 +58,7 @@ def score_remote_cmd(total: TotalOpt, accuracy: AccuracyOpt, confirmed: Confirme
 @app.command("check")
 @user_errors
 def score_check_cmd(page: PageOpt = None, as_json: JsonOpt = False) -> None:
-    """Recompute every Scoring cell of the results page from its own row; exit 1 if one disagrees."""
+    """Recompute every Scoring cell from its own row, and check each table's ranks, order and bold marks; exit 1 if one disagrees."""
 
     from harness.results.check import check_rows
     from harness.results.render import PAGE, read_page
@@ -70,7 +70,8 @@ def score_check_cmd(page: PageOpt = None, as_json: JsonOpt = False) -> None:
     else:
         for problem in problems:
             err.print(f"[bold red]disagrees:[/bold red] {escape(problem)}", highlight=False)
-        out.print(f"{path}: {checked} rows, " + (f"{len(problems)} disagree" if problems else "every Scoring agrees"),
+        out.print(f"{path}: {checked} rows, " + (f"{len(problems)} disagree" if problems
+                                                 else "every Scoring, rank, order and bold mark agrees"),
                   highlight=False)
     raise typer.Exit(1 if problems else 0)
 

@@ -19,7 +19,7 @@ from harness.errors import UserError
 from harness.paths import ProjectPaths
 from harness.results.columns import DASH, HAND_LOCAL_CELLS, Column, bold, columns, headers, preset_link
 from harness.results.rows import (
-    NonConclusive, Row, load_local_rows, load_non_conclusive, load_oddyssey_local_rows, load_remote_rows,
+    NonConclusive, RecordsLeftOut, Row, load_local_rows, load_non_conclusive, load_oddyssey_local_rows, load_remote_rows,
 )
 from harness.verdicts import scoring
 from harness.verdicts.scoring import rank_key
@@ -125,11 +125,12 @@ def _environment() -> Environment:
     return env
 
 
-def render_results(root: Path, include_scripted: bool = False) -> str:
-    """The text that goes between the markers (raises before anything is written)."""
+def render_results(root: Path, include_scripted: bool = False, left_out: list[UserError] | None = None) -> str:
+    """The text that goes between the markers (raises before anything is written). `left_out`: a
+    list that collects the runs whose record or rulings cannot be read (None: the first is raised)."""
     root = Path(root)
     remote_head, remote_detail = table_cells(load_remote_rows(root))
-    local_head, local_detail = table_cells(load_local_rows(root, include_scripted))
+    local_head, local_detail = table_cells(load_local_rows(root, include_scripted, left_out))
     hand_head, hand_detail = table_cells(load_oddyssey_local_rows(root), hand=True)
     paths = ProjectPaths(root)
     body = _environment().get_template("results.md.j2").render(
@@ -179,7 +180,11 @@ def read_page(page: Path, missing_fix: str = f"write the page with its prose and
 def render_page(root: Path, page: Path | None = None, include_scripted: bool = False) -> bool:
     """Render the results into the page between its markers; True when a byte changed.
     The page is locked while it is read and rewritten, so two launches finishing at once
-    never interleave (the second renders after the first, from both records)."""
+    never interleave (the second renders after the first, from both records).
+
+    A run whose record (or rulings) cannot be read never blocks the page: the rest is rendered and
+    written, then RecordsLeftOut names each one left out (a hand-kept file's error still blocks:
+    it is one file, and its rows would all be lost)."""
     root = Path(root)
     page = Path(page) if page is not None else root / PAGE
     if include_scripted and page.resolve() == (root / PAGE).resolve():
@@ -188,10 +193,13 @@ def render_page(root: Path, page: Path | None = None, include_scripted: bool = F
     if not is_file(page):
         raise UserError("no results page", file=page,
                         fix=f"write the page with its prose and the two markers {BEGIN} / {END}")
+    left_out: list[UserError] = []
     with file_lock(page):
         text = read_page(page)
-        new = splice(text, render_results(root, include_scripted), page)
-        if new == text:
-            return False
-        write_atomic(page, new)
-    return True
+        new = splice(text, render_results(root, include_scripted, left_out), page)
+        changed = new != text
+        if changed:
+            write_atomic(page, new)
+    if left_out:
+        raise RecordsLeftOut(left_out, changed)
+    return changed

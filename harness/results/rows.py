@@ -209,17 +209,56 @@ def key_matcher_only(rulings: Rulings) -> bool:
 RESULTS_MISSION = DEFAULT_MISSION  # the only mission whose runs make a row
 
 
-def _load_records(root: Path) -> list[RunRecord]:
+SCHEMA_VERSION = RunRecord.model_fields["schema_version"].default  # the run records this harness reads
+
+
+class RecordsLeftOut(UserError):
+    """Run records the page was rendered without (unreadable, another schema, a broken rulings
+    file): each named with its problem and fix; the rest of the page was rendered."""
+
+    def __init__(self, problems: list[UserError], changed: bool = False) -> None:
+        self.problems, self.changed = problems, changed
+        lines = "\n".join(f"  - {p.render()}".replace("\n  fix:", "\n      fix:") for p in problems)
+        super().__init__(f"{len(problems)} run record(s) left out of the page, the rest rendered:\n{lines}",
+                         fix="fix or restore each record named (`git checkout -- FILE`), or move a record that "
+                             "is not this harness's out of .llms-benchmark/runs/; then render again")
+
+
+def _load_record(path: Path) -> RunRecord:
+    try:
+        record = RunRecord.load(path)
+    except ValidationError as exc:
+        first = exc.errors()[0] if exc.errors() else {}
+        if first.get("type") == "json_invalid":  # truncated or not JSON at all
+            raise UserError(f"not a readable run record: {first.get('msg', exc)}", file=path,
+                            fix="restore it from git, or move it out of .llms-benchmark/runs/") from None
+        where = ".".join(str(x) for x in first.get("loc", ())) or None
+        raise UserError(f"not a run record of this harness ({exc.error_count()} problem(s), first: "
+                        f"{first.get('msg', exc)})", file=path, field=where,
+                        fix="restore it from git, or move it out of .llms-benchmark/runs/") from None
+    except (ValueError, OSError) as exc:  # not JSON, not UTF-8, unreadable
+        raise UserError(f"not a readable run record: {str(exc).splitlines()[0][:200]}", file=path,
+                        fix="restore it from git, or move it out of .llms-benchmark/runs/") from None
+    if record.schema_version != SCHEMA_VERSION:
+        raise UserError(f"written under run-record schema {record.schema_version}; this harness reads "
+                        f"{SCHEMA_VERSION}", file=path, field="schema_version",
+                        fix="render it with the harness that wrote it, or move it out of .llms-benchmark/runs/")
+    if record.run_id != path.parent.name:  # rulings are found by run id: never a path elsewhere
+        raise UserError(f"run_id '{record.run_id}' is not its folder's name '{path.parent.name}'", file=path,
+                        field="run_id", fix=f"set run_id to {path.parent.name}")
+    return record
+
+
+def _load_records(root: Path, left_out: list[UserError] | None = None) -> list[RunRecord]:
+    """Every run record; one that cannot be read goes to `left_out` (None: raised)."""
     records = []
     for path in sorted(ProjectPaths(root).runs.glob(f"*/{RUN_RECORD}")):
         try:
-            record = RunRecord.load(path)
-        except (ValidationError, ValueError) as exc:
-            raise UserError(f"not a valid run record: {exc}", file=path) from None
-        if record.run_id != path.parent.name:  # rulings are found by run id: never a path elsewhere
-            raise UserError(f"run_id '{record.run_id}' is not its folder's name '{path.parent.name}'", file=path,
-                            field="run_id", fix=f"set run_id to {path.parent.name}")
-        records.append(record)
+            records.append(_load_record(path))
+        except UserError as exc:
+            if left_out is None:
+                raise
+            left_out.append(exc)
     return records
 
 
@@ -245,6 +284,12 @@ def _named(root: Path, record: RunRecord, build):
             raise
         raise UserError(exc.message, file=ProjectPaths(root).run(record.run_id).record, field=exc.field,
                         fix=exc.fix) from None
+
+
+def single_run_row(root: Path, record: RunRecord) -> Row | None:
+    """A launch of one run as a row, or None (no row: not ok, not ruled finally, ...)."""
+    rulings = _row_rulings(root, record)
+    return None if rulings is None else _named(root, record, lambda: local_row(record, rulings))
 
 
 def trial_group_row(root: Path, group: list[RunRecord]) -> Row | None:
@@ -275,7 +320,7 @@ def trial_group_row(root: Path, group: list[RunRecord]) -> Row | None:
     return row
 
 
-def load_local_rows(root: Path, include_scripted: bool = False) -> list[Row]:
+def load_local_rows(root: Path, include_scripted: bool = False, left_out: list[UserError] | None = None) -> list[Row]:
     """The local rows: ok, unscripted observability-mission runs with final rulings; the latest run per key.
     K trials on one serve (`launch --trials K`) make one row, their median trial with the spread,
     dated by the group's first trial. `include_scripted` admits replay runs too (their GPU cell
@@ -292,7 +337,17 @@ def load_local_rows(root: Path, include_scripted: bool = False) -> list[Row]:
         if key not in latest or record.times.launch >= latest[key][0]:
             latest[key] = (record.times.launch, row)
 
-    for record in _load_records(root):
+    def left(build):
+        """A run whose rulings or cells cannot be read is left out (named), not the whole page."""
+        try:
+            return build()
+        except UserError as exc:
+            if left_out is None:
+                raise
+            left_out.append(exc)
+            return None
+
+    for record in _load_records(root, left_out):
         if record.scripted and not include_scripted:
             continue
         if record.mission != RESULTS_MISSION:
@@ -300,12 +355,10 @@ def load_local_rows(root: Path, include_scripted: bool = False) -> list[Row]:
         if record.trial is not None:
             groups.setdefault(record.trial.group, []).append(record)
             continue
-        rulings = _row_rulings(root, record)
-        if rulings is not None:
-            offer(record, _named(root, record, lambda: local_row(record, rulings)))
+        offer(record, left(lambda: single_run_row(root, record)))
     for group in groups.values():
         first = min(group, key=lambda r: r.trial.index)
-        offer(first, trial_group_row(root, group))
+        offer(first, left(lambda: trial_group_row(root, group)))
     return [row for _, row in latest.values()]
 
 
