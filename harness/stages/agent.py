@@ -19,6 +19,7 @@ from harness.sandbox.wirelog import WIRE_LOG
 from harness.serving.timeline import Sampler
 from harness.stages.context import LaunchContext
 from harness.stages.report_stop import ReportStop
+from harness.verdicts.findings import collect as collect_findings
 
 SMOKE_PROMPT = "run the shell command date and reply with its output"
 SMOKE_LIMITS = Limits(time_cap_s=10 * 60, stall_s=5 * 60)
@@ -130,6 +131,7 @@ def run_mission(rec: RunRecord, ctx: LaunchContext) -> None:
     if stop.ignored_request and stopped is None:
         ctx.say("stop: asked for, but no report was ever persisted: the run went on to its end")
     found = _collect_report(rec, ctx, mission.manifest.report, stop.snapshot if stopped else None)
+    collect_findings(ctx.workspace, ctx.paths.dir, ctx.untrusted)  # findings.json (`obs finding`), never via a link
     rec.run = RunOutcome(exit_code=result.exit_code, ended_by=result.ended_by, events=result.events,
                          report_found=found, stopped_after_report=stopped.split(": ", 1)[1] if stopped else None,
                          report_sha256=_sha256(ctx.paths.report) if found else None)

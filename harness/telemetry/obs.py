@@ -11,6 +11,7 @@
     obs profiles top [--service S] [--by self|total] [--since 5m] [--limit 20]
     obs sql "SELECT ..." [--limit 1000]
     obs drive [--duration 120] [--vus 5] [--no-ask]
+    obs finding add|list|check|report|remove   (findings.json; see `obs finding add --help`)
 
 `obs drive` asks the harness to run the mission's scenario against the services (the
 drive that counts: the harness tags its requests; `python -m scenario run` by hand is
@@ -354,6 +355,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--vus", type=int, default=5, help="virtual users (default 5)")
     p.add_argument("--no-ask", action="store_true", help="skip the assistant questions")
     p.set_defaults(func=drive_cmd)
+
+    from harness.telemetry.obs_finding import add_parser as add_finding_parser
+
+    add_finding_parser(sub)  # `obs finding add|list|check|report|remove`: findings.json
     return parser
 
 
