@@ -298,7 +298,8 @@ def test_webhook_receives_the_summary_after_a_429(replay, tmp_path: Path) -> Non
     assert len(hook.bodies) == 2 and hook.bodies[0] == hook.bodies[1]
     assert hook.times[1] - hook.times[0] >= 0.3  # Retry-After 0, clamped up to the minimum
     body = hook.bodies[1]
-    assert set(body) == SUMMARY_KEYS and body["exit_code"] == 1 and body["verdict_per_model"] == {"fit-model": "WARN"}
+    assert set(body) == SUMMARY_KEYS and body["exit_code"] == 1 and body["verdict_per_model"] == {"fit-model": "PASS"}
+    assert body["verdict"] == "WARN"  # ours beside the seed's PASS|FAIL|null
     assert body["summary"][0]["tooluse"]["wellformed_rate"] == 1.0 and "WARN" in body["text"]
     assert body["report_path"] == str((out / "report.md").resolve())
     assert hook.url not in r.stderr + r.stdout  # the URL is a secret: never printed
@@ -330,3 +331,18 @@ def test_retry_after_is_clamped_and_errors_quote_the_body() -> None:
         hook.close()
     assert waits == [120, 15]  # clamped; then the default; a 400 is not retried
     assert "HTTP 400" in warning and "slow down, receiver is busy" in warning and "3 attempt" in warning
+
+
+# -- issue 35, item 5: a usage error of `fitness` is a pipeline error (3), never the seed's FAIL (2) ----------
+@pytest.mark.parametrize("argv", [["run", "--bogus"], ["nope"], ["run", "--repeats", "x"], ["history", "--last", "0"],
+                                  ["run", "http://127.0.0.1:9", "--phase", "warmup"]])
+def test_a_fitness_usage_error_exits_3(argv: list[str]) -> None:
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+
+    result = CliRunner().invoke(app, ["fitness", *argv], catch_exceptions=False)
+    assert result.exit_code == 3, result.output
+    assert "Traceback" not in result.output and ("No such" in result.output or "Invalid value" in result.output)
+    # The main CLI keeps its own code for a usage error.
+    assert CliRunner().invoke(app, ["launch", "--bogus"]).exit_code == 2

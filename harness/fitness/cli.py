@@ -1,7 +1,8 @@
 """`llms-benchmark fitness ...`: thin commands over harness.fitness (run, data, metrics, serve).
 
 Exit codes of `run`: 0 all PASS, 1 WARN only, 2 any FAIL, 3 pipeline error — a bad
-config is one clear error and exit 3 (CI: fail the job when the code is >= 2).
+config, and a usage error of any `fitness` verb (a mistyped option, a bad value), is one clear
+error and exit 3, never the 2 that means FAIL (CI: fail the job when the code is >= 2).
 """
 
 from __future__ import annotations
@@ -12,13 +13,46 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from typer.core import TyperCommand, TyperGroup
 from rich.markup import escape
 from rich.table import Table
 
 from harness.clean_exit import clean_exit
 from harness.errors import UserError
 
-fitness_app = typer.Typer(no_args_is_help=True, help="Is a served preset fit to drive agents? Verdicts as exit codes.")
+# typer's own click (vendored) raises it: found through its public BadParameter, a subclass.
+UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+
+
+class _UsageIsPipelineError:
+    """A mistyped option, a missing or bad value, an unknown verb: the seed's contract reads exit 2
+    as FAIL, so a usage error of `fitness` exits 3 (a pipeline error), with click's own message."""
+
+    def make_context(self, *args, **kwargs):
+        try:
+            return super().make_context(*args, **kwargs)
+        except UsageError as exc:
+            exc.exit_code = PIPELINE_ERROR
+            raise
+
+    def resolve_command(self, ctx, args):
+        try:
+            return super().resolve_command(ctx, args)
+        except UsageError as exc:
+            exc.exit_code = PIPELINE_ERROR
+            raise
+
+
+class FitnessGroup(_UsageIsPipelineError, TyperGroup):
+    pass
+
+
+class FitnessCommand(_UsageIsPipelineError, TyperCommand):
+    pass
+
+
+fitness_app = typer.Typer(no_args_is_help=True, cls=FitnessGroup,
+                          help="Is a served preset fit to drive agents? Verdicts as exit codes.")
 out = Console()
 err = Console(stderr=True)
 PIPELINE_ERROR = 3
@@ -44,7 +78,7 @@ def _ints(text: str | None, option: str) -> list[int] | None:
     return values
 
 
-@fitness_app.command("run")
+@fitness_app.command("run", cls=FitnessCommand)
 @pipeline_errors
 def run_cmd(
     target: Annotated[list[str] | None, typer.Argument(
@@ -139,7 +173,7 @@ def _raw_webhook_env(config: Path | None) -> str | None:
         return None
 
 
-@fitness_app.command("data")
+@fitness_app.command("data", cls=FitnessCommand)
 @pipeline_errors
 def data_cmd(
     data_dir: Annotated[Path | None, typer.Option(help="Where the frozen files go.")] = None,
@@ -155,7 +189,7 @@ def data_cmd(
     checkers.prepare(checkers_venv or checkers.default_dir(), say=lambda m: out.print(m, highlight=False))
 
 
-@fitness_app.command("history")
+@fitness_app.command("history", cls=FitnessCommand)
 @pipeline_errors
 def history_cmd(
     log: Annotated[Path | None, typer.Option(help="The pipeline log (default bench-results/fitness/pipeline.log).")] = None,
@@ -213,7 +247,7 @@ def history_cmd(
         err.print(f"[yellow]{bad} line(s) of {path} are not runs and were left out[/yellow]", highlight=False)
 
 
-@fitness_app.command("metrics")
+@fitness_app.command("metrics", cls=FitnessCommand)
 def metrics_cmd() -> None:
     """Every metric a threshold may name."""
     from harness.fitness.metrics import METRICS
@@ -225,7 +259,7 @@ def metrics_cmd() -> None:
     out.print(table)
 
 
-@fitness_app.command("serve")
+@fitness_app.command("serve", cls=FitnessCommand)
 @pipeline_errors
 def serve_cmd(
     host: Annotated[str, typer.Option(help="Bind address (loopback unless told otherwise).")] = "127.0.0.1",

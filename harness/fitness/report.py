@@ -23,11 +23,13 @@ def _kl_summary(phases: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def seed_verdict(doc: dict[str, Any]) -> str | None:
-    """The seed's verdict_per_model value: null when the run completed with no bar active;
-    otherwise ours (PASS, WARN, FAIL, ERROR — the seed names PASS|FAIL|null)."""
-    if doc.get("exit_code") == 0 and not doc.get("gating_bars"):
+    """The seed's verdict_per_model value, always in its set PASS|FAIL|null: null when the run
+    completed with no bar active or could not judge (ERROR: its errors are beside it, in `errors`,
+    and ours in `verdict`); WARN (no fail bar crossed) is a PASS, `verdict` saying WARN."""
+    verdict = doc.get("verdict")
+    if verdict == "ERROR" or (doc.get("exit_code") == 0 and not doc.get("gating_bars")):
         return None
-    return doc["verdict"]
+    return {"PASS": "PASS", "WARN": "PASS", "FAIL": "FAIL"}.get(verdict)
 
 
 def summary(doc: dict[str, Any], report_dir: Path | None = None) -> dict[str, Any]:
