@@ -77,6 +77,10 @@ class QueryCheck:
     evidence: bool = False  # it re-ran to its claim AND measures the telemetry (not a constant, not an absence)
     not_evidence: str = ""  # when it re-ran to its claim but is not evidence: why
     absence: bool = False  # it measures, and claims (or shows) an absence: evidence only against a control
+    rows: int = 0  # rows the re-run returned
+    first_row: list[float | None] = field(default_factory=list)  # the first row's numeric cells (None: not numeric)
+    scales: bool = False  # its reading grows with the traffic driven (a count or a sum, or a row count)
+    spent_s: float = 0.0  # seconds its re-run on the run's store took (the query's budget counts it)
 
 
 # --- extraction -------------------------------------------------------------------------
@@ -137,8 +141,11 @@ def cited_queries(evidence: str) -> list[Cited]:
 QUERY_LIMIT_S = 10.0  # a cited query running longer is interrupted (not evidence)
 ROW_CAP = 50_000  # rows fetched of one cited query
 MAX_CITED = 10  # cited queries re-run per finding; a finding citing more does not hold up
+BYTE_CAP = 4_000_000  # bytes of one cited query's result read back; a larger result is not evidence
+FETCH_ROWS = 256  # rows fetched at a time, so that the byte cap is checked as the result comes
+PROSE_CAP = 8000  # characters of a finding's words read for code and numbers (cells are capped before)
 _CONFIG = {"enable_external_access": False, "autoinstall_known_extensions": False,
-           "autoload_known_extensions": False, "memory_limit": "2GB", "threads": 2,
+           "autoload_known_extensions": False, "memory_limit": "512MB", "threads": 2,
            "lock_configuration": True}  # locked last: nothing a query does can turn these back
 
 
@@ -164,10 +171,11 @@ class _ReadOnlyClient:
     connection); refuses, before running it, any SQL the parser shows reads something other
     than the telemetry; keeps every statement it ran, and whether each was a measurement."""
 
-    def __init__(self, con, hide: tuple[str, ...] = (), limit_s: float = QUERY_LIMIT_S) -> None:
+    def __init__(self, con, hide: tuple[str, ...] = (), limit_s: float = QUERY_LIMIT_S, rewrite=None) -> None:
         self.con = con
         self.hide = hide
         self.limit_s = limit_s
+        self.rewrite = rewrite  # the store's clock for the query's time filters (`timeshift.mapped`)
         self.issued: list[str] = []
         self.shapes: list[sqlread.Shape] = []
 
@@ -186,6 +194,8 @@ class _ReadOnlyClient:
         refused = sqlread.refusal(shape)
         if refused:
             raise obs_store.QueryFailed(f"not re-run: {refused}")
+        if self.rewrite is not None:
+            sql = self.rewrite(sql)
         self.issued.append(sql)
         self.shapes.append(shape)
         limit = min(limit, ROW_CAP)
@@ -194,7 +204,18 @@ class _ReadOnlyClient:
         timer.start()
         try:
             columns, result = run_select(cur, sql)
-            rows = result.fetchmany(limit + 1)
+            rows, size = [], 0
+            while len(rows) <= limit:
+                chunk = result.fetchmany(min(FETCH_ROWS, limit + 1 - len(rows)))
+                if not chunk:
+                    break
+                size += sum(_size(v) for r in chunk for v in r)
+                if size > BYTE_CAP:
+                    raise obs_store.QueryFailed(f"its result is over the {BYTE_CAP // 1_000_000} MB read back "
+                                                f"of one cited query")
+                rows += chunk
+        except obs_store.QueryFailed:
+            raise
         except Exception as exc:  # noqa: BLE001 - DuckDB's errors are the query's, recorded not raised
             if isinstance(exc, duckdb.InterruptException):
                 raise obs_store.QueryFailed(f"it ran over {self.limit_s:g} s and was stopped") from None
@@ -203,6 +224,11 @@ class _ReadOnlyClient:
             timer.cancel()
             cur.close()
         return obs_store.Result(list(columns), [[_plain(v) for v in r] for r in rows[:limit]], len(rows) > limit)
+
+
+def _size(value: Any) -> int:
+    return len(value) if isinstance(value, (str, bytes, bytearray)) else 16 if not isinstance(value, (list, dict)) \
+        else len(str(value))
 
 
 def _plain(value: Any) -> Any:
@@ -254,6 +280,8 @@ ABSENCE_NOT_EVIDENCE = ("it claims an absence (0 / nothing), which holds only wh
 
 def _judge(run: QueryCheck, rows: list[list[Any]], numbers: list[float]) -> None:
     claimed = run.cited.claimed
+    run.rows = len(rows)
+    run.first_row = [_number(v) if v is not None else 0.0 for v in rows[0]] if rows else []
     run.values = [float(len(rows)), *numbers[:1000]]
     if not rows:
         run.result = "0 rows"
@@ -283,6 +311,29 @@ def _judge(run: QueryCheck, rows: list[list[Any]], numbers: list[float]) -> None
         run.why = "" if run.ok else f"the cited query returned {len(rows)} rows, none near the {_fmt(claimed)} claimed"
 
 
+def reading(check: QueryCheck, mode: tuple | None = None) -> tuple[float | None, tuple]:
+    """The one number a re-run is compared on, and how it was taken: ("cell", j) the first row's
+    column j (the column whose value the finding quotes, else the first numeric one) when the run
+    returned one row; ("rows",) the row count otherwise. `mode`: take it as the run's was taken."""
+    if str(check.result).startswith(("error", "not re-run")):
+        return None, mode or ("rows",)
+    if mode is None:
+        numeric = [j for j, v in enumerate(check.first_row) if v is not None]
+        if check.rows == 1 and numeric:
+            claimed = check.cited.claimed
+            near = [j for j in numeric if claimed is not None and within(claimed, check.first_row[j])]
+            mode = ("cell", (near or numeric)[0])
+        else:
+            mode = ("rows",)
+    if mode[0] == "rows":
+        return float(check.rows), mode
+    if check.rows == 0:
+        return 0.0, mode
+    if check.rows > 1 or mode[1] >= len(check.first_row):
+        return None, mode
+    return check.first_row[mode[1]], mode
+
+
 def _classify(run: QueryCheck, shapes: list[sqlread.Shape]) -> None:
     """Whether a query that re-ran to its claim is evidence at all."""
     if not run.ok:
@@ -301,10 +352,16 @@ def _classify(run: QueryCheck, shapes: list[sqlread.Shape]) -> None:
     run.evidence = True
 
 
-def rerun(con, cited: Cited, hide: tuple[str, ...] = (), limit_s: float = QUERY_LIMIT_S) -> QueryCheck:
-    """Re-run one cited query on a confined read-only connection; never raises."""
+_QUERY_COMMANDS = {obs.traces_search, obs.traces_get, obs.logs_search, obs.profiles_top, obs.sql_cmd,
+                   obs.metrics_list, obs.metrics_query}
+
+
+def rerun(con, cited: Cited, hide: tuple[str, ...] = (), limit_s: float = QUERY_LIMIT_S,
+          rewrite=None) -> QueryCheck:
+    """Re-run one cited query on a confined read-only connection (its time filters moved onto
+    the store's clock by `rewrite`); never raises."""
     run = QueryCheck(cited)
-    client = _ReadOnlyClient(con, hide, limit_s)
+    client = _ReadOnlyClient(con, hide, max(limit_s, 0.01), rewrite)
     try:
         if _SQL_START.match(cited.text):
             res = client.sql(cited.text, limit=ROW_CAP)
@@ -317,6 +374,8 @@ def rerun(con, cited: Cited, hide: tuple[str, ...] = (), limit_s: float = QUERY_
                 except SystemExit:
                     raise obs_store.QueryFailed("not a command obs accepts: " + (err.getvalue().strip().splitlines()
                                                                          or ["bad arguments"])[-1]) from None
+            if args.func not in _QUERY_COMMANDS:  # `obs drive`, `obs finding ...`: not a reading of the store
+                raise obs_store.QueryFailed("not a query: only `obs traces|metrics|logs|profiles|sql` read the store")
             if getattr(args, "since", None) is not None:
                 args.since = None  # relative to now: no window once the run is over
             if args.func is obs.sql_cmd:
@@ -336,6 +395,9 @@ def rerun(con, cited: Cited, hide: tuple[str, ...] = (), limit_s: float = QUERY_
     for shape in client.shapes:
         run.tables |= shape.signal_tables
         run.literals |= _identifying(shape)
+    # A count or a sum grows with the traffic driven; a max, a ratio or a distinct count does not.
+    run.scales = run.rows != 1 or any(shape.select_aggregates and shape.select_aggregates <= sqlread.SCALING
+                                      for shape in client.shapes[-1:])
     _classify(run, client.shapes)
     return run
 
@@ -382,13 +444,20 @@ def literals_meet(mine: set[str], theirs: set[str]) -> set[str]:
 
 # --- the accused code -------------------------------------------------------------------
 
-_FILE = re.compile(r"((?:[\w.-]+/)*[\w-]+\.py)\b")
+# A path as people write it: relative, `./`, `workspace/`, absolute, or a library's
+# (`.../site-packages/httpx/_client.py`, which is not the mission's code and accuses nothing).
+_FILE = re.compile(r"((?:[\w.~-]+/|/)*[\w-]+\.py)\b")
+_LIBRARY = re.compile(r"(site-packages|dist-packages|/lib/python\d|/usr/lib/|\.venv/|/opt/)")
 # `name()` written as a call of the mission's own code: not a method or library call (`db.query()`,
 # `httpx.AsyncClient()`), which names no function of the sources by itself.
 _CALLED = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\(\)")
 # `app.py:stats`, `app.py::stats`, `app.py#stats`, `app.py: the stats handler`, `app.py (stats)`
 _FILE_FN = re.compile(r"([\w-]+\.py)\s*(?:::|[:#]|,)?\s*(?:\(\s*)?(?:(?:the|a|an|its|in|function|def|method|handler|"
                       r"route|tool|endpoint)\s+)*`?([A-Za-z_]\w*)`?(?:\(\))?", re.IGNORECASE)
+# `complete in src/shop_agent/model.py`, `call() of api.py`, `the stats handler in app.py`
+_FN_IN_FILE = re.compile(r"`?([A-Za-z_]\w*)`?(?:\(\))?(?:\s+(?:handler|function|method|route|tool|coroutine))?\s+"
+                         r"(?:in|of|from|inside|within)\s+(?:the\s+)?(?:file\s+|module\s+)?`?((?:[\w.~-]+/|/)*[\w-]+\.py)",
+                         re.IGNORECASE)
 _ROLE = r"(?:handler|function|def|method|route|tool|endpoint|coroutine)"
 _NAMED = re.compile(rf"`([A-Za-z_]\w*)(?:\(\))?`|\b([a-z]+_[a-z0-9_]+)\b|\b{_ROLE}\s+`?([A-Za-z_]\w*)|"
                     rf"\b(?:the\s+)?`?([A-Za-z_]\w*)`?\s+{_ROLE}\b|\bin\s+`?([A-Za-z_]\w*)`?\s*\(", re.IGNORECASE)
@@ -398,7 +467,9 @@ _NOT_NAMES = {"the", "a", "an", "its", "in", "of", "function", "def", "method", 
 
 @cache
 def _defs(sources: Path) -> dict[str, frozenset[str]]:
-    """Relative path of each Python file of the sources → the functions it defines."""
+    """Relative path of each Python file of the sources → the names it defines: its functions,
+    and its module-level names (`operation_duration = meter.create_histogram(...)`, `log`), since
+    a defect may live at module level where no function is to be named."""
     out = {}
     for path in sorted(Path(sources).rglob("*.py")):
         if "__pycache__" in path.parts:
@@ -408,6 +479,10 @@ def _defs(sources: Path) -> dict[str, frozenset[str]]:
         except (OSError, SyntaxError, UnicodeDecodeError):
             tree = ast.Module(body=[], type_ignores=[])
         names = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        for node in tree.body:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] \
+                if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else []
+            names |= {t.id for t in targets if isinstance(t, ast.Name)}
         out[path.relative_to(sources).as_posix()] = frozenset(names)
     return out
 
@@ -419,16 +494,24 @@ class Accused:
     missing: list[str] = field(default_factory=list)  # named, but not in the sources
     # file -> the accused functions that file defines: what "file AND function" is checked on
     in_file: dict[str, set[str]] = field(default_factory=dict)
+    module_level: bool = False  # the finding places the defect at module level (no function to name)
 
-    def accuses(self, file: str, functions: set[str]) -> bool:
-        """The defect's code: its file, and one of its functions as defined in that file."""
-        return bool(self.in_file.get(file, set()) & functions)
+    def accuses(self, file: str, functions: set[str], module: bool = False) -> bool:
+        """The defect's code: its file, and one of its functions (or module-level names) as defined
+        in that file; for a defect the key places at module level, the file said to be at fault there."""
+        if self.in_file.get(file, set()) & functions:
+            return True
+        return module and file in self.files and self.module_level
+
+
+_MODULE_WORDS = re.compile(r"module[- ]level|at module|at import|module scope|logger (?:setup|config)|"
+                           r"\bpropagate\b|declared (?:but|and) never", re.IGNORECASE)
 
 
 def prose(text: str) -> str:
     """A finding's words without the queries it cites: SQL's `now()`, `count(*)` or table names
     accuse no code."""
-    text = text or ""
+    text = (text or "")[:PROSE_CAP]
     for c in cited_queries(text):
         text = text.replace(c.text, " ")
     out = []
@@ -444,51 +527,67 @@ def prose(text: str) -> str:
 
 def accused_code(text: str, sources: Path | None) -> Accused:
     """The files and functions a finding names that the mission's sources hold, and those it
-    names explicitly (`x.py`, `name()`, `file.py:name`) that they lack. The cited queries are
-    taken out first; `file.py: the stats handler` names `stats` in that file."""
+    names explicitly (`x.py`, `file.py:name`) that they lack. The cited queries are taken out
+    first; `file.py: the stats handler` names `stats` in that file, as does `stats in file.py`.
+    A path may be written relative, `./`, `workspace/` or absolute; a library's path accuses
+    nothing and is not missing; a library call (`create_default_context()`) is not missing either."""
     acc = Accused()
     if sources is None or not Path(sources).is_dir():
         return acc
     text = prose(text)
     defs = _defs(Path(sources))
     every = set().union(*defs.values()) if defs else set()
+    acc.module_level = bool(_MODULE_WORDS.search(text))
 
     def files_named(name: str) -> list[str]:
-        name = name.removeprefix("./").removeprefix("workspace/")
-        return [f for f in defs if f == name or f.endswith("/" + name)]
+        if _LIBRARY.search(name):
+            return []
+        name = name.lstrip("~")
+        for prefix in ("./", "workspace/"):
+            name = name.removeprefix(prefix)
+        parts = name.strip("/").split("/")
+        # An absolute path names the sources' file it ends with (`/tmp/x/workspace/src/a.py`).
+        return [f for f in defs if f == name or f.endswith("/" + name) or
+                (name.startswith("/") and "/".join(parts[-len(f.split("/")):]) == f)]
+
+    def shown(name: str) -> str:
+        return name if not name.startswith(("/", "~")) else Path(name).name  # never a host path
 
     for name in _FILE.findall(text):
         hits = files_named(name)
         if hits:
             acc.files.update(hits)
-        elif name not in acc.missing:
-            acc.missing.append(name)
-    explicit = set(_CALLED.findall(text))
-    for m in _FILE_FN.finditer(text):
-        fn = m.group(2)
+        elif not _LIBRARY.search(name) and shown(name) not in acc.missing:
+            acc.missing.append(shown(name))
+    pairs = [(m.group(1), m.group(2), m.group(0)) for m in _FILE_FN.finditer(text)]
+    pairs += [(Path(m.group(2)).name, m.group(1), m.group(0)) for m in _FN_IN_FILE.finditer(text)]
+    for file, fn, whole in pairs:
         if fn.lower() in _NOT_NAMES or fn.endswith("py"):
             continue
-        hits = files_named(m.group(1))
-        if hits and not any(fn in defs[h] for h in hits) and (fn in every or "_" in fn or m.group(0).rstrip().endswith(")")):
-            label = f"{m.group(1)}:{fn}"
-            if label not in acc.missing:
-                acc.missing.append(f"{fn}() in {m.group(1)}")
+        hits = files_named(file)
+        if hits and not any(fn in defs[h] for h in hits) and (fn in every or "_" in fn or whole.rstrip().endswith(")")):
+            label = f"{fn}() in {file}"
+            if label not in acc.missing and whole.lstrip().startswith(file):
+                acc.missing.append(label)
         if fn in every:
             acc.functions.add(fn)
     loose = {g for m in _NAMED.finditer(text) for g in m.groups() if g and g.lower() not in _NOT_NAMES}
-    for name in explicit | loose:
+    for name in set(_CALLED.findall(text)) | loose:
         if name in every:
             acc.functions.add(name)
-        elif name in explicit and f"{name}()" not in acc.missing:
-            acc.missing.append(f"{name}()")
     for f in acc.files:
         acc.in_file[f] = set(defs[f]) & acc.functions
     return acc
 
 
 def location_functions(function: str, sources: Path | None) -> set[str]:
-    """The functions a key location names (`place_order / get_order`, `complete (called from app.ask)`)."""
+    """The names a key location names (`place_order / get_order`, `complete (module-level
+    operation_duration)`), functions and module-level names alike."""
     if sources is None or not Path(sources).is_dir():
         return set()
     every = set().union(*_defs(Path(sources)).values())
     return {w for w in re.findall(r"[A-Za-z_]\w*", function or "") if w in every}
+
+
+def location_is_module_level(function: str) -> bool:
+    return "module" in (function or "").lower()

@@ -88,5 +88,6 @@ def report_from_records(path: Path, sources: Path | None = None) -> Report:
             section="gaps" if item.get("section") == "gaps" else "anomalies",
             code=code_text(code) + (" module-level" if code.get("module_level") else ""),
             direction=direction, queries=queries[:10] if i not in bad else [],
+            evidence="; ".join(f"`{q['query'][:4000]}` → {str(q.get('read'))[:100]}" for q in queries[:10]),
             problem=f"its record misses the findings schema: {bad[i]}" if i in bad else None))
     return Report(source="findings.json", findings=findings, problems=problems)

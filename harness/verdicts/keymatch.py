@@ -48,16 +48,20 @@ import operator
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from harness.verdicts import claim as cl
 from harness.verdicts import evidence as ev
 from harness.errors import UserError
 from harness.paths import RunPaths
 from harness.record import RunRecord
-from harness.verdicts.report import Finding, parse_report_file
+from harness.verdicts.report import Finding, Report, parse_report_file
 from harness.verdicts.rulings import HELD_UP, NOT_HELD_UP, Recall, Rerun, RuledFinding, Rulings, now
+
+if TYPE_CHECKING:
+    from harness.verdicts.discriminate import Judge
 
 THRESHOLD = 2.0
 MIN_WORDS = 2
@@ -184,8 +188,16 @@ def _weights(defects: list[Defect]) -> dict[str, float]:
     return {w: 1.0 / n for w, n in df.items()}
 
 
+def claim_words(finding: Finding) -> str:
+    """The finding's own words: its text, the code it accuses and its evidence without the queries
+    it cites. A defect is named by what the finding says, never by the SQL it quotes."""
+    # A structured record's queries are fields: its evidence text is only their display.
+    evidence = ev.prose(finding.evidence) if finding.evidence and finding.queries is None else ""
+    return f"{finding.text} {finding.code} {evidence}"[:ev.PROSE_CAP]
+
+
 def score(finding: Finding, defect: Defect, weights: dict[str, float]) -> Match:
-    said = surface_words(f"{finding.text} {finding.evidence}")
+    said = surface_words(claim_words(finding))
     shared = set(said) & defect.words
     stems = sorted(shared, key=lambda w: (-weights.get(w, 0), w))
     agrees = finding.kind is not None and finding.kind == defect.kind
@@ -234,8 +246,9 @@ def check_expectation(expect: str, rows: list[tuple]) -> tuple[bool, Any]:
     return _OPS[op](float(got), n), got
 
 
-RULE_BUDGET_S = 180.0  # all cited queries of one rule together; past it, the rest are not re-run
+RULE_BUDGET_S = 60.0  # all cited queries of one rule together, on every store; past it, the rest are not re-run
 MAX_RERUNS = 300  # cited queries re-run per rule
+MAX_RULED = 100  # findings ruled on their evidence; a report listing more has the rest ruled unread
 
 
 class Store:
@@ -292,10 +305,15 @@ class Store:
                                  why="the cited query was not re-run: this rule's query budget is spent")
         self.reruns += 1
         t0 = time.monotonic()
+        from harness.verdicts.discriminate import QUERY_BUDGET_S
+
         try:
-            return ev.rerun(self._con, cited, self.hide, min(ev.QUERY_LIMIT_S, left))
+            check = ev.rerun(self._con, cited, self.hide, min(ev.QUERY_LIMIT_S, QUERY_BUDGET_S, left))
         finally:
-            self.spent_s += time.monotonic() - t0
+            took = time.monotonic() - t0
+            self.spent_s += took
+        check.spent_s = took  # the query's budget (QUERY_BUDGET_S) counts the run's store too
+        return check
 
     def close(self) -> None:
         if self._con is not None:
@@ -332,8 +350,12 @@ def _expect(cited: ev.Cited) -> str:
 def own_evidence(finding: Finding, store: Store) -> tuple[list[ev.QueryCheck], list[Rerun], list[str]]:
     """The finding's cited queries (at most `evidence.MAX_CITED`), re-run on the store; as
     recorded on its ruling; and the problems of the citing itself (too many queries)."""
-    cited_text = finding.evidence if finding.section == "anomalies" else finding.text  # a gap bullet is one line
-    cited = ev.cited_queries(cited_text)
+    if finding.queries is not None:  # a structured record: its queries as fields, no text to mine
+        cited = [ev.Cited(text=str(q.get("query", ""))[:ev.PROSE_CAP], claimed=_read_number(q.get("read")))
+                 for q in finding.queries]
+    else:
+        cited_text = finding.evidence if finding.section == "anomalies" else finding.text  # a gap bullet is one line
+        cited = ev.cited_queries(cited_text)
     problems = []
     if len(cited) > ev.MAX_CITED:
         problems.append(f"it cites {len(cited)} queries; at most {ev.MAX_CITED} are re-run for one finding, "
@@ -344,45 +366,39 @@ def own_evidence(finding: Finding, store: Store) -> tuple[list[ev.QueryCheck], l
                     for c in checks], problems
 
 
+def _read_number(read) -> float | None:
+    """What a structured record says its query read: a number, or a text whose first number is it."""
+    if isinstance(read, bool):
+        return float(read)
+    if isinstance(read, (int, float)):
+        return float(read)
+    return ev._claim(str(read)) if read is not None else None
+
+
 def _relative(file: str) -> str:
     return file.removeprefix("workspace/")
 
 
-# A number the Finding text quotes as a measurement: "12 spans", "40 % self", "returned 0", "→ 259".
-_MEASURED = re.compile(
-    r"(?:(?:→|->|=|\breturn(?:ed|s)?|\bgives?|\bgave|\bshows?|\bshowed|\bcounts?|\bonly|\ball)\s*)?"
-    r"(?<![\w./{-])(\d[\d,]*(?:\.\d+)?)\s*(%|ms\b|s\b|"
-    r"(?:spans?|rows?|traces?|records?|log\s+(?:lines|records)|lines|requests|points|samples|series|calls|"
-    r"orders|errors|times|metrics|logs|children|child\s+spans|distinct|values|refs|references|hits)\b)",
-    re.IGNORECASE)
-
-
 def text_claims(text: str) -> list[float]:
-    """The numbers a finding's own text quotes as measured (a count with its unit), never ids,
-    HTTP statuses or code constants."""
-    out = []
-    for m in _MEASURED.finditer(ev.prose(text or "")):
-        try:
-            out.append(float(m.group(1).replace(",", "")))
-        except ValueError:
-            continue
-    return out
+    """The numbers a finding's own text quotes as measured (`claim.text_claims`)."""
+    return cl.text_claims(text)
 
 
 def claim_problems(finding: Finding, checks: list[ev.QueryCheck]) -> list[str]:
-    """Item 2: every number the Finding text quotes must be one a cited query re-ran to."""
+    """Every number the Finding text quotes must be one a cited query re-ran to."""
     got = [v for c in checks if c.ok or c.values for v in c.values]
     problems = []
     for n in text_claims(finding.text):
         if not any(ev.within(n, v) for v in got):
             shown = ", ".join(ev._fmt(v) for v in got[:5]) or "nothing"
             problems.append(f"its text says {ev._fmt(n)}, which no cited query re-ran to (they gave {shown})")
+            break
     return problems
 
 
 def reads_defect(check: ev.QueryCheck, defect: Defect) -> bool:
-    """A cited query that is evidence reads the defect's own telemetry: one of the tables its key
-    queries read, and a literal only this defect's key queries use (or two it shares with them)."""
+    """Without control stores: a cited query that is evidence reads the defect's own telemetry: one
+    of the tables its key queries read, and a literal only this defect's key queries use (or two)."""
     if not (check.evidence and check.tables & defect.tables):
         return False
     shared = ev.literals_meet(check.literals, defect.literals)
@@ -392,96 +408,82 @@ def reads_defect(check: ev.QueryCheck, defect: Defect) -> bool:
 def general_problems(finding: Finding, checks: list[ev.QueryCheck], citing: list[str],
                      accused: ev.Accused) -> list[str]:
     """Why the finding holds up for no defect at all, whichever it names ([] when none)."""
-    problems = list(citing)
+    problems = [finding.problem] if finding.problem else []
+    problems += list(citing)
     if not checks:
         problems.append("no telemetry evidence cited (its Evidence names no `obs` command or SQL query)")
     problems += [c.why for c in checks if not c.ok]
     problems += claim_problems(finding, checks)
     if accused.missing:
-        problems.append(f"accuses {', '.join(accused.missing)}, which the mission's sources lack")
+        problems.append(f"accuses {', '.join(accused.missing[:5])}, which the mission's sources lack")
     return problems
 
 
-# A reading differs "beyond noise" when |run - control| reaches all three bars. Measured on the
-# observability mission (short drive, 2 cores shared with other jobs): the two unfixed baselines
-# agree exactly on every count of spans, logs and metrics and differ by ~8 % on profile samples,
-# while a loaded machine drove ~22 % fewer requests in one control (GET /products with a child:
-# 109 vs 85): hence half the larger reading, not only the baselines' spread. The spread is
-# taken relative (|b1 - b2| / the larger) and applied at the readings' own scale: a run on a
-# busier machine reads fewer profile samples than its baselines did (measured in a parallel
-# test run: P04's samples 47 on the run, 0 with it fixed, baselines 88/71 -- an absolute
-# spread of 17 x 3 = 51 would have hidden a defect that reads 47 vs 0).
-NOISE_FACTOR = 3.0  # three times the two baselines' own relative difference,
-MIN_RELATIVE = 0.5  # half the larger of the two readings,
-MIN_ABSOLUTE = 1.0  # and one (a single rejected order, 1 vs 0, is a difference; 1 vs 1 is not)
-
-
-class Discriminator:
-    """Item 1 of issue 20: a cited query is evidence of a planted defect only when it reads
-    differently on that defect's control store (the stack with only that defect fixed) than on
-    the run's store, by more than the run-to-run noise (the two unfixed baselines' relative difference)."""
-
-    def __init__(self, controls) -> None:
-        self.controls = controls
-        self._read: dict[tuple[str, str], float | None] = {}
-        self.notes: dict[tuple[int, str], str] = {}
-
-    def has(self, defect: Defect) -> bool:
-        return self.controls.has(defect.id)
-
-    def _value(self, name: str, cited: ev.Cited) -> float | None:
-        key = (name, cited.text)
-        if key not in self._read:
-            c = ev.rerun(self.controls.connection(name), cited)
-            self._read[key] = c.values[0] if c.values and not str(c.result).startswith("error") else None
-        return self._read[key]
-
-    def shows(self, index: int, check: ev.QueryCheck, defect: Defect) -> bool:
-        from harness.verdicts.controls import BASELINES
-
-        if not (check.ok and (check.evidence or check.absence)) or not check.values:
-            return False
-        run = check.values[0]
-        control = self._value(defect.id, check.cited)
-        b1, b2 = (self._value(b, check.cited) for b in BASELINES)
-        if control is None or b1 is None or b2 is None:
-            return False
-        spread = abs(b1 - b2) / max(abs(b1), abs(b2)) if max(abs(b1), abs(b2)) else 0.0
-        larger = max(abs(run), abs(control))
-        diff = abs(run - control)
-        bar = max(NOISE_FACTOR * spread * larger, MIN_RELATIVE * larger, MIN_ABSOLUTE)
-        self.notes[(index, defect.id)] = (f"reads {ev._fmt(run)} on this run and {ev._fmt(control)} with that defect "
-                                          f"fixed, baselines {ev._fmt(b1)}/{ev._fmt(b2)}")
-        # Present in every unfixed drive (the run and both baselines) and absent with the fix, or
-        # the reverse: the fix switched the thing off or on, whatever the counts' spread (two
-        # colliding orders in one drive, one in another, none fixed).
-        split = (control == 0) != (run == 0) and (b1 == 0) == (b2 == 0) == (run == 0)
-        return diff >= bar or split
+def _direction(finding: Finding, check: ev.QueryCheck) -> str | None:
+    return cl.direction_of(finding.direction, check.cited.claimed, claim_words(finding))
 
 
 def defect_problems(d: Defect, checks: list[ev.QueryCheck], accused: ev.Accused, sources: Path | None,
-                    free: set[int], discriminator: Discriminator | None = None) -> tuple[list[str], int | None]:
-    """Why the finding does not show this defect, and the cited query (its index among `free`,
-    those not already spent on another defect of the row) that shows it. With the mission's
-    control stores, "shows" means: reads differently had the defect not been planted."""
-    problems = []
-    if discriminator is not None and discriminator.has(d):
-        supporting = [i for i in sorted(free) if discriminator.shows(i, checks[i], d)]
-        if not supporting:
-            seen = [discriminator.notes[(i, d.id)] for i in sorted(free) if (i, d.id) in discriminator.notes]
-            unused = [c.not_evidence for c in checks if c.ok and not c.evidence and not c.absence]
-            problems.append("no cited query reads differently with the named defect fixed than on this run"
-                            + (f" ({seen[0]})" if seen else f" ({unused[0]})" if unused else ""))
+                    free: set[int], judge: Judge | None = None, finding: Finding | None = None,
+                    spent: dict[str, str] | None = None) -> tuple[list[str], int | None, str]:
+    """Why the finding does not show this defect, the cited query (its index among `free`, those
+    not already spent on another defect of the row or on an earlier finding) that shows it, and
+    what that query read where. With control stores: it reads differently with the defect fixed,
+    in the claimed direction, and with no other defect's fix as far (`discriminate.Judge`)."""
+    problems: list[str] = []
+    note = ""
+    spent = spent if spent is not None else {}
+    usable = [i for i in sorted(free) if " ".join(checks[i].cited.text.split()) not in spent]
+    if len(usable) < len(free) and not usable:
+        problems.append("its cited queries are already evidence of a finding ruled before it (one query, one defect)")
+    supporting: list[int] = []
+    if judge is not None:
+        if not judge.has(d.id):
+            problems.append("the control store of the defect it names is missing on this machine, so no query can be "
+                            "shown to single it out (build it: python -m harness.verdicts.controls build)")
+        else:
+            whys = []
+            for i in usable:
+                out = judge.shows(checks[i], d.id, _direction(finding, checks[i]) if finding else None)
+                if out.shows:
+                    supporting, note = [i], out.note
+                    break
+                whys.append(out.why)
+            if not supporting and not problems:
+                problems.append("no cited query singles out the named defect against the control stores"
+                                + (f" ({whys[0]})" if whys else ""))
     else:
-        supporting = [i for i in sorted(free) if reads_defect(checks[i], d)]
-    if not supporting and not problems:
-        unused = [c.not_evidence for c in checks if c.ok and not c.evidence]
-        problems.append("no cited query is evidence of the defect it names" +
-                        (f" ({unused[0]})" if unused else
-                         " (none that re-ran to its claim reads what that defect shows)"))
-    if not accused.accuses(_relative(d.file), ev.location_functions(d.function, sources)):
+        supporting = [i for i in usable if reads_defect(checks[i], d)]
+        if not supporting and not problems:
+            unused = [c.not_evidence for c in checks if c.ok and not c.evidence]
+            problems.append("no cited query is evidence of the defect it names" +
+                            (f" ({unused[0]})" if unused else
+                             " (none that re-ran to its claim reads what that defect shows)"))
+    module = ev.location_is_module_level(d.function)
+    if not accused.accuses(_relative(d.file), ev.location_functions(d.function, sources), module):
         problems.append("it does not accuse the defect's code (its file and the function there)")
-    return problems, (supporting[0] if supporting else None)
+    return problems, (supporting[0] if supporting else None), note
+
+
+def _unread(finding: Finding, kind: str | None) -> RuledFinding:
+    return RuledFinding(number=finding.number, text=finding.text[:2000], kind=kind, verdict=NOT_HELD_UP,
+                        reason=f"not ruled on its evidence: the report lists more than {MAX_RULED} findings, and only "
+                               f"the first {MAX_RULED} are read", ruled_by=RULED_BY, counts=1)
+
+
+def load_findings(run_dir: Path, report_path: Path, sources: Path | None = None) -> Report:
+    """The findings a run is ruled on: the structured records (findings.json, collected by the
+    harness) when the run has them, else the markdown report."""
+    from harness.verdicts.findings import FINDINGS_FILE, report_from_records
+
+    records = Path(run_dir) / FINDINGS_FILE
+    if records.is_file() and not records.is_symlink():
+        report = report_from_records(records, sources)
+        if report.findings:
+            return report
+        fallback = parse_report_file(report_path)
+        return fallback.model_copy(update={"problems": [*report.problems, *fallback.problems]})
+    return parse_report_file(report_path)
 
 
 def draft_rulings(run_dir: Path, key_path: Path, sources: Path | None = None, controls=None) -> Rulings:
@@ -489,24 +491,30 @@ def draft_rulings(run_dir: Path, key_path: Path, sources: Path | None = None, co
     mission's own workspace template (default: the `workspace` folder beside the key's),
     where accused code is looked up; never the run's workspace, which the agent wrote.
 
-    One row, one defect: a finding is credited with a planted defect only through a cited
-    query that is evidence of it (and the defect's code, accused by file and function); a row
-    is credited with several only when each has its own such query. Words alone credit nothing.
+    Credit follows the claim: a finding is credited only with the planted defects its own words
+    name (`name_defects`, on its text and not its SQL), each through a cited query that singles
+    that defect out (`discriminate`), and the defect's code, accused by file and function. One
+    query is evidence of one defect once, in the whole report.
     """
+    from harness.verdicts.discriminate import Judge, run_drive
+
     run_dir = Path(run_dir)
     sources = Path(sources) if sources is not None else Path(key_path).resolve().parents[1] / "workspace"
     run_id, report_path, store_path = _run_files(run_dir)
-    if not report_path.exists():
+    if not report_path.exists() and not (run_dir / "findings.json").is_file():
         raise UserError("the run has no report to rule", file=report_path,
                         fix="a run that never persisted its report is graded from its draft by a person")
-    report = parse_report_file(report_path)
+    report = load_findings(run_dir, report_path, sources)
     defects = load_key(key_path)
     weights = _weights(defects)
     store = Store(store_path)
-    discriminator = Discriminator(controls) if controls else None
+    judge = Judge(controls, store, run_drive(run_dir)) if controls else None
+    mode = judge.mode if judge else ("none: no control stores on this machine; a cited query counts where it reads "
+                                     "the named defect's own telemetry, and an absence is not evidence")
     key_holds: dict[str, tuple[bool, list[Rerun]]] = {}  # per defect id, re-run once
     credited_by: dict[str, str] = {}  # defect id -> the finding that showed it
     named_by: dict[str, str] = {}  # defect id -> the earliest finding whose words named it
+    spent: dict[str, str] = {}  # a query's text -> the finding it is evidence for
     ruled: list[RuledFinding] = []
 
     def key(d: Defect) -> tuple[bool, list[Rerun]]:
@@ -516,51 +524,61 @@ def draft_rulings(run_dir: Path, key_path: Path, sources: Path | None = None, co
         return key_holds[d.id]
 
     try:
-        for finding in report.findings:
+        for position, finding in enumerate(report.findings):
             matches = candidates(finding, defects, weights)
-            checks, own, citing = own_evidence(finding, store)
-            accused = ev.accused_code(f"{finding.text} {finding.evidence}", sources)
-            general = general_problems(finding, checks, citing, accused)
             kind = finding.kind or (matches[0].defect.kind if matches else None)
+            if position >= MAX_RULED:
+                ruled.append(_unread(finding, kind))
+                continue
+            checks, own, citing = own_evidence(finding, store)
+            said = f"{finding.text} {finding.code}" + (f" {finding.evidence}" if finding.queries is None else "")
+            accused = ev.accused_code(said, sources)
+            general = general_problems(finding, checks, citing, accused)
             if not matches:
                 ruled.append(RuledFinding(number=finding.number, text=finding.text, kind=kind, verdict=NOT_HELD_UP,
-                                          reason=NO_DEFECT_REASON, evidence=own, ruled_by=RULED_BY, counts=1))
+                                          reason=NO_DEFECT_REASON + (f" ({general[0]})" if general else ""),
+                                          evidence=own, ruled_by=RULED_BY, counts=1))
                 continue
-            credited: list[tuple[Match, int]] = []
+            # Credit goes only to what the claim's own words name: its best defect, and in a bundle
+            # each further one whose own words reach the bar by themselves.
+            named = {m.defect.id for m in name_defects(finding, defects, weights)}
+            credited: list[tuple[Match, int, str]] = []
             first_problems: list[str] = []
             free = set(range(len(checks)))
             for m in matches:
                 d = m.defect
-                if d.id in credited_by:
-                    continue  # shown by an earlier finding: this one cannot count it again
-                problems, used = defect_problems(d, checks, accused, sources, free, discriminator)
-                holds, runs = key(d)
-                if not holds:
-                    bad = [r for r in runs if not r.holds]
-                    problems.append(f"the key's evidence does not hold in this run's telemetry ({_result_text(bad)})")
+                if d.id in credited_by or d.id not in named:
+                    continue  # shown by an earlier finding, or not what this finding claims
+                problems, used, note = defect_problems(d, checks, accused, sources, free, judge, finding, spent)
+                if not general and not problems:
+                    holds, runs = key(d)
+                    if not holds:
+                        bad = [r for r in runs if not r.holds]
+                        problems.append(f"the key's evidence does not hold in this run's telemetry ({_result_text(bad)})")
                 if general or problems:
                     if not first_problems:
                         first_problems = problems
                     continue
-                credited.append((m, used))
+                credited.append((m, used, note))
                 free.discard(used)
+                spent[" ".join(checks[used].cited.text.split())] = finding.number
             if credited:
-                ids = [m.defect.id for m, _ in credited]
+                ids = [m.defect.id for m, _, _ in credited]
                 for i in ids:
                     credited_by[i] = finding.number
                     named_by.setdefault(i, finding.number)
-                reruns = [r for m, _ in credited for r in key(m.defect)[1]]
+                reruns = [r for m, _, _ in credited for r in key(m.defect)[1]]
                 said = "; ".join(f"a planted defect (matched: {', '.join(m.said)}) by cited query {u + 1}"
-                                 + (f" (it {discriminator.notes[(u, m.defect.id)]})"
-                                    if discriminator and (u, m.defect.id) in discriminator.notes else "")
-                                 for m, u in credited)
+                                 + (f" (it {note})" if note else "") for m, u, note in credited)
                 many = f" (separate evidence for each of {len(ids)} defects)" if len(ids) > 1 else ""
+                how = ("reads differently with that defect fixed, in the claimed direction, and singles it out"
+                       if judge else "measures what that defect shows")
                 ruled.append(RuledFinding(
                     number=finding.number, text=finding.text, kind=kind, verdict=HELD_UP,
-                    reason=(f"shows {said}{many}: its cited queries re-ran to the claim, the query measures what "
-                            f"that defect shows, it accuses the defect's code (file and function), and the key's "
-                            f"evidence holds ({_result_text(reruns)})."),
-                    evidence=[*own, *reruns], ruled_by=RULED_BY, defects=ids, counts=len(ids)))
+                    reason=(f"shows {said}{many}: its cited queries re-ran to the claim, the query {how}, it accuses "
+                            f"the defect's code (file and function), and the key's evidence holds "
+                            f"({_result_text(reruns)})."),
+                    evidence=own, ruled_by=RULED_BY, defects=ids, counts=len(ids)))
                 continue
             primary = matches[0]
             earlier = credited_by.get(primary.defect.id) or named_by.get(primary.defect.id)
@@ -576,12 +594,33 @@ def draft_rulings(run_dir: Path, key_path: Path, sources: Path | None = None, co
                 problems = ["the defects its words name are shown by earlier findings"]
             ruled.append(RuledFinding(
                 number=finding.number, text=finding.text, kind=kind, verdict=NOT_HELD_UP,
-                reason=f"names a planted defect (matched: {', '.join(primary.said)}): {'; '.join(problems)}.",
+                reason=f"names a planted defect (matched: {', '.join(primary.said)}): {'; '.join(problems[:4])}.",
                 evidence=own, ruled_by=RULED_BY, defects=[primary.defect.id], counts=1))
     finally:
         store.close()
         if controls:
             controls.close()
     found = sorted({i for f in ruled if f.verdict == HELD_UP for i in f.defects})
-    return Rulings(run_id=run_id, report=str(report_path), ruled_at=now(), findings=ruled,
-                   recall=Recall(found=found, planted=len(defects)), final=False)
+    rulings = Rulings(run_id=run_id, report=report_path.name if report.source == "report.md" else "findings.json",
+                      ruled_at=now(), findings=ruled, recall=Recall(found=found, planted=len(defects)), final=False,
+                      controls=mode, source=report.source)
+    return scrub(rulings, store.hide + (str(Path(sources).resolve()), str(run_dir.resolve())))
+
+
+def scrub(rulings: Rulings, hide: tuple[str, ...]) -> Rulings:
+    """No host path in what is written: every text of the rulings with the store's, the run's, the
+    sources' and the home folder's paths taken out (the agent's own text included)."""
+    hide = tuple(sorted({h for h in (*hide, str(Path.home())) if h and len(h) > 1}, key=len, reverse=True))
+
+    def clean(text):
+        if not isinstance(text, str):
+            return text
+        for h in hide:
+            text = text.replace(h, "<host path>")
+        return text
+
+    findings = []
+    for f in rulings.findings:
+        evidence = [r.model_copy(update={"query": clean(r.query), "result": clean(r.result)}) for r in f.evidence]
+        findings.append(f.model_copy(update={"text": clean(f.text), "reason": clean(f.reason), "evidence": evidence}))
+    return rulings.model_copy(update={"findings": findings})

@@ -19,7 +19,6 @@ from harness.errors import UserError
 from harness.verdicts.keymatch import draft_rulings
 from harness.paths import RUN_RECORD, ProjectPaths
 from harness.record import RunRecord, Status
-from harness.verdicts.report import parse_report_file
 from harness.verdicts.rulings import HELD_UP, NOT_HELD_UP, Recall, RuledFinding, Rulings, load_rulings, save_rulings
 from harness.vot.loader import is_file
 
@@ -79,14 +78,14 @@ def draft(root: Path, run_id: str) -> Rulings:
     controls = Controls.for_mission(root / "missions" / rec.mission)
     rulings = draft_rulings(folder, key, sources=root / "missions" / rec.mission / "workspace", controls=controls)
     # The rulings file is committed: it names the report relative to the project, never by absolute path.
-    return rulings.model_copy(update={"report": _relative_to(Path(rulings.report), root)})
+    return rulings.model_copy(update={"report": _relative_to(folder / rulings.report, root)})
 
 
 def _relative_to(path: Path, root: Path) -> str:
     try:
         return path.resolve().relative_to(Path(root).resolve()).as_posix()
     except ValueError:
-        return str(path)
+        return path.name  # never a host path
 
 
 def with_recall(rulings: Rulings) -> Rulings:
@@ -150,8 +149,9 @@ def grade(root: Path, run_id: str, rulings: Rulings, endpoint, say: Callable[[st
 
     folder, rec = run_folder(root, run_id)
     report_path = rulings_report(folder, rec)  # the run's own copy, whatever the file says
-    report = parse_report_file(report_path)
-    report_text = report_path.read_text(encoding="utf-8")
+    report = ruled_findings(folder, rec, root)
+    report_text = report_path.read_text(encoding="utf-8", errors="replace") if report_path.is_file() else \
+        "\n".join(f"{f.number}: {f.text}" for f in report.findings)
     by_number = {f.number: f for f in report.findings}
     grader = Grader(endpoint, GraderTools(*workspace_and_store(folder, rec, root)))
     notes = notes if notes is not None else GraderNotes()
@@ -288,11 +288,19 @@ def check(root: Path, run_id: str, path: Path | None = None) -> Rulings:
         raise UserError("no rulings file to check", file=path, fix=f"draft one first: llms-benchmark rule {run_id}")
     folder, rec = run_folder(root, run_id)
     report = Path(rulings_report(folder, rec))
-    rulings = load_rulings(path, report=report if report.is_file() else None)
+    known = ruled_findings(folder, rec, root) if report.is_file() or (folder / "findings.json").is_file() else None
+    rulings = load_rulings(path, report=known)
     if rulings.run_id != rec.run_id:
         raise UserError(f"run_id is '{rulings.run_id}', but the file rules run '{rec.run_id}'", file=path,
                         field="run_id", fix=f"set run_id: {rec.run_id}")
     return rulings
+
+
+def ruled_findings(folder: Path, rec: RunRecord, root: Path):
+    """The findings the run is ruled on: its structured records, else its markdown report."""
+    from harness.verdicts.keymatch import load_findings
+
+    return load_findings(folder, rulings_report(folder, rec), root / "missions" / rec.mission / "workspace")
 
 
 def rulings_report(folder: Path, rec: RunRecord) -> Path:

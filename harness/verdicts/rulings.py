@@ -126,6 +126,10 @@ class Rulings(BaseModel):
     findings: list[RuledFinding] = Field(default_factory=list)
     recall: Recall = Field(default_factory=Recall)
     final: bool = False
+    # How the cited queries were judged: against control stores driven as the run was, normalised
+    # per request driven, or with none on the machine (issue 34, item 3); None in older files.
+    controls: str | None = None
+    source: str | None = None  # what was ruled: "findings.json" (structured records) or "report.md"
 
     @model_validator(mode="after")
     def _numbers(self) -> Rulings:

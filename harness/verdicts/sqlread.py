@@ -38,6 +38,10 @@ _AGGREGATES_OVER_ROWS = {"count_star", "count", "sum", "max", "min", "avg", "mea
                          "approx_quantile", "mode", "product", "fsum", "sumkahan", "kahan_sum"}
 
 
+# Aggregates whose value grows with the traffic driven (a longer drive, more users).
+SCALING = {"count", "sum", "fsum", "sumkahan", "kahan_sum"}
+
+
 @dataclass
 class Shape:
     """What one SQL text asks of the store, read off DuckDB's parse tree."""
@@ -52,6 +56,7 @@ class Shape:
     table_functions: set[str] = field(default_factory=set)
     measures: bool = False  # the select list reads a column or aggregates rows
     select_numbers: set[float] = field(default_factory=set)  # numeric constants in the result's select list
+    select_aggregates: set[str] = field(default_factory=set)  # aggregates of the result's select list
 
     @property
     def signal_tables(self) -> set[str]:
@@ -166,6 +171,9 @@ def _walk(node: Any, shape: Shape, in_select: bool) -> None:
         shape.functions.add(name)
         if in_select and (name in _AGGREGATES_OVER_ROWS or cls == "WINDOW"):
             shape.measures = True
+        if in_select and cls in ("AGGREGATE", "FUNCTION", "WINDOW") and name in _AGGREGATES_OVER_ROWS:
+            base = "count" if name == "count_star" else name
+            shape.select_aggregates.add(f"{base}_distinct" if node.get("distinct") else base)
     if in_select and cls in ("COLUMN_REF", "STAR"):
         shape.measures = True
     is_select = kind == "SELECT_NODE"

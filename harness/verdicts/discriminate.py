@@ -1,0 +1,210 @@
+"""Does a cited query single out the defect its finding names? Read against the control stores.
+
+A query is evidence of planted defect D only when, read on the run's store and on D's
+control store (the stack with only D fixed):
+
+- it reads differently, by more than run-to-run noise (the two unfixed baselines' spread),
+- in the direction the finding claims (higher, lower, absent, present) against the healthy
+  reading, and
+- it does NOT move the same way, as far, with another defect fixed (specificity: a count of
+  every shop-api span moves with several fixes and singles out none).
+
+Controls valid for any drive: the run's drive (duration × users) seldom equals the controls'
+(the short mode). When a set of controls driven as the run was is on this machine, it is used
+("drive-matched"); otherwise readings that grow with traffic (counts and sums, row counts) are
+compared per request driven, each store's requests counted in the store itself ("normalised").
+Time filters (`now()`, absolute times) are re-run with the run's clock mapped onto each store's
+(`timeshift`). The mode is written into the rulings; a control the named defect lacks is a
+named refusal, never a fallback.
+
+Every cited query has one time budget across all the stores it is read on (QUERY_BUDGET_S),
+and the rule as a whole one more (the run store's `budget_s`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.verdicts import claim as cl
+from harness.verdicts import evidence as ev
+from harness.verdicts import timeshift
+
+QUERY_BUDGET_S = 6.0  # one cited query, read on the run's store and on every control store together
+NOISE_FACTOR = 3.0  # three times the two baselines' own relative difference,
+MIN_RELATIVE = 0.5  # half the larger of the two readings,
+MIN_ABSOLUTE = 1.0  # and one (a single rejected order, 1 vs 0, is a difference; 1 vs 1 is not)
+# Another defect's fix that moves the query the same way by this share of what the named
+# defect's fix moves it (or more) means the query does not single the named defect out.
+SPECIFIC_SHARE = 0.75
+
+# The run's request count and the controls': server traces the services answered.
+_REQUESTS = "SELECT count(DISTINCT trace_id) FROM spans WHERE kind = 'SERVER'"
+
+
+def run_drive(run_dir: Path) -> dict | None:
+    """The drive(s) the harness ran for the agent ({"duration": s, "vus": n, "drives": k}), from
+    the harness's own drive records in the run folder (written by the harness, not the agent)."""
+    found = []
+    for path in sorted(Path(run_dir).glob("harness-drive-*.json")):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8")[:1_000_000])
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict):
+            dur = data.get("duration_s", data.get("duration"))
+            vus = data.get("vus")
+            if isinstance(dur, (int, float)) and isinstance(vus, int):
+                found.append((float(dur), vus))
+    if not found:
+        return None
+    return {"duration": found[-1][0], "vus": found[-1][1], "drives": len(found)}
+
+
+@dataclass
+class Outcome:
+    shows: bool
+    note: str = ""  # what it read where (no key id, no key SQL)
+    why: str = ""  # when it does not show the defect: why, in words
+
+
+@dataclass
+class _Query:
+    spent_s: float = 0.0
+    readings: dict[str, float | None] = field(default_factory=dict)
+    over: bool = False
+
+
+class Judge:
+    """The control stores' answer for the cited queries of one rule."""
+
+    def __init__(self, controls, store, drive: dict | None) -> None:
+        from harness.verdicts.controls import BASELINES
+
+        self.controls = controls
+        self.store = store  # keymatch.Store: the run's, with the rule's budget
+        self.baselines = BASELINES
+        self.others = [name for name in controls.fixes if controls.has(name)]
+        control_drive = getattr(controls, "drive", {"duration": 10, "vus": 2})
+        same = drive is not None and drive.get("drives") == 1 and \
+            float(drive["duration"]) == float(control_drive["duration"]) and int(drive["vus"]) == int(control_drive["vus"])
+        self.normalised = not same
+        cd = f"{control_drive['duration']:g} s × {control_drive['vus']} users"
+        if same:
+            self.mode = f"drive-matched: the control stores were driven as the run was ({cd})"
+        else:
+            rd = f"{drive['duration']:g} s × {drive['vus']} users" if drive else "an unknown drive"
+            self.mode = (f"normalised: the control stores were driven {cd}, the run {rd}; counts and sums are "
+                         f"compared per request driven, time filters mapped onto each store's clock")
+        self._queries: dict[str, _Query] = {}
+        self._clocks: dict[str, timeshift.Clock | None] = {}
+        self._requests: dict[str, float | None] = {}
+        self.run_clock = timeshift.store_clock(store._con) if store._con is not None else None
+        self.run_requests = self._count(store._con)
+
+    def has(self, defect_id: str) -> bool:
+        return self.controls.has(defect_id) and all(self.controls.has(b) for b in self.baselines)
+
+    @staticmethod
+    def _count(con) -> float | None:
+        if con is None:
+            return None
+        try:
+            return float(con.execute(_REQUESTS).fetchone()[0] or 0)
+        except Exception:  # noqa: BLE001
+            return None
+
+    def _con(self, name: str):
+        con = self.controls.connection(name)
+        if name not in self._clocks:
+            self._clocks[name] = timeshift.store_clock(con)
+            self._requests[name] = self._count(con)
+        return con
+
+    def _read(self, name: str, check: ev.QueryCheck, mode: tuple) -> float | None:
+        """The query's comparable reading on one control store, within the query's budget and the
+        rule's; None when it could not be read (error, over budget)."""
+        q = self._queries.setdefault(check.cited.text, _Query(spent_s=getattr(check, "spent_s", 0.0)))
+        if name in q.readings:
+            return q.readings[name]
+        left = min(QUERY_BUDGET_S - q.spent_s, self.store.budget_s - self.store.spent_s)
+        if left <= 0:
+            q.over = True
+            return None
+        con = self._con(name)
+        clock = self._clocks.get(name)
+        rewrite = None
+        if self.run_clock is not None and clock is not None:
+            rewrite = lambda sql, c=clock: timeshift.mapped(sql, self.run_clock, c)  # noqa: E731
+        t0 = time.monotonic()
+        try:
+            got = ev.rerun(con, check.cited, limit_s=left, rewrite=rewrite)
+        finally:
+            took = time.monotonic() - t0
+            q.spent_s += took
+            self.store.spent_s += took
+        if "ran over" in str(got.result):
+            q.over = True
+        value, _ = ev.reading(got, mode)
+        q.readings[name] = value
+        return value
+
+    def _scaled(self, run: float, name: str, check: ev.QueryCheck) -> float:
+        """The run's reading at a control's scale (normalised mode, a reading that grows with traffic)."""
+        if not (self.normalised and check.scales):
+            return run
+        theirs, ours = self._requests.get(name), self.run_requests
+        if not theirs or not ours:
+            return run
+        return run * theirs / ours
+
+    def shows(self, check: ev.QueryCheck, defect_id: str, direction: str | None) -> Outcome:
+        if not (check.ok and (check.evidence or check.absence)):
+            return Outcome(False, why=check.not_evidence or "it did not re-run to its claim")
+        run, mode = ev.reading(check)
+        if run is None:
+            return Outcome(False, why="its result cannot be read as one number")
+        control = self._read(defect_id, check, mode)
+        b1, b2 = (self._read(b, check, mode) for b in self.baselines)
+        q = self._queries.get(check.cited.text)
+        if q is not None and q.over:
+            return Outcome(False, why=f"reading it on the run's and the control stores took over its "
+                                      f"{QUERY_BUDGET_S:g} s budget")
+        if control is None or b1 is None or b2 is None:
+            return Outcome(False, why="it could not be read on the control stores")
+        mine = self._scaled(run, defect_id, check)
+        spread = abs(b1 - b2) / max(abs(b1), abs(b2)) if max(abs(b1), abs(b2)) else 0.0
+
+        def bar(a: float, b: float) -> float:
+            return max(NOISE_FACTOR * spread * max(abs(a), abs(b)), MIN_RELATIVE * max(abs(a), abs(b)), MIN_ABSOLUTE)
+
+        note = (f"reads {ev._fmt(round(mine, 3))} on this run{' (per request, at the controls’ scale)' if mine != run else ''} "
+                f"and {ev._fmt(control)} with that defect fixed, baselines {ev._fmt(b1)}/{ev._fmt(b2)}")
+        # Present in every unfixed drive and absent with the fix, or the reverse: the fix switched
+        # the thing off or on, whatever the counts' spread.
+        split = (control == 0) != (mine == 0) and (b1 == 0) == (b2 == 0) == (mine == 0)
+        diff = abs(mine - control)
+        if not (diff >= bar(mine, control) or split):
+            return Outcome(False, note, f"it does not read differently with the named defect fixed ({note})")
+        if not cl.moved(direction, mine, control):
+            said = direction or "differently"
+            return Outcome(False, note, f"it reads the other way from the claim: the claim says {said} than a "
+                                        f"healthy system, but {note}")
+        for other in self.others:
+            if other == defect_id:
+                continue
+            theirs = self._read(other, check, mode)
+            if q is not None and q.over:
+                return Outcome(False, note, f"reading it on the run's and the control stores took over its "
+                                            f"{QUERY_BUDGET_S:g} s budget")
+            if theirs is None:
+                continue
+            at = self._scaled(run, other, check)
+            moved_too = abs(at - theirs)
+            if moved_too >= bar(at, theirs) and moved_too >= SPECIFIC_SHARE * diff and \
+                    (at > theirs) == (mine > control):
+                return Outcome(False, note, "it moves the same way with another planted defect fixed, so it does "
+                                            f"not single out the defect it names ({note})")
+        return Outcome(True, note)
