@@ -465,3 +465,59 @@ def test_cli_refuses_bad_input_with_one_error_and_writes_nothing(tmp_path: Path,
     assert expected in done.stderr
     assert "fix:" in done.stderr
     assert not (tmp_path / "bench-results").exists() and seen == []
+
+
+# ---------------------------------------------------------------- issue 35: the seed's command line
+
+
+def test_the_seeds_flags_over_https_with_a_private_ca(tmp_path: Path) -> None:
+    """Seed 002's own command line: --base-url, --api-keys-file, --cacert (a private CA), --users,
+    --duration, --yes; the scenario defaults to java. The old names stay aliases."""
+    import ssl
+
+    import trustme
+
+    ca = trustme.CA()
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(server_tls)
+    pem = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(pem))
+    keys = tmp_path / "api-keys.csv"
+    keys.write_text("alice,k1\nbob,k2\n")
+    common = ["--model", MODEL, "--users", "2", "--max-turns", "1", "--ramp-up", "0", "--time-scale", "0.001",
+              "--duration", "60", "--json"]
+    with FakeOpenAI(tls=server_tls) as fake:
+        assert fake.url.startswith("https://")
+        done = cli(["--base-url", fake.url, "--api-keys-file", str(keys), "--cacert", str(pem), "--yes", *common],
+                   tmp_path)
+        seen = fake.chats()
+        # Without the CA the server's certificate is refused: one clear error, nothing sent.
+        (tmp_path / "no-ca").mkdir()
+        refused = cli(["--base-url", fake.url, "--keys-file", str(keys), *common], tmp_path / "no-ca")
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["client"]["requests"] == len(seen) > 0
+    assert data["meta"]["scenario"] == "java"
+    assert {s.key for s in seen} == {"k1", "k2"}  # one key per student, from --api-keys-file
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr and "cannot reach" in refused.stderr
+    assert "CERTIFICATE_VERIFY_FAILED" in refused.stderr or "certificate" in refused.stderr.lower()
+
+
+def test_the_default_scenario_is_java() -> None:
+    from harness.load.classroom_config import ClassroomConfig
+
+    assert ClassroomConfig(base_url="http://127.0.0.1:1", model="m").scenario == "java"
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--base-url", "http://127.0.0.1:1", "--model", "m", "--cacert", "{tmp}/none.pem"], "no such CA bundle"),
+    (["--base-url", "http://127.0.0.1:1", "--model", "m", "--cacert", "{tmp}/bad.pem"], "not a PEM CA bundle"),
+    (["http://127.0.0.1:1", "--base-url", "http://127.0.0.1:2", "--model", "m"], "two base URLs"),
+    (["--model", "m"], "no server URL"),
+    (["--base-url", "http://127.0.0.1:1"], "no model name"),
+])
+def test_the_seeds_flags_refuse_bad_input_by_name(tmp_path: Path, args: list[str], words: str) -> None:
+    (tmp_path / "bad.pem").write_text("not a certificate\n")
+    done = cli([a.replace("{tmp}", str(tmp_path)) for a in args], tmp_path)
+    assert done.returncode == 2 and words in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert "fix:" in done.stderr and not (tmp_path / "bench-results").exists()

@@ -12,10 +12,14 @@ from harness.cli.common import JsonOpt, emit, out, project_root, say, user_error
 
 @user_errors
 def classroom(
-    base_url: Annotated[str, typer.Argument(help="The OpenAI-compatible server, e.g. http://127.0.0.1:8000.")],
-    model: Annotated[str, typer.Option("--model", help="Served model name (GET /v1/models must list it).")],
+    url: Annotated[str | None, typer.Argument(
+        help="The OpenAI-compatible server, e.g. http://127.0.0.1:8000 (or --base-url).", show_default=False)] = None,
+    model: Annotated[str, typer.Option("--model", help="Served model name (GET /v1/models must list it).")] = "",
+    base_url: Annotated[str | None, typer.Option(
+        "--base-url", help="The server's base URL (the seed's flag; the same as the argument).", show_default=False)] = None,
     users: Annotated[int, typer.Option(help="Simulated students.")] = 40,
-    scenario: Annotated[str, typer.Option(help="Lab project: python, java, or mixed (alternating).")] = "mixed",
+    scenario: Annotated[str, typer.Option(help="Lab project: java (Maven, JUnit), python (pytest), or mixed "
+                                               "(alternating).")] = "java",
     duration: Annotated[float, typer.Option(help="Real seconds during which students start new requests.")] = 900,
     grace: Annotated[float, typer.Option(help="Real seconds after --duration for requests under way.")] = 300,
     ramp_up: Annotated[float, typer.Option(help="Students start within this many simulated seconds.")] = 120,
@@ -29,8 +33,12 @@ def classroom(
     max_output: Annotated[int, typer.Option(help="max_tokens per call (opencode limit.output).")] = 8192,
     context_limit: Annotated[int, typer.Option(help="Client context limit (opencode limit.context).")] = 65536,
     max_retries: Annotated[int, typer.Option(help="Retries per call after HTTP 429 or 503.")] = 5,
-    keys_file: Annotated[Path | None, typer.Option(help="API keys, one a line or user_id,api_key.")] = None,
-    api_key_env: Annotated[str, typer.Option(help="Env var holding one key for all (without --keys-file).")] = "",
+    keys_file: Annotated[Path | None, typer.Option(
+        "--api-keys-file", "--keys-file", help="API keys, one a line or user_id,api_key (one per student).")] = None,
+    api_key_env: Annotated[str, typer.Option(help="Env var holding one key for all (without --api-keys-file).")] = "",
+    cacert: Annotated[Path | None, typer.Option(
+        "--cacert", help="PEM bundle of the private CA that signed the server's certificate.")] = None,
+    yes: Annotated[bool, typer.Option("--yes", help="Accepted for the seed's command line: nothing is ever asked.")] = False,
     prompt_file: Annotated[Path | None, typer.Option(help="Captured opencode {system, tools} JSON.")] = None,
     title: Annotated[bool, typer.Option("--title/--no-title", help="Send opencode's title request.")] = True,
     metrics: Annotated[bool, typer.Option("--metrics/--no-metrics", help="Sample the server's /metrics.")] = True,
@@ -45,8 +53,18 @@ def classroom(
     from harness.load.classroom_config import ClassroomConfig
     from harness.load.classroom_report import summary_table
 
+    from harness.errors import UserError
+
+    if url and base_url and url != base_url:
+        raise UserError(f"two base URLs: {url!r} and --base-url {base_url!r}", field="--base-url",
+                        fix="give the server's URL once, as the argument or with --base-url")
+    if not (url or base_url):
+        raise UserError("no server URL", field="--base-url", fix="give it: --base-url http://127.0.0.1:8000")
+    if not model.strip():
+        raise UserError("no model name", field="--model", fix="pass --model NAME (GET /v1/models lists it)")
+    del yes  # never prompts: --yes is the seed's, accepted as it is
     cfg = ClassroomConfig(
-        base_url=base_url, model=model, users=users, scenario=scenario, duration_s=duration, grace_s=grace,
+        base_url=url or base_url, model=model, cacert=cacert, users=users, scenario=scenario, duration_s=duration, grace_s=grace,
         ramp_up_s=ramp_up, think_s=(think_min, think_max), tool_s=(tool_min, tool_max), test_fail_rate=test_fail_rate,
         max_turns=max_turns, max_steps=max_steps, max_output=max_output, context_limit=context_limit,
         max_retries=max_retries, keys_file=keys_file, api_key_env=api_key_env or None, prompt_file=prompt_file,

@@ -24,6 +24,7 @@ Retry-After) are multiplied by `time_scale`; the server's Retry-After, `duration
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -58,12 +59,12 @@ def check_server(cfg: ClassroomConfig, key: ApiKey | None) -> list[str]:
     url = models_url(cfg.root_url)
     headers = bearer(key.secret if key else None)
     try:
-        resp = httpx.get(url, headers=headers, timeout=10.0)
+        resp = httpx.get(url, headers=headers, timeout=10.0, verify=cfg.verify())
     except httpx.HTTPError as exc:
         raise UserError(f"cannot reach {url}: {type(exc).__name__}: {exc}", field="BASE_URL",
                         fix="start the server, or give the URL it listens on (it must answer GET /v1/models)") from None
     if resp.status_code in (401, 403):
-        raise UserError(f"{url} refused the API key (HTTP {resp.status_code})", field="--keys-file/--api-key-env",
+        raise UserError(f"{url} refused the API key (HTTP {resp.status_code})", field="--api-keys-file/--api-key-env",
                         fix="give a key the server accepts")
     if resp.status_code != 200:
         raise UserError(f"{url} answered HTTP {resp.status_code}", field="BASE_URL",
@@ -87,18 +88,28 @@ def check_server(cfg: ClassroomConfig, key: ApiKey | None) -> list[str]:
 class MetricsWatch:
     """/metrics before, during (every second) and after the run: peaks and counters."""
 
-    def __init__(self, base_url: str, api_key: str | None) -> None:
+    def __init__(self, base_url: str, api_key: str | None, verify: ssl.SSLContext | bool = True) -> None:
         self.base_url = base_url
         self.api_key = api_key
+        self.verify = verify
         self.before = None
         self.after = None
         self.samples = 0
         self.peaks: dict[str, float | None] = {"running": None, "waiting": None, "kv_usage": None}
 
-    async def read(self):
-        from harness.load.metrics import scrape
+    def _scrape(self):
+        """The server's /metrics, verified as the run's requests are (`--cacert`); None if unreadable."""
+        from harness.load.metrics import metrics_url, parse
 
-        snap = await asyncio.to_thread(scrape, self.base_url, api_key=self.api_key, timeout=2.0)
+        try:
+            resp = httpx.get(metrics_url(self.base_url), headers=bearer(self.api_key), timeout=2.0, verify=self.verify)
+            resp.raise_for_status()
+            return parse(resp.text)
+        except (httpx.HTTPError, ValueError, UnicodeDecodeError):
+            return None
+
+    async def read(self):
+        snap = await asyncio.to_thread(self._scrape)
         if snap is not None:
             self.samples += 1
             for name in self.peaks:
@@ -147,8 +158,9 @@ async def simulate(cfg: ClassroomConfig, keys: list[ApiKey], prompt: AgentPrompt
     limits = httpx.Limits(max_connections=cfg.users + 8, max_keepalive_connections=cfg.users + 8)
     timeout = httpx.Timeout(connect=10.0, read=cfg.read_timeout_s, write=60.0, pool=None)
     metrics_key = keys[0].secret if keys else None
-    watch = MetricsWatch(cfg.root_url, metrics_key) if cfg.metrics else None
-    async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
+    verify = cfg.verify()
+    watch = MetricsWatch(cfg.root_url, metrics_key, verify) if cfg.metrics else None
+    async with httpx.AsyncClient(limits=limits, timeout=timeout, verify=verify) as client:
         run = Run(cfg, prompt, client, started.strftime("%a %b %d %Y"))
         background: list[asyncio.Task] = []
         stop = asyncio.Event()
@@ -204,6 +216,7 @@ class ClassroomResult:
 def prepare(cfg: ClassroomConfig) -> tuple[list[ApiKey], AgentPrompt, list[str]]:
     """Every check that can refuse, before anything is sent or written."""
     cfg.check()
+    cfg.verify()  # a --cacert that cannot be read: refused before anything is sent
     keys: list[ApiKey] = []
     if cfg.keys_file is not None:
         keys = load_keys(cfg.keys_file)
@@ -213,7 +226,7 @@ def prepare(cfg: ClassroomConfig) -> tuple[list[ApiKey], AgentPrompt, list[str]]
         secret = os.environ.get(cfg.api_key_env)
         if not secret:
             raise UserError(f"the environment variable {cfg.api_key_env} is not set or empty", field="--api-key-env",
-                            fix=f"export {cfg.api_key_env}=<key>, or give --keys-file")
+                            fix=f"export {cfg.api_key_env}=<key>, or give --api-keys-file")
         keys = [ApiKey("env", secret)]
     prompt = load_prompt_file(cfg.prompt_file) if cfg.prompt_file is not None else builtin_prompt()
     notes = []

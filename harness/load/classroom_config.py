@@ -5,6 +5,7 @@ before anything is sent."""
 from __future__ import annotations
 
 import json
+import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,7 +56,7 @@ class ClassroomConfig:
     base_url: str
     model: str
     users: int = 40
-    scenario: str = "mixed"
+    scenario: str = "java"  # the seed's default (Maven and JUnit); python, or mixed (alternating)
     duration_s: float = 900.0
     ramp_up_s: float = 120.0
     grace_s: float = 300.0
@@ -76,11 +77,26 @@ class ClassroomConfig:
     keys_file: Path | None = None
     api_key_env: str | None = None
     prompt_file: Path | None = None
+    cacert: Path | None = None  # a private CA's PEM bundle the server's certificate chains to
     out_dir: Path = Path("bench-results")
 
     @property
     def root_url(self) -> str:
         return normalize_base_url(self.base_url)
+
+    def verify(self) -> ssl.SSLContext | bool:
+        """What every request of the run verifies the server's certificate with: `--cacert`'s CA
+        bundle, else the system's (httpx's default). A missing or unreadable bundle is refused by name."""
+        if self.cacert is None:
+            return True
+        try:
+            return ssl.create_default_context(cafile=str(self.cacert))
+        except FileNotFoundError:
+            raise UserError("no such CA bundle", file=self.cacert, field="--cacert",
+                            fix="give the PEM file of the CA that signed the server's certificate") from None
+        except (ssl.SSLError, OSError, ValueError) as exc:
+            raise UserError(f"not a PEM CA bundle: {exc}", file=self.cacert, field="--cacert",
+                            fix="give the PEM file (-----BEGIN CERTIFICATE-----) of the server's CA") from None
 
     @property
     def compact_at(self) -> int:
@@ -139,10 +155,10 @@ def load_keys(path: Path) -> list[ApiKey]:
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
-        raise UserError("no such keys file", file=path, field="--keys-file",
+        raise UserError("no such keys file", file=path, field="--api-keys-file",
                         fix="give the file of API keys (one a line, or user_id,api_key)") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"cannot read the keys file: {exc}", file=path, field="--keys-file") from None
+        raise UserError(f"cannot read the keys file: {exc}", file=path, field="--api-keys-file") from None
     while lines and not lines[-1].strip():
         lines.pop()
     keys: list[ApiKey] = []

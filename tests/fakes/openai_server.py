@@ -61,7 +61,9 @@ def text_only(body: dict) -> Answer:
 class FakeOpenAI:
     def __init__(self, reply: Callable[[dict], Answer] = text_only,
                  refuse: Callable[[Seen, int], tuple[int, dict] | None] | None = None,
-                 model: str = MODEL, metrics: bool = True, max_model_len: int = 65536) -> None:
+                 model: str = MODEL, metrics: bool = True, max_model_len: int = 65536,
+                 tls: Any = None) -> None:
+        self.tls = tls  # an ssl.SSLContext (server side): the fake speaks HTTPS
         self.reply = reply
         self.max_model_len = max_model_len
         self.created = int(time.time())
@@ -109,9 +111,9 @@ class FakeOpenAI:
                 handlers.discard(task)
                 writer.close()
 
-        server = await asyncio.start_server(on_connect, "127.0.0.1", 0)
+        server = await asyncio.start_server(on_connect, "127.0.0.1", 0, ssl=self.tls)
         port = server.sockets[0].getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}"
+        self.url = f"{'https' if self.tls else 'http'}://127.0.0.1:{port}"
         self._ready.set()
         async with server:
             await self._stop.wait()
