@@ -1,8 +1,6 @@
-"""What every verb shares: the consoles, the project root, `--json`, and the one way a
-user error becomes a message and an exit code.
-
-Exit codes: 0 ok, 1 a void run, 2 a preflight or input error (nothing served),
-3 a harness fault (the unit still destroyed); 128+N after signal N (what was served is destroyed).
+"""What every verb shares: the consoles, the project root, `--json`, the exit codes (one
+table, EXIT_CODES: the README's is generated from it), and the one way a user error becomes a
+message and an exit code.
 """
 
 from __future__ import annotations
@@ -18,6 +16,22 @@ from rich.markup import escape
 from rich.table import Table
 
 from harness.clean_exit import clean_exit
+
+# (code, what it means, which commands): every command follows this table.
+EXIT_CODES: tuple[tuple[str, str, str], ...] = (
+    ("0", "done: a row was produced, or the command did what it says", "every command"),
+    ("1", "a void run (no row; its reason recorded), or a check that found a disagreement or a gap",
+     "`launch`, `wait` (void); `score check`, `mission check`; `classroom` (no request answered), `load` "
+     "(a level with failures, or cancelled); `fitness run` (WARN)"),
+    ("2", "bad input or a preflight refusal: one message naming the file, the field and the fix; nothing "
+     "served, nothing lost (`render` leaves out a record it cannot read, renders the rest, names it)",
+     "every `llms-benchmark` command; `launch`/`wait`: refused at preflight or smoke; `fitness run`: a FAIL"),
+    ("3", "a harness fault, or a unit that failed to serve (what was served is destroyed)",
+     "`launch`, `wait`, `serve`, `load`; `fitness`: any pipeline error, a usage error included (never 2, "
+     "which the seed reads as FAIL)"),
+    ("124", "still running after `--timeout` (the run goes on; wait again)", "`wait`"),
+    ("128+N", "interrupted by signal N (what was served is destroyed first)", "every command that serves"),
+)
 
 out = Console()
 err = Console(stderr=True)

@@ -1,0 +1,161 @@
+"""The README's reference tables, generated: the command list from the CLI itself, the
+environments and presets from `.vot/`, the exit codes from `harness.cli.common.EXIT_CODES`.
+
+Each table lies in README.md between `<!-- generated:NAME:begin -->` and
+`<!-- generated:NAME:end -->`; everything else is prose. `python -m harness.cli.docs --write`
+rewrites the tables, `--check` (and tests/test_readme.py, in `make test`) fails when one drifts.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import typer
+import typer.main
+import yaml
+
+from harness.cli.common import EXIT_CODES
+
+REPO = Path(__file__).resolve().parents[2]
+MAX_OPTIONS = 10  # a command with more lists these and points to its --help
+
+
+def _cell(text: str) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def _first_sentence(text: str | None) -> str:
+    text = " ".join((text or "").split())
+    match = re.match(r"(.+?\.)(\s|$)", text)
+    return match.group(1) if match else text
+
+
+def _usage(command, path: list[str]) -> tuple[str, list[str]]:
+    args, options = [], []
+    for param in command.params:
+        if param.param_type_name == "argument":
+            name = (param.name or "").upper()
+            name = f"{name}..." if param.nargs == -1 else name
+            args.append(name if param.required else f"[{name}]")
+        elif not getattr(param, "hidden", False) and param.opts and param.opts[0] != "--help":
+            options.append(param.opts[0])
+    return " ".join([*path, *args]), options
+
+
+def _commands(group, path: list[str]) -> list[tuple[str, list[str], str]]:
+    rows = []
+    for name, command in group.commands.items():
+        if getattr(command, "hidden", False):
+            continue
+        if getattr(command, "commands", None):
+            rows += _commands(command, [*path, name])
+            continue
+        usage, options = _usage(command, [*path, name])
+        rows.append((usage, options, _first_sentence(command.help or command.short_help)))
+    return rows
+
+
+def commands_table() -> str:
+    from harness.cli import app
+
+    lines = ["| command | what it does | options |", "|---|---|---|"]
+    for usage, options, help_text in _commands(typer.main.get_command(app), []):
+        shown = ", ".join(f"`{o}`" for o in options[:MAX_OPTIONS])
+        if len(options) > MAX_OPTIONS:
+            shown += f", +{len(options) - MAX_OPTIONS} more (`--help`)"
+        lines.append(f"| `{_cell(usage)}` | {_cell(help_text)} | {shown or '—'} |")
+    return "\n".join(lines)
+
+
+def _leading_comment(path: Path) -> str:
+    """The comment lines that open a file: an environment's note (its schema allows no description)."""
+    note = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.startswith("#"):
+            break
+        note.append(line.lstrip("#").strip())
+    return " ".join(note)
+
+
+def environments_table(root: Path = REPO) -> str:
+    lines = ["| environment | stack | port | notes |", "|---|---|---|---|"]
+    for path in sorted((root / ".vot" / "environments").glob("*.yaml")):
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        port = (data.get("config") or {}).get("port")
+        lines.append(f"| `{path.stem}` | `{data.get('stack', '?')}` | "
+                     f"{'any free' if port == 0 else port if port is not None else 'the stack default'} | "
+                     f"{_cell(_leading_comment(path)) or '—'} |")
+    return "\n".join(lines)
+
+
+def presets_table(root: Path = REPO) -> str:
+    lines = ["| preset | model | description |", "|---|---|---|"]
+    for path in sorted((root / ".vot" / "presets").glob("*.yaml")):
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        lines.append(f"| `{path.stem}` | `{_cell(data.get('model', '?'))}` | {_cell(data.get('description', '—'))} |")
+    return "\n".join(lines)
+
+
+def exit_codes_table() -> str:
+    lines = ["| exit | means | commands |", "|---|---|---|"]
+    lines += [f"| {code} | {_cell(means)} | {_cell(which)} |" for code, means, which in EXIT_CODES]
+    return "\n".join(lines)
+
+
+TABLES = {"commands": commands_table, "environments": environments_table, "presets": presets_table,
+          "exit-codes": exit_codes_table}
+
+
+def _markers(name: str) -> tuple[str, str]:
+    return f"<!-- generated:{name}:begin -->", f"<!-- generated:{name}:end -->"
+
+
+def drift(text: str) -> dict[str, tuple[str | None, str]]:
+    """{table: (as the README has it (None: no markers), as generated)} for each table that differs."""
+    found = {}
+    for name, make in TABLES.items():
+        begin, end = _markers(name)
+        want = make()
+        if text.count(begin) != 1 or text.count(end) != 1:
+            found[name] = (None, want)
+            continue
+        have = text[text.index(begin) + len(begin):text.index(end)].strip("\n")
+        if have != want:
+            found[name] = (have, want)
+    return found
+
+
+def rewrite(text: str) -> str:
+    for name, make in TABLES.items():
+        begin, end = _markers(name)
+        if text.count(begin) != 1 or text.count(end) != 1:
+            raise SystemExit(f"README.md: put one {begin} and one {end} line where the {name} table goes")
+        text = text[:text.index(begin) + len(begin)] + "\n" + make() + "\n" + text[text.index(end):]
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    readme = REPO / "README.md"
+    text = readme.read_text(encoding="utf-8")
+    if argv == ["--write"]:
+        new = rewrite(text)
+        if new != text:
+            readme.write_text(new, encoding="utf-8")
+        print(f"{readme}: " + ("rewritten" if new != text else "up to date"))
+        return 0
+    if argv in ([], ["--check"]):
+        found = drift(text)
+        for name in found:
+            print(f"{readme}: the {name} table drifted from the files and the CLI", file=sys.stderr)
+        if found:
+            print("  fix: .venv/bin/python -m harness.cli.docs --write", file=sys.stderr)
+        return 1 if found else 0
+    print("usage: python -m harness.cli.docs [--check | --write]", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
