@@ -105,9 +105,9 @@ CONTRAST = ("`SELECT count(*) FROM spans s WHERE s.name = 'GET /products/{produc
     # The absence holds: with T01 fixed, POST /orders spans do get their sqlite child.
     (T01, ABSENT, True, "with that defect fixed"),
     # The contrast (GET /products has its child) reads the same fixed or not: not evidence of T01.
-    (T01, CONTRAST, False, "no cited query reads differently with the named defect fixed"),
+    (T01, CONTRAST, False, "does not read differently with the named defect fixed"),
     # T01's fix adds one span per order: a count of all shop-api spans must not become evidence.
-    (T01, "`SELECT count(*) FROM spans WHERE service = 'shop-api'`", False, "reads differently"),
+    (T01, "`SELECT count(*) FROM spans WHERE service = 'shop-api'`", False, "read differently"),
     # Retired names: many on the run, none with the fix.
     ("shop-mcp's client spans carry the retired http.method: src/shop_mcp/api.py call",
      "`SELECT count(*) FROM spans WHERE service = 'shop-mcp' AND attributes->>'$.\"http.method\"' IS NOT NULL`",
@@ -115,7 +115,7 @@ CONTRAST = ("`SELECT count(*) FROM spans s WHERE s.name = 'GET /products/{produc
     # ... while an absence of the opposite ('BREW') reads 0 on both.
     ("shop-mcp client spans carry no http.method at all: src/shop_mcp/api.py call",
      "`SELECT count(*) FROM spans WHERE service = 'shop-mcp' AND attributes->>'$.\"http.method\"' = 'BREW'` → 0",
-     False, "reads differently"),
+     False, "read differently"),
     # The unexported logger: 0 records on the run, its per-call lines with the fix.
     ("The shop_mcp.api logger never exports its lines (propagate=False in src/shop_mcp/api.py, call)",
      "`SELECT count(*) FROM logs WHERE scope = 'shop_mcp.api'` → 0", True, "with that defect fixed"),

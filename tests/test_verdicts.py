@@ -306,7 +306,7 @@ def test_each_false_finding_class_does_not_hold_up(store: Path, tmp_path: Path, 
     (f,) = rulings.findings
     assert f.verdict != HELD_UP and rulings.confirmed == 0, f.reason
     if controls is not None and why in ("none that re-ran to its claim reads", "claims an absence"):
-        why = "reads differently with the named defect fixed"  # the control store's words for it
+        why = "read differently with the named defect fixed"  # the control store's words for it
     assert why in f.reason, f.reason
 
 

@@ -37,6 +37,8 @@ def _is_status(text: str, m: re.Match) -> bool:
     if not (value.isdigit() and 100 <= int(value) <= 599):
         return False
     before, after = text[max(0, m.start() - 16):m.start()], text[m.end(1):m.end(1) + 24]
+    if m.re is _MEASURED and m.group(2).strip():
+        return True  # "404 twice in one trace", "500 for the product": a status, words before any unit
     return bool(_STATUS_CONTEXT.search(before) or _STATUS_AFTER.search(after) or
                 re.match(r"^\s*(?:errors?|responses?)\b", after, re.IGNORECASE) and int(value) >= 400)
 

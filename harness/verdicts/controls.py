@@ -136,9 +136,9 @@ def _setup(mission: Path):
     return module
 
 
-def drive_one(mission: Path, fixes: list[Fix], out: Path) -> dict:
-    """Start the mission's services on a fixed copy of its workspace, drive the short scenario,
-    stop, and keep the store at `out`. Returns its figures."""
+def drive_one(mission: Path, fixes: list[Fix], out: Path, drive: dict | None = None) -> dict:
+    """Start the mission's services on a fixed copy of its workspace, drive the scenario (the
+    short mode unless `drive` says otherwise), stop, and keep the store at `out`. Returns its figures."""
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="llms-benchmark-control-") as tmp:
         run = Path(tmp)
@@ -148,7 +148,7 @@ def drive_one(mission: Path, fixes: list[Fix], out: Path) -> dict:
         apply(workspace, fixes)
         services = _setup(mission).start(workspace, run, src=workspace / "src")
         try:  # the harness's own drive, as in a launch (`obs drive`): the same requests, tagged
-            services.drive.drive(DRIVE)
+            services.drive.drive(drive or DRIVE)
         except DriveRefused as exc:
             raise RuntimeError(f"the scenario failed on a control ({exc})") from None
         finally:

@@ -160,7 +160,10 @@ class Judge:
             return run
         return run * theirs / ours
 
-    def shows(self, check: ev.QueryCheck, defect_id: str, direction: str | None) -> Outcome:
+    def shows(self, check: ev.QueryCheck, defect_id: str, direction: str | None, looks_at=None) -> Outcome:
+        """`looks_at(other_id)`: whether the query itself looks at the named defect's telemetry and
+        not at `other`'s (the key's literals): what breaks a tie when two fixes move it as far (a
+        cause and its consequence: the whole-table read and the rendering of what it read)."""
         if not (check.ok and (check.evidence or check.absence)):
             return Outcome(False, why=check.not_evidence or "it did not re-run to its claim")
         run, mode = ev.reading(check)
@@ -204,7 +207,7 @@ class Judge:
             at = self._scaled(run, other, check)
             moved_too = abs(at - theirs)
             if moved_too >= bar(at, theirs) and moved_too >= SPECIFIC_SHARE * diff and \
-                    (at > theirs) == (mine > control):
+                    (at > theirs) == (mine > control) and not (looks_at is not None and looks_at(other)):
                 return Outcome(False, note, "it moves the same way with another planted defect fixed, so it does "
                                             f"not single out the defect it names ({note})")
         return Outcome(True, note)

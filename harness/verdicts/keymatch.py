@@ -425,7 +425,8 @@ def _direction(finding: Finding, check: ev.QueryCheck) -> str | None:
 
 def defect_problems(d: Defect, checks: list[ev.QueryCheck], accused: ev.Accused, sources: Path | None,
                     free: set[int], judge: Judge | None = None, finding: Finding | None = None,
-                    spent: dict[str, str] | None = None) -> tuple[list[str], int | None, str]:
+                    spent: dict[str, str] | None = None,
+                    by_id: dict[str, Defect] | None = None) -> tuple[list[str], int | None, str]:
     """Why the finding does not show this defect, the cited query (its index among `free`, those
     not already spent on another defect of the row or on an earlier finding) that shows it, and
     what that query read where. With control stores: it reads differently with the defect fixed,
@@ -444,7 +445,11 @@ def defect_problems(d: Defect, checks: list[ev.QueryCheck], accused: ev.Accused,
         else:
             whys = []
             for i in usable:
-                out = judge.shows(checks[i], d.id, _direction(finding, checks[i]) if finding else None)
+                def looks_at(other: str, c: ev.QueryCheck = checks[i]) -> bool:
+                    o = (by_id or {}).get(other)
+                    return reads_defect(c, d) and (o is None or not reads_defect(c, o))
+
+                out = judge.shows(checks[i], d.id, _direction(finding, checks[i]) if finding else None, looks_at)
                 if out.shows:
                     supporting, note = [i], out.note
                     break
@@ -507,6 +512,7 @@ def draft_rulings(run_dir: Path, key_path: Path, sources: Path | None = None, co
     report = load_findings(run_dir, report_path, sources)
     defects = load_key(key_path)
     weights = _weights(defects)
+    by_id = {d.id: d for d in defects}
     store = Store(store_path)
     judge = Judge(controls, store, run_drive(run_dir)) if controls else None
     mode = judge.mode if judge else ("none: no control stores on this machine; a cited query counts where it reads "
@@ -549,7 +555,8 @@ def draft_rulings(run_dir: Path, key_path: Path, sources: Path | None = None, co
                 d = m.defect
                 if d.id in credited_by or d.id not in named:
                     continue  # shown by an earlier finding, or not what this finding claims
-                problems, used, note = defect_problems(d, checks, accused, sources, free, judge, finding, spent)
+                problems, used, note = defect_problems(d, checks, accused, sources, free, judge, finding, spent,
+                                                       by_id)
                 if not general and not problems:
                     holds, runs = key(d)
                     if not holds:
