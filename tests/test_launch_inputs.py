@@ -143,3 +143,23 @@ def test_detach_prints_the_run_at_once_and_wait_exits_as_the_launch(repo: Projec
     # Only the ok run's record and report are left for git: nothing of the refused one, no log.
     assert _git(repo, "status", "--porcelain", "-uall").split() == [
         "??", facts["record"].replace("run.json", "report.md"), "??", facts["record"]]
+
+
+def test_wait_on_a_launch_that_died_is_a_fault(project: Project):
+    """A background launch gone (killed) with its record never ended: exit 3, named, at once."""
+    import subprocess as sp
+
+    run = "20260101T000000Z-replay-hello-medium-dead"
+    folder = project.root / ".llms-benchmark" / "runs" / run
+    folder.mkdir(parents=True)
+    (folder / "run.json").write_text(json.dumps({
+        "run_id": run, "key": {"preset": "replay-hello", "effort": "medium", "effort_requested": "medium",
+                               "gpu": "unknown"},
+        "environment": "replay", "stack": "replay", "mission": "hello", "times": {"launch": "2026-01-01T00:00:00Z"}}))
+    gone = sp.Popen(["true"])
+    gone.wait()
+    launches = project.root / ".llms-benchmark" / "launches"
+    launches.mkdir()
+    (launches / f"{run}.json").write_text(json.dumps({"run_id": run, "pid": gone.pid, "created": 1.0}))
+    code, out, err = project.run_cli(["wait", run, "--timeout", "30"], timeout=60)
+    assert code == 3 and "ended without finishing its record" in " ".join(err.split()), dump(out, err)

@@ -27,6 +27,12 @@ STILL_RUNNING = 124  # as coreutils' timeout: the wait ran out, the run did not
 POLL_S = 1.0
 
 
+class LaunchDied(UserError):
+    """The background launch is gone and its record never ended: a harness fault (exit 3)."""
+
+    exit_code = 3
+
+
 def locate(root: Path, run: str) -> Path:
     """The run's folder: under .llms-benchmark/runs/ or, refused at preflight, .llms-benchmark/refused/."""
     paths = ProjectPaths(root)
@@ -124,8 +130,9 @@ def wait(run: Annotated[str, typer.Argument(help="The run id `launch` printed.")
         time.sleep(POLL_S)
 
     if not records or records[-1].times.end is None:
-        raise UserError(f"the launch of run {run} ended without finishing its record (killed?)",
-                        file=folder / RUN_RECORD, fix="check `llms-benchmark units` is empty; launch again")
+        raise LaunchDied(f"the launch of run {run} ended without finishing its record (killed?)",
+                         file=folder / RUN_RECORD,
+                         fix="check `llms-benchmark units` is empty (the next launch destroys a leftover); launch again")
     code = max(r.status.exit_code for r in records)
     summary = [{"run_id": r.run_id, "status": r.status.value, "reason": r.reason, "stopped_at": r.stopped_at,
                 "record": str((folder.parent / r.run_id / RUN_RECORD).relative_to(root))} for r in records]
