@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -18,11 +19,17 @@ from harness.sandbox.wirelog import WireLog, disagreements, figures, read_log
 from fakes.openai_server import Answer, FakeOpenAI
 
 
+def _entry(bridge: Bridge, port: int) -> int:
+    """A listening socket handed to the bridge for `port`, as the sandbox's inside.py hands its
+    own (there bound at the same port inside the agent's namespace); the port it listens on."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    bridge.adopt(listener, port)
+    return listener.getsockname()[1]
+
+
 def _through(bridge: Bridge, port: int) -> httpx.Client:
-    """An HTTP client that reaches 127.0.0.1:port through the bridge's Unix socket, as the
-    sandbox's forwarder does."""
-    return httpx.Client(transport=httpx.HTTPTransport(uds=str(bridge.folder / f"{port}.sock")),
-                        base_url=f"http://127.0.0.1:{port}", timeout=30)
+    """An HTTP client that reaches 127.0.0.1:port through the bridge."""
+    return httpx.Client(base_url=f"http://127.0.0.1:{_entry(bridge, port)}", timeout=30)
 
 
 def test_a_streamed_answer_is_logged_with_its_usage_tool_calls_and_times(tmp_path: Path):
@@ -107,7 +114,7 @@ def test_keep_alive_and_a_chunked_request_body_are_two_exchanges(tmp_path: Path)
     assert figures(entries)["tokens"]["input"] == 500
 
 
-def test_bytes_that_are_not_http_are_relayed_all_the_same_and_counted(tmp_path: Path):
+def test_bytes_that_are_not_http_end_the_connection_unrelayed_and_are_counted(tmp_path: Path):
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]
 
@@ -121,10 +128,9 @@ def test_bytes_that_are_not_http_are_relayed_all_the_same_and_counted(tmp_path: 
     log = WireLog(tmp_path / "wire.jsonl")
     bridge = Bridge([port], wire=(port, log))
     try:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.connect(str(bridge.folder / f"{port}.sock"))
+        sock = socket.create_connection(("127.0.0.1", _entry(bridge, port)), timeout=10)
         sock.sendall(b"\x00\x01 not http at all\r\n\r\n")
-        assert sock.recv(1024).startswith(b"\x00\x01 not http")
+        assert sock.recv(1024) == b""  # closed: nothing reached the server, nothing came back
         sock.close()
     finally:
         bridge.close()
@@ -139,3 +145,87 @@ def test_a_store_that_departs_from_the_wire_is_named():
     forged = {**honest, "input": 501_000, "turns": 2}
     assert disagreements(wire, forged) == ["input tokens: the store says 501,000, the wire 1,000",
                                            "model turns: the store says 2, the wire 4"]
+
+
+def test_a_head_sent_in_parts_past_16k_is_read_and_one_past_the_cap_is_closed(tmp_path: Path):
+    """A request head split across sends and longer than h11's 16 KiB default once blinded the
+    tap for the connection (later calls relayed, never logged); now it is read, and a head past
+    HEAD_CAP ends the connection unrelayed."""
+    from harness.sandbox import wirelog
+
+    answer = Answer(text="ok", prompt_tokens=10, completion_tokens=2)
+    with FakeOpenAI(reply=lambda body: answer) as fake:
+        port = urlsplit(fake.url).port
+        log = WireLog(tmp_path / "wire.jsonl")
+        bridge = Bridge([port], wire=(port, log))
+        try:
+            entry = _entry(bridge, port)
+            body = json.dumps({"model": "m", "stream": False, "messages": [{"role": "user", "content": "hi"}]})
+            head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Pad: {'a' * 20_000}\r\n"
+                    f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+            sock = socket.create_connection(("127.0.0.1", entry), timeout=10)
+            sock.sendall(head[:10_000])
+            sock.sendall(head[10_000:] + body.encode())
+            got = b""
+            while chunk := sock.recv(65536):
+                got += chunk
+            sock.close()
+            assert got.startswith(b"HTTP/1.1 200")
+        finally:
+            bridge.close()
+    # A server that reads any head however long (a sink): only the tap's cap can end it.
+    sink = socket.create_server(("127.0.0.1", 0))
+    threading.Thread(target=lambda: [c.recv(1 << 20) for c in [sink.accept()[0]] for _ in range(64)],
+                     daemon=True).start()
+    bridge = Bridge([sink.getsockname()[1]], wire=(sink.getsockname()[1], log))
+    try:
+        big = socket.create_connection(("127.0.0.1", _entry(bridge, sink.getsockname()[1])), timeout=10)
+        big.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nX-Pad: ")
+        try:
+            for _ in range(wirelog.HEAD_CAP // 65536 + 2):
+                big.sendall(b"a" * 65536)
+            closed = big.recv(1024) == b""
+        except (BrokenPipeError, ConnectionResetError):
+            closed = True
+        big.close()
+    finally:
+        bridge.close()
+        sink.close()
+    assert closed and log.broken == 1
+    entries = read_log(tmp_path / "wire.jsonl")
+    assert len(entries) == 1 and (entries[0]["status"], entries[0]["messages"]) == (200, 1)
+
+
+def test_connections_and_held_bytes_are_bounded_across_the_run(tmp_path: Path, monkeypatch):
+    """Many connections each holding an unfinished body: the bytes held stay within the run's
+    budget (the rest counted, not parsed), and connections past the cap are closed at once."""
+    from harness.sandbox import net
+
+    monkeypatch.setattr(net, "MAX_CONNECTIONS", 6)
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    held = []
+    threading.Thread(target=lambda: [held.append(server.accept()[0]) for _ in range(100)], daemon=True).start()
+    log = WireLog(tmp_path / "wire.jsonl", budget=3 << 20)
+    bridge = Bridge([port], wire=(port, log))
+    clients = []
+    try:
+        entry = _entry(bridge, port)
+        for _ in range(8):
+            c = socket.create_connection(("127.0.0.1", entry), timeout=10)
+            c.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 33554432\r\n\r\n")
+            clients.append(c)
+        for c in clients[:6]:
+            for _ in range(16):
+                c.sendall(b"x" * 65536)  # 1 MiB each, 6 MiB in all against a 3 MiB budget
+        deadline = time.monotonic() + 10
+        while log.held < 3 << 20 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert bridge.refused == 2
+        assert log.peak_held <= 3 << 20 and log.held > 2 << 20
+    finally:
+        for c in [*clients, *held]:
+            c.close()
+        bridge.close()
+        server.close()
+    assert log.held == 0  # each closed connection gave its bytes back

@@ -1,14 +1,15 @@
 """Inside the sandbox, ahead of the agent: set its resource limits; in its network
-namespace, listen on 127.0.0.1:PORT for each allowed port and forward each connection to
-the Unix socket DIR/PORT.sock (the host side connects it to the host's 127.0.0.1:PORT);
-then exec the command.
+namespace, bind 127.0.0.1:PORT for each allowed port and hand the listening sockets to the
+host side (over the Unix socket DIR/listeners.sock, SCM_RIGHTS); then exec the command.
 
     python -I inside.py [--rlimit nproc=N,fsize=B,as=B] [--net DIR PORT[,PORT...]] -- COMMAND...
 
+No forwarder stays inside: the host side accepts on those sockets itself, so nothing the
+agent can kill or replace stands between opencode and the served model, and the ports stay
+bound by sockets no agent process holds (it cannot bind them again).
+
 Standard library only, run by file path with -I: inside the sandbox the interpreter's
-site-packages may point at a checkout the sandbox does not show. The listeners are bound
-before the command starts; the forwarding runs in a forked child that dies with the
-sandbox's PID namespace when the command exits.
+site-packages may point at a checkout the sandbox does not show.
 """
 
 from __future__ import annotations
@@ -16,62 +17,9 @@ from __future__ import annotations
 import os
 import socket
 import sys
-import threading
 
-CHUNK = 65536  # forwarded as soon as read: a streamed (SSE) answer is never held back
-
-
-def _pump(src: socket.socket, dst: socket.socket, observe=None) -> None:
-    try:
-        while data := src.recv(CHUNK):
-            if observe is not None:  # before forwarding: a request is seen before its answer can be
-                try:
-                    observe(data)  # the host side's wire log: a failure of it never stops the bytes
-                except Exception:  # noqa: BLE001
-                    observe = None
-            dst.sendall(data)
-    except OSError:
-        pass
-    finally:
-        if observe is not None:
-            try:
-                observe(b"")  # the end of this direction: a close-delimited answer ends here
-            except Exception:  # noqa: BLE001
-                pass
-        for sock, how in ((dst, socket.SHUT_WR), (src, socket.SHUT_RD)):
-            try:
-                sock.shutdown(how)
-            except OSError:
-                pass
-
-
-def _serve(conn: socket.socket, path: str) -> None:
-    upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        upstream.connect(path)
-    except OSError:
-        conn.close()
-        upstream.close()
-        return
-    relay(conn, upstream)
-
-
-def relay(conn: socket.socket, upstream: socket.socket, up=None, down=None) -> None:
-    """Copy both ways until each side has finished sending, then close both; `up`/`down`
-    see each chunk just before it is forwarded. Shared with the host side (harness/sandbox/net.py),
-    which imports it: this file stays stdlib only."""
-    back = threading.Thread(target=_pump, args=(upstream, conn, down), daemon=True)
-    back.start()
-    _pump(conn, upstream, up)
-    back.join()
-    conn.close()
-    upstream.close()
-
-
-def _accept(listener: socket.socket, path: str) -> None:
-    while True:
-        conn, _ = listener.accept()
-        threading.Thread(target=_serve, args=(conn, path), daemon=True).start()
+CONTROL = "listeners.sock"  # in the bridge's folder: where the listening sockets are handed over
+ACK = b"k"
 
 
 _RLIMITS = {"nproc": "RLIMIT_NPROC", "fsize": "RLIMIT_FSIZE", "as": "RLIMIT_AS"}
@@ -87,15 +35,27 @@ def _set_limits(spec: str) -> None:
         resource.setrlimit(getattr(resource, _RLIMITS[name]), (limit, limit))
 
 
-def _listen(folder: str, ports: str) -> list[tuple[socket.socket, str]]:
+def _listen(ports: str) -> list[socket.socket]:
     listeners = []
     for port in (int(p) for p in ports.split(",") if p):
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", port))
+        sock.bind(("127.0.0.1", port))  # no SO_REUSEADDR/PORT: nothing can bind the port beside it
         sock.listen(64)
-        listeners.append((sock, os.path.join(folder, f"{port}.sock")))
+        listeners.append(sock)
     return listeners
+
+
+def _hand_over(folder: str, listeners: list[socket.socket]) -> None:
+    """The listening sockets to the host side, which acknowledges once it accepts on them."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as control:
+        control.settimeout(60)
+        control.connect(os.path.join(folder, CONTROL))
+        ports = ",".join(str(s.getsockname()[1]) for s in listeners).encode()
+        socket.send_fds(control, [ports], [s.fileno() for s in listeners])
+        if control.recv(1) != ACK:
+            raise SystemExit("inside.py: the host side did not take the listening sockets")
+    for sock in listeners:
+        sock.close()
 
 
 def main(argv: list[str]) -> None:
@@ -110,16 +70,9 @@ def main(argv: list[str]) -> None:
     command = argv[1:]
     if not argv or not command:
         raise SystemExit("usage: inside.py [--rlimit K=V,...] [--net DIR PORT[,PORT...]] -- COMMAND...")
-    listeners = _listen(*net) if net else []
+    if net:
+        _hand_over(net[0], _listen(net[1]))
     _set_limits(limits)
-    if listeners and os.fork() == 0:  # the forwarder; the command keeps this PID (its exit status is the sandbox's)
-        os.setsid()
-        threads = [threading.Thread(target=_accept, args=pair, daemon=True) for pair in listeners]
-        for t in threads:
-            t.start()
-        threading.Event().wait()
-    for sock, _ in listeners:
-        sock.close()
     os.execvp(command[0], command)
 
 

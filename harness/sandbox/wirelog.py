@@ -9,9 +9,12 @@ request started and ended, when the answer's first byte and its end came, the me
 path and status, the model, stream flag and message count asked for, the usage of the
 final chunk (or of the whole answer), the tool calls' names and the finish reason.
 
-HTTP/1.1 is parsed with h11 on both directions (keep-alive and chunked bodies included);
-a server-sent-event answer is read line by line as it streams, so memory stays bounded
-by one line; request bodies past `BODY_CAP` are counted, not parsed.
+HTTP/1.1 is parsed with h11 on both directions (keep-alive and chunked bodies included),
+each chunk before it is forwarded: bytes the tap cannot parse end the connection (never
+relayed unseen; counted as `broken`), and h11's head limit (HEAD_CAP) is above any
+server's. A server-sent-event answer is read line by line as it streams; request bodies
+are parsed whole up to `BODY_CAP`, and the bytes held across all of a run's connections
+never pass BUFFER_BUDGET (past it a body is counted, not parsed: `unparsed`).
 """
 
 from __future__ import annotations
@@ -28,7 +31,9 @@ import numpy as np
 
 WIRE_LOG = "wire.jsonl"
 BODY_CAP = 32 << 20  # a request body parsed whole up to this many bytes (opencode's prompts: ~1 MB)
-_LINE_CAP = 4 << 20  # one SSE line
+BUFFER_BUDGET = 256 << 20  # bytes of bodies held at once across every connection of a run
+HEAD_CAP = 1 << 20  # h11's limit on a request or response head (uvicorn's is 16 KiB, llama.cpp's 8 KiB a line)
+_LINE_CAP = 1 << 20  # one SSE line (a chunk of a few tokens is well under 1 KiB)
 
 
 def _iso(t: float | None) -> str | None:
@@ -55,10 +60,11 @@ class _Exchange:
     tool_calls: list[str] = field(default_factory=list)
     finish_reason: str | None = None
     content_chars: int = 0
+    unparsed: bool = False  # a body over BODY_CAP or the run's BUFFER_BUDGET: counted, not parsed
 
     def record(self) -> dict:
         asked: dict = {}
-        if self.body_bytes <= BODY_CAP:
+        if not self.unparsed:
             try:
                 body = json.loads(bytes(self.body) or b"null")
             except ValueError:
@@ -74,15 +80,17 @@ class _Exchange:
                 "method": self.method, "path": self.path, "status": self.status, **asked,
                 "request_bytes": self.body_bytes, "response_bytes": self.response_bytes,
                 "usage": self.usage, "tool_calls": self.tool_calls, "finish_reason": self.finish_reason,
-                "content_chars": self.content_chars}
+                "content_chars": self.content_chars, **({"unparsed": True} if self.unparsed else {})}
 
     # -- the answer's body
-    def take(self, data: bytes) -> None:
+    def take(self, data: bytes, log: WireLog) -> None:
         self.response_bytes += len(data)
         self.first_data = self.first_data or time.time()
         if not self.sse:
-            if len(self.whole) + len(data) <= BODY_CAP:
+            if len(self.whole) + len(data) <= BODY_CAP and log.reserve(len(data)):
                 self.whole += data
+            else:
+                self.unparsed = True
             return
         for byte_line in _lines(self.line, data):
             self._sse_line(byte_line)
@@ -123,12 +131,16 @@ class _Exchange:
         self.ended = time.time()
         if self.sse and self.line:
             self._sse_line(bytes(self.line))
-        elif not self.sse and self.whole:
+        elif not self.sse and self.whole and not self.unparsed:
             try:
                 self._chunk(json.loads(bytes(self.whole)), streamed=False)
             except ValueError:
                 pass
-            self.whole = bytearray()
+
+    def release(self, log: WireLog) -> None:
+        """What this exchange held of the run's budget, given back."""
+        log.release(len(self.body) + len(self.whole))
+        self.body, self.whole = bytearray(), bytearray()
 
 
 def _lines(buffer: bytearray, data: bytes):
@@ -157,18 +169,33 @@ def _usage(raw: dict) -> dict:
 class WireLog:
     """The log file, shared by every tapped connection of one run."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, budget: int = BUFFER_BUDGET) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self.exchanges = 0
-        self.broken = 0  # connections whose bytes were not HTTP/1.1 (relayed all the same)
+        self.broken = 0  # connections whose bytes were not HTTP/1.1: closed, never relayed on
+        self.unparsed = 0  # exchanges whose body was counted, not parsed (over a cap)
+        self.budget, self.held, self.peak_held = budget, 0, 0
+
+    def reserve(self, n: int) -> bool:
+        with self._lock:
+            if self.held + n > self.budget:
+                return False
+            self.held += n
+            self.peak_held = max(self.peak_held, self.held)
+            return True
+
+    def release(self, n: int) -> None:
+        with self._lock:
+            self.held -= n
 
     def write(self, entry: dict) -> None:
         with self._lock:
             with open(self.path, "a", encoding="utf-8") as f:
                 f.write(json.dumps(entry) + "\n")
             self.exchanges += 1
+            self.unparsed += bool(entry.get("unparsed"))
 
     def tap(self) -> Tap:
         return Tap(self)
@@ -179,18 +206,19 @@ class Tap:
 
     def __init__(self, log: WireLog) -> None:
         self.log = log
-        self.client = h11.Connection(h11.SERVER)  # reads what the agent sent
-        self.server = h11.Connection(h11.CLIENT)  # reads what the model answered
+        self.client = h11.Connection(h11.SERVER, max_incomplete_event_size=HEAD_CAP)  # what the agent sent
+        self.server = h11.Connection(h11.CLIENT, max_incomplete_event_size=HEAD_CAP)  # what the model answered
         self.lock = threading.Lock()
         self.pending: list[_Exchange] = []
         self.current: _Exchange | None = None
         self.dead = False
 
-    def up(self, data: bytes) -> None:
-        self._feed(self.client, data, self._request_event)
+    def up(self, data: bytes) -> bool:
+        """The agent's bytes, read before they are forwarded: False ends the connection."""
+        return self._feed(self.client, data, self._request_event)
 
-    def down(self, data: bytes) -> None:
-        self._feed(self.server, data, self._response_event)
+    def down(self, data: bytes) -> bool:
+        return self._feed(self.server, data, self._response_event)
 
     def close(self) -> None:
         with self.lock:
@@ -198,12 +226,13 @@ class Tap:
                 if ex.status is not None or ex.request_ended:
                     ex.finish()
                     self.log.write({**ex.record(), "incomplete": True})
+                ex.release(self.log)
             self.pending, self.current = [], None
 
-    def _feed(self, conn: h11.Connection, data: bytes, handle) -> None:
+    def _feed(self, conn: h11.Connection, data: bytes, handle) -> bool:
         with self.lock:
             if self.dead:
-                return
+                return False
             try:
                 conn.receive_data(data)
                 while True:
@@ -214,8 +243,10 @@ class Tap:
                     if isinstance(event, h11.ConnectionClosed):
                         break
             except (h11.ProtocolError, h11.LocalProtocolError):
-                self.dead = True
+                self.dead = True  # never relayed unseen: the bridge closes the connection
                 self.log.broken += 1
+                return False
+            return True
 
     def _request_event(self, event) -> None:
         if isinstance(event, h11.Request):
@@ -225,8 +256,10 @@ class Tap:
         elif isinstance(event, h11.Data) and self.pending:
             ex = self.pending[-1]
             ex.body_bytes += len(event.data)
-            if len(ex.body) + len(event.data) <= BODY_CAP:
+            if not ex.unparsed and len(ex.body) + len(event.data) <= BODY_CAP and self.log.reserve(len(event.data)):
                 ex.body += event.data
+            else:
+                ex.unparsed = True
             self.server.send(event)
         elif isinstance(event, h11.EndOfMessage) and self.pending:
             self.pending[-1].request_ended = time.time()
@@ -242,11 +275,12 @@ class Tap:
             self.current.sse = b"text/event-stream" in ctype
             self.client.send(event)
         elif isinstance(event, h11.Data) and self.current is not None:
-            self.current.take(event.data)
+            self.current.take(event.data, self.log)
             self.client.send(event)
         elif isinstance(event, h11.EndOfMessage) and self.current is not None:
             self.current.finish()
             self.log.write(self.current.record())
+            self.current.release(self.log)
             self.current = None
             self.client.send(event)
             self._next_cycle()
