@@ -206,3 +206,14 @@ def test_readings_take_the_quoted_column():
     assert ev.reading(check) == (40.0, ("cell", 1))
     assert ev.reading(ev.QueryCheck(ev.Cited("x", None), rows=1, first_row=[None, 7.0])) == (7.0, ("cell", 1))
     assert ev.reading(ev.QueryCheck(ev.Cited("x", None), rows=5, first_row=[1.0]))[0] == 5.0
+
+
+def test_now_on_the_run_store_is_the_runs_own_last_instant(world):
+    # Ruled a year after the run, `now() - INTERVAL 1 DAY` still means the day the run had.
+    run, _, _ = world
+    store = Store(run)
+    try:
+        check = store.check(ev.Cited("SELECT count(*) FROM spans WHERE start_ns > epoch_ns(now() - INTERVAL 1 DAY)", 150))
+    finally:
+        store.close()
+    assert check.ok and check.result == 150, check.why

@@ -27,9 +27,14 @@ _ARROWED = re.compile(r"(?:→|->|=>|\breturn(?:ed|s)\b|\bgave\b|\breads?\b)\s*(
 _STATUS_CONTEXT = re.compile(r"(?:http|status|code|instead of|rather than|not|or|and|/)\s*$", re.IGNORECASE)
 _STATUS_AFTER = re.compile(r"^\s*(?:or|and|/|,)\s*\d{3}\b|^\s*(?:status|code|response|error\s+code)", re.IGNORECASE)
 
-LOWER_WORDS = re.compile(r"\b(fewer|lower|less than|below|too few|under-?counts?|drops? to|smaller)\b", re.IGNORECASE)
-HIGHER_WORDS = re.compile(r"\b(more than|higher|above|too many|excess(ive)?|extra|over-?counts?|larger|"
+LOWER_WORDS = re.compile(r"\b(fewer|lower|less\b[^.;:]{0,40}?\bthan|below|too few|under-?counts?|drops? to|smaller)\b",
+                         re.IGNORECASE)
+HIGHER_WORDS = re.compile(r"\b(more\b[^.;:]{0,40}?\bthan|higher|above|too many|excess(ive)?|extra|over-?counts?|larger|"
                           r"far above|inflated|duplicated?|repeated(ly)?)\b", re.IGNORECASE)
+
+
+_AFTER_STATUS = re.compile(r"^(?:for|on|in|when|twice|once|from|to|and|or|with|at|if|because|after|again|is|was|"
+                           r"were|are|instead|rather|than|errors?|responses?|status|code)\b", re.IGNORECASE)
 
 
 def _is_status(text: str, m: re.Match) -> bool:
@@ -37,10 +42,10 @@ def _is_status(text: str, m: re.Match) -> bool:
     if not (value.isdigit() and 100 <= int(value) <= 599):
         return False
     before, after = text[max(0, m.start() - 16):m.start()], text[m.end(1):m.end(1) + 24]
-    if m.re is _MEASURED and m.group(2).strip():
-        return True  # "404 twice in one trace", "500 for the product": a status, words before any unit
-    return bool(_STATUS_CONTEXT.search(before) or _STATUS_AFTER.search(after) or
-                re.match(r"^\s*(?:errors?|responses?)\b", after, re.IGNORECASE) and int(value) >= 400)
+    if _STATUS_CONTEXT.search(before) or _STATUS_AFTER.search(after):
+        return True
+    # "404 twice in one trace", "500 for the product", "409 errors": a status; "400 GET calls": a count.
+    return bool(_AFTER_STATUS.match(after.strip()))
 
 
 def text_claims(text: str) -> list[float]:
@@ -64,11 +69,13 @@ def direction_of(stated: str | None, claimed: float | None, words: str) -> str |
     comparatives; None when it states none (a markdown row that quotes no number and compares nothing)."""
     if stated:
         return stated
-    if claimed == 0:
-        return "absent"
+    # The words' comparative first: "more children than products" quoted as reading 0 claims
+    # more, and its 0 contradicts it; else a quoted 0 claims an absence.
     lower, higher = bool(LOWER_WORDS.search(words or "")), bool(HIGHER_WORDS.search(words or ""))
     if lower != higher:
         return "lower" if lower else "higher"
+    if claimed == 0:
+        return "absent"
     return None
 
 

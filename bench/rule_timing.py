@@ -1,0 +1,118 @@
+"""`rule` timing (issue 34, item 4): the key-matcher's draft of a normal 30-finding report and of
+the worst adversarial report, against a real run store and the mission's real control stores.
+
+- normal: the 15 honest findings of tests/test_claim_adversarial.py (numbers as the store reads
+  them) and 15 more rows of the kinds a model writes (restatements, plain counts, code reading);
+- worst: what the bounds are built against: 1,000 rows (only MAX_RULED are ruled), each a 4,000-
+  character cell citing MAX_CITED queries, a third of them cross joins that run until their
+  budget stops them (QUERY_BUDGET_S per query across every store, RULE_BUDGET_S per rule).
+
+Wall time and the process's peak RSS for each, written to bench/results/rule-timing.json and
+.md. The run store is the prompt's default drive (120 s x 5 users) when the test cache has one
+(tests/test_claim_adversarial.py makes it), else a fresh 10 s x 2 drive.
+
+    .venv/bin/python bench/rule_timing.py [--store RUN.duckdb] [--duration 10 --vus 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from harness.verdicts import controls as ctl  # noqa: E402
+from harness.verdicts import discriminate, keymatch  # noqa: E402
+from harness.verdicts.keymatch import draft_rulings  # noqa: E402
+from harness.verdicts.rule import finish  # noqa: E402
+from test_claim_adversarial import FALSE, GAP_A, HEAD, HONEST_A, as_read  # noqa: E402
+
+MISSION = ROOT / "missions" / "observability"
+KEY = MISSION / "key" / "defects.yaml"
+RESULTS = ROOT / "bench" / "results"
+
+
+def normal_report(store: Path) -> str:
+    rows = [f"| {i} | {text} | {kind} | high | {ev} |" for i, (_, kind, text, ev) in enumerate(HONEST_A, 1)]
+    extra = list(FALSE.items())[:15]
+    rows += [f"| {i} | {text} | Telemetry | medium | {ev} |" for i, (_, (text, ev)) in enumerate(extra, len(rows) + 1)]
+    return as_read(f"{HEAD}" + "\n".join(rows) + f"\n\n## Telemetry gaps\n\n{GAP_A[1]}\n", store)
+
+
+def worst_report() -> str:
+    slow = ("`SELECT count(*) FROM spans a, spans b, spans c, spans d WHERE a.name LIKE '%s%' AND b.name <> c.name`"
+            " → 5")
+    quick = "`SELECT count(*) FROM spans WHERE service = 'shop-mcp' AND attributes->>'$.\"http.method\"' IS NOT NULL` → 40"
+    evidence = "; ".join([slow, quick, quick.replace("40", "41")] * 3 + [slow])
+    pad = " ".join(["place_order in src/shop_api/app.py stats() call() `x_y` 12 spans 404 or 409"] * 60)
+    text = f"shop-mcp client spans carry the retired http.method (src/shop_mcp/api.py call) {pad}"[:3990]
+    rows = [f"| {i} | {text} | Telemetry | high | {evidence[:3990]} |" for i in range(1, 1001)]
+    return f"{HEAD}" + "\n".join(rows) + "\n\n## Telemetry gaps\n"
+
+
+def timed(store: Path, drive: dict, report: str, name: str) -> dict:
+    folder = Path(tempfile.mkdtemp(prefix=f"rule-{name}-")) / name
+    folder.mkdir()
+    (folder / "report.md").write_text(report)
+    os.symlink(store, folder / "telemetry.duckdb")
+    (folder / "harness-drive-1.json").write_text(json.dumps({"duration_s": drive["duration"], "vus": drive["vus"]}))
+    t0 = time.monotonic()
+    rulings = finish(draft_rulings(folder, KEY, controls=ctl.Controls.for_mission(MISSION)), None)
+    wall = time.monotonic() - t0
+    return {"findings": len(rulings.findings), "held_up": rulings.confirmed, "wall_s": round(wall, 2),
+            "controls": rulings.controls.split(":")[0]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--store", type=Path, help="a run's telemetry.duckdb (default: the cached 120 s x 5 drive)")
+    ap.add_argument("--duration", type=float, default=None)
+    ap.add_argument("--vus", type=int, default=None)
+    a = ap.parse_args()
+    ctl.build(MISSION, say=lambda m: print(m, file=sys.stderr))
+    cached = ctl.cache_root().parent / "test-stores" / f"observability-{ctl.mission_hash(MISSION)}-120x5.duckdb"
+    if a.store:
+        store, drive = a.store, {"duration": a.duration or 120, "vus": a.vus or 5}
+    elif cached.is_file() and a.duration is None:
+        store, drive = cached, {"duration": 120, "vus": 5}
+    else:
+        drive = {"duration": a.duration or 10, "vus": a.vus or 2}
+        store = Path(tempfile.mkdtemp()) / "telemetry.duckdb"
+        ctl.drive_one(MISSION, [], store, drive)
+    out = {"when": datetime.now(UTC).isoformat(timespec="seconds"), "cpus": len(os.sched_getaffinity(0)),
+           "machine": platform.machine(), "drive": drive,
+           "bounds": {"query_budget_s": discriminate.QUERY_BUDGET_S, "rule_budget_s": keymatch.RULE_BUDGET_S,
+                      "max_ruled": keymatch.MAX_RULED}}
+    out["normal_30"] = timed(store, drive, normal_report(store), "normal")
+    out["normal_30"]["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    out["worst"] = timed(store, drive, worst_report(), "worst")
+    out["worst"]["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "rule-timing.json").write_text(json.dumps(out, indent=2) + "\n")
+    md = ["# rule timing (bench/rule_timing.py)", "",
+          f"{out['when']}, {out['cpus']} CPUs ({out['machine']}), run drive {drive['duration']:g} s × {drive['vus']} "
+          f"users, controls {out['normal_30']['controls']}.", "",
+          "| report | findings | held up | wall | peak RSS |", "|---|---|---|---|---|"]
+    for name in ("normal_30", "worst"):
+        r = out[name]
+        md.append(f"| {name} | {r['findings']} | {r['held_up']} | {r['wall_s']} s | {r['peak_rss_mb']} MB |")
+    md += ["", f"Bounds: {out['bounds']['query_budget_s']} s per cited query across all stores, "
+           f"{out['bounds']['rule_budget_s']} s of queries per rule, {out['bounds']['max_ruled']} findings ruled "
+           "on their evidence."]
+    (RESULTS / "rule-timing.md").write_text("\n".join(md) + "\n")
+    print("\n".join(md))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
