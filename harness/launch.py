@@ -128,7 +128,10 @@ class Launch:
             rec.status, rec.stopped_at = Status.fault, "destroy"
             rec.reason = f"interrupted by {life.late_signal} during destroy (the destroy finished first)"
         rec.times.end = utcnow()
+        peak = launcher_peak_rss_mib()
         for record, trial_ctx in self.trials:
+            if record.sandbox is not None:
+                record.sandbox.launcher_peak_rss_mib = peak
             record.save(trial_ctx.paths.dir)
         for record, trial_ctx in self.trials:
             self._post_run(record, trial_ctx)  # run.json last: it was written above
@@ -161,7 +164,8 @@ class Launch:
         run_id = new_run_id(self.ctx.opts.preset, self.ctx.opts.effort)
         paths = ProjectPaths(self.ctx.opts.root).run(run_id)
         self.ctx = replace(first_ctx, paths=paths, services=None, drive=None, provider_file=None, argv_base=[],
-                           workspace=None, env={}, title="", result=None, untrusted=[])
+                           workspace=None, env={}, title="", result=None, untrusted=[], unclean=set(), wire_counts={},
+                           wire_decisive=[])
         self.record = trial_record(first, run_id, index)
         self.trials.append((self.record, self.ctx))
         paths.dir.mkdir(parents=True, exist_ok=True)
@@ -246,6 +250,14 @@ class Launch:
         except OSError as exc:
             return [f"{name} could not be removed ({exc.strerror})"]
         return [f"{name} removed"]
+
+
+def launcher_peak_rss_mib() -> float:
+    """This process's peak resident memory so far (the wire tap's buffers live here)."""
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    return round(peak / (1 << 20 if os.uname().sysname == "Darwin" else 1 << 10), 1)
 
 
 def _escaping(say: Say) -> Say:

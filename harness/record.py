@@ -122,6 +122,12 @@ class WireFigures(BaseModel):
     tokens: Tokens = Field(default_factory=Tokens)
     median_turn_s: float | None = None
     tool_calls: dict[str, int] = Field(default_factory=dict)
+    # Requests a tool the agent ran sent to the model's port (not opencode's): never turns.
+    tool_requests: int = 0
+    tool_input_tokens: int = 0
+    unparsed: int = 0  # exchanges counted but not parsed (a body over a cap)
+    broken: int = 0  # connections closed unrelayed: their bytes were not HTTP/1.1
+    refused: int = 0  # connections past the bridge's cap, closed at once
     store_disagrees: list[str] = Field(default_factory=list)  # empty: the store matches the wire
 
 
@@ -135,6 +141,7 @@ class SandboxFigures(BaseModel):
     agent_user: str | None = None  # the host uid/gid the agent ran as, in its own user namespace
     limits: dict[str, str] | None = None  # each cap and what enforced it
     privilege: dict[str, str] | None = None  # privcheck's probes at preflight: each must read "refused"
+    launcher_peak_rss_mib: float | None = None  # the launch process's peak memory (the wire tap's buffers)
 
 
 class Trial(BaseModel):

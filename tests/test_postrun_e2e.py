@@ -108,3 +108,48 @@ def test_a_tool_cannot_write_into_opencodes_event_stream(project: Project):
     assert not any('"FORGED-EVENT"' in line and '"ses_forged"' in line and line.startswith('{"type":"text"')
                    for line in events.splitlines())
     assert "FORGED" not in (run_dir / "opencode-stderr.log").read_text()
+
+
+MODEL_PORT = """import json, os, socket, urllib.request
+url = json.load(open(os.environ["OPENCODE_CONFIG"]))["provider"]["vot"]["options"]["baseURL"]
+port = int(url.split(":")[2].split("/")[0])
+s = socket.socket()
+try:
+    s.bind(("127.0.0.1", port)); print("bound the model port")
+except OSError as exc:
+    print("bind refused", exc.strerror)
+os.system("ps -eo pid,comm | grep -c python || true")
+body = json.dumps({"model": "x", "messages": [{"role": "user", "content": "inflate"}]}).encode()
+for _ in range(3):
+    req = urllib.request.Request(url + "/chat/completions", data=body, headers={
+        "Content-Type": "application/json", "Authorization": "Bearer " + os.environ.get("VOT_API_KEY", "")})
+    try:
+        print("tool call", urllib.request.urlopen(req, timeout=30).status)
+    except Exception as exc:
+        print("tool call failed", exc)
+"""
+
+
+@needs_bwrap
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_a_tool_calling_the_model_is_counted_apart_and_cannot_take_the_port(project: Project):
+    """A script the agent runs calls the model port itself (to inflate the run's tokens) and tries
+    to bind it: the bind is refused (the host holds the listener), and its calls are counted
+    apart from opencode's turns, which still equal the store's."""
+    steps = [_write("model.py", MODEL_PORT), _bash("model port", "python3 model.py"),
+             _write("REPORT.md", "report\n"), {"text": "DONE"}]
+    hello = yaml.safe_load((REPO / "replay" / "hello.yaml").read_text())
+    hello["trajectories"][1]["steps"] = steps
+    project.add_trajectory("inflater", hello)
+    project.add_preset("replay-inflater", trajectory="inflater")
+    code, out, err = project.run_cli(["launch", "local", "replay", "replay-inflater", "--mission", "hello",
+                                      *SMALL_PROBE], timeout=360)
+    run_dir, rec = project.only_run()
+    events = (run_dir / "opencode-events.jsonl").read_text()
+    assert "bind refused Address already in use" in events, events[-3000:]
+    wire = rec["wire"]
+    assert wire["tool_requests"] == 3, wire  # each of the script's calls, whatever the replay answered
+    assert wire["turns"] == rec["session"]["turns"] and wire["store_disagrees"] == [], wire
+    assert code == 0 and rec["status"] == "ok", (dump(out, err), rec.get("reason"))
+    assert rec["sandbox"]["launcher_peak_rss_mib"] > 0

@@ -185,7 +185,8 @@ def describe_caps(view: View) -> dict[str, str]:
     """Each cap and what enforces it, for the record."""
     caps, gib = view.caps, 1 << 30
     memory = (f"{caps.memory_bytes / gib:g} GiB for the whole sandbox ({view.cgroup.kind})" if view.cgroup
-              else f"{caps.memory_bytes / gib:g} GiB of address space per process (RLIMIT_AS; no cgroup offered)")
+              else f"{caps.memory_bytes / gib:g} GiB of address space, bounded per process only "
+                   "(RLIMIT_AS; no cgroup offered: several processes may hold more together)")
     pids = f"{caps.pids} (RLIMIT_NPROC in its user namespace" + (f"; {view.cgroup.kind} pids.max)" if view.cgroup
                                                                 else ")")
     return {"processes": pids, "file size": f"{caps.file_bytes / gib:g} GiB (RLIMIT_FSIZE)",

@@ -101,9 +101,11 @@ class Bridge:
     over (`CONTROL` in `folder`) and forwards each connection to the host's 127.0.0.1:port."""
 
     def __init__(self, ports: list[int], who: AgentIdentity | None = None,
-                 wire: tuple[int, WireLog] | None = None) -> None:
+                 wire: tuple[int, WireLog] | None = None,
+                 origin: Callable[[socket.socket], str] | None = None) -> None:
         self.ports = list(ports)
         self.wire = wire  # (the model's port, its log): every exchange on that port is logged
+        self.origin = origin  # who opened a model connection (peers.origin_of): opencode's or a tool's
         self.folder = Path(tempfile.mkdtemp(prefix="llms-net-"))
         self.connections: Counter[int] = Counter()  # per port, for the record and the tests
         self.refused = 0  # connections past MAX_CONNECTIONS, closed at once
@@ -185,7 +187,7 @@ class Bridge:
             if self.wire is None or self.wire[0] != port:
                 relay(conn, upstream)
                 return
-            tap = self.wire[1].tap()
+            tap = self.wire[1].tap(self.origin(conn) if self.origin is not None else None)
             try:
                 relay(conn, upstream, tap)
             finally:
@@ -216,7 +218,8 @@ class PortsOnly:
 
 @contextlib.contextmanager
 def bridge(kind: str | None, ports: list[int], who: AgentIdentity | None = None,
-           wire: tuple[int, WireLog] | None = None) -> Iterator[Bridge | PortsOnly | None]:
+           wire: tuple[int, WireLog] | None = None,
+           origin: Callable[[socket.socket], str] | None = None) -> Iterator[Bridge | PortsOnly | None]:
     """For one sandboxed opencode run: a Bridge (bwrap), the allowed ports (sandbox-exec),
     or None (the host's network)."""
     if kind == "sandbox-exec":
@@ -225,7 +228,7 @@ def bridge(kind: str | None, ports: list[int], who: AgentIdentity | None = None,
     if kind != "bwrap":
         yield None
         return
-    b = Bridge(ports, who or agent_identity(), wire)
+    b = Bridge(ports, who or agent_identity(), wire, origin)
     try:
         yield b
     finally:

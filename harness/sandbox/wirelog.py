@@ -197,15 +197,16 @@ class WireLog:
             self.exchanges += 1
             self.unparsed += bool(entry.get("unparsed"))
 
-    def tap(self) -> Tap:
-        return Tap(self)
+    def tap(self, origin: str | None = None) -> Tap:
+        return Tap(self, origin)
 
 
 class Tap:
     """One connection's two directions, each fed the bytes as the relay forwards them."""
 
-    def __init__(self, log: WireLog) -> None:
+    def __init__(self, log: WireLog, origin: str | None = None) -> None:
         self.log = log
+        self.origin = origin  # who opened the connection (peers): "opencode", "tool" or "unknown"
         self.client = h11.Connection(h11.SERVER, max_incomplete_event_size=HEAD_CAP)  # what the agent sent
         self.server = h11.Connection(h11.CLIENT, max_incomplete_event_size=HEAD_CAP)  # what the model answered
         self.lock = threading.Lock()
@@ -225,9 +226,12 @@ class Tap:
             for ex in [*self.pending, *([self.current] if self.current else [])]:
                 if ex.status is not None or ex.request_ended:
                     ex.finish()
-                    self.log.write({**ex.record(), "incomplete": True})
+                    self.log.write({**ex.record(), "incomplete": True, **self._origin()})
                 ex.release(self.log)
             self.pending, self.current = [], None
+
+    def _origin(self) -> dict:
+        return {"origin": self.origin} if self.origin else {}
 
     def _feed(self, conn: h11.Connection, data: bytes, handle) -> bool:
         with self.lock:
@@ -279,7 +283,7 @@ class Tap:
             self.client.send(event)
         elif isinstance(event, h11.EndOfMessage) and self.current is not None:
             self.current.finish()
-            self.log.write(self.current.record())
+            self.log.write({**self.current.record(), **self._origin()})
             self.current.release(self.log)
             self.current = None
             self.client.send(event)
@@ -316,8 +320,14 @@ def read_log(path: Path) -> list[dict]:
     return out
 
 
+TOOL_ORIGIN = "tool"
+
+
 def figures(entries: list[dict]) -> dict:
-    """The run's figures from the wire: chat completions answered 200 are its model turns."""
+    """The run's figures from the wire: opencode's chat completions answered 200 are its model
+    turns; the calls a tool made on the model's port are counted apart (`tool_requests`)."""
+    by_tool = [e for e in entries if e.get("origin") == TOOL_ORIGIN]
+    entries = [e for e in entries if e.get("origin") != TOOL_ORIGIN]
     turns = [e for e in entries if str(e.get("path", "")).split("?")[0].endswith(CHAT_PATH) and e.get("status") == 200]
     usage = [e.get("usage") or {} for e in turns]
     prompt = sum(u.get("prompt_tokens", 0) for u in usage)
@@ -333,7 +343,26 @@ def figures(entries: list[dict]) -> dict:
             "tokens": {"input": prompt, "output": completion, "cache": cached,
                        "reasoning": sum(u.get("reasoning_tokens", 0) for u in usage)},
             "median_turn_s": round(float(np.median(seconds)), 3) if seconds else None,
-            "tool_calls": dict(sorted(calls.items()))}
+            "tool_calls": dict(sorted(calls.items())),
+            "tool_requests": len(by_tool),
+            "tool_input_tokens": sum((e.get("usage") or {}).get("prompt_tokens", 0) for e in by_tool)}
+
+
+TOKEN_TOLERANCE = 0.01  # a share of the wire's figure: the store and the wire read the same usage
+TURN_TOLERANCE = 1  # a turn cut off by the harness's own stop may reach one of them only
+
+
+def decisive(wire: dict, store: dict) -> list[str]:
+    """The disagreements past the tolerance on input, output and turns: no row stands on a run
+    whose store and wire tell two stories (a store rewritten, or calls the wire never saw)."""
+    out = []
+    for what, seen, stored, slack in (
+            ("input tokens", wire["tokens"]["input"], store.get("input"), TOKEN_TOLERANCE * wire["tokens"]["input"]),
+            ("output tokens", wire["tokens"]["output"], store.get("output"), TOKEN_TOLERANCE * wire["tokens"]["output"]),
+            ("model turns", wire["turns"], store.get("turns"), TURN_TOLERANCE)):
+        if stored is not None and abs(seen - stored) > slack:
+            out.append(f"{what}: the store says {stored:,}, the wire {seen:,}")
+    return out
 
 
 def disagreements(wire: dict, store: dict) -> list[str]:

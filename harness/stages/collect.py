@@ -46,17 +46,21 @@ def _wire(rec: RunRecord, ctx: LaunchContext) -> None:
     if not path.is_file():
         return
     seen = wirelog.figures(wirelog.read_log(path))
-    rec.wire = WireFigures(**seen)  # the same fields (pydantic builds its Tokens)
+    rec.wire = WireFigures(**seen, **ctx.wire_counts.get(path, {}))  # the same fields (pydantic builds its Tokens)
     rec.artifacts.wire_log = str(path)
     if rec.session is not None:
         t = rec.session.tokens
         store = {"input": t.input, "output": t.output, "cache_read": rec.session.cache_read,
                  "turns": rec.session.turns}
         rec.wire.store_disagrees = wirelog.disagreements(seen, store)
+        ctx.wire_decisive = wirelog.decisive(seen, store)
     else:
         rec.wire.store_disagrees = ["opencode's store could not be read"]
     for problem in rec.wire.store_disagrees:
         ctx.say(f"wire check: {problem}")
+    if rec.wire.tool_requests:
+        ctx.say(f"wire: {rec.wire.tool_requests} request(s) a tool sent to the model, counted apart "
+                f"({rec.wire.tool_input_tokens:,} input tokens)")
 
 
 def _mission_figures(rec: RunRecord, ctx: LaunchContext, data_dir) -> None:
@@ -102,6 +106,9 @@ def _judge(rec: RunRecord, ctx: LaunchContext) -> None:
         reasons.append("no session found in the run's opencode store")
     if rec.drive is not None and rec.drive.problem:
         reasons.append(rec.drive.problem)  # the harness's drive gate: no row without a real drive
+    if ctx.wire_decisive:
+        reasons.append("the wire and opencode's store disagree past the tolerance "
+                       f"(1% of tokens, 1 turn): {'; '.join(ctx.wire_decisive)}")
     reasons += ctx.untrusted  # a linked or oversized file the agent left: no row on it
     if rec.sandbox is not None and ctx.untrusted:  # each refusal a denial on the record too
         rec.sandbox.denied += [f"harness: {why}" for why in ctx.untrusted]

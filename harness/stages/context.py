@@ -5,6 +5,7 @@ mission's services, the agent's environment)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,8 @@ from harness.sandbox.confine import Sandbox, View, agent_view, describe_caps
 from harness.sandbox.identity import AgentIdentity, agent_identity, hand_over, take_back
 from harness.sandbox.limits import DiskWatch, cgroup_name, make_cgroup
 from harness.sandbox.wirelog import WireLog
-from harness.sandbox.net import bridge, is_loopback_url, loopback_ports
+from harness.sandbox.net import Bridge, bridge, is_loopback_url, loopback_ports
+from harness.sandbox.peers import origin_of
 from harness.stacks.base import Unit
 from harness.stacks.local_process import AGENT_MARKER_VAR
 from harness.unitlog import UnitLogCollector
@@ -64,6 +66,8 @@ class LaunchContext:
     secret_names: list[str] = field(default_factory=list)  # the preset's env names: their values are secrets
     untrusted: list[str] = field(default_factory=list)  # agent-written files the harness refused to read
     unclean: set[Path] = field(default_factory=set)  # agent folders the post-run could not vouch for: removed
+    wire_counts: dict[Path, dict[str, int]] = field(default_factory=dict)  # per wire log: what the tap refused
+    wire_decisive: list[str] = field(default_factory=list)  # wire/store disagreements past the tolerance
     services: MissionServices | None = None
     drive: DriveServer | None = None  # the services' drive server (`obs drive`), kept past their stop for the gate
     provider_file: Path | None = None
@@ -110,29 +114,39 @@ class LaunchContext:
         the folders are the launcher's again."""
         home.mkdir(parents=True, exist_ok=True)
         who = agent_identity()
-        with self.network(record, urls, who, wire_log) as net:
-            view = self.view(workdir, home, net)
-            view.who = who  # the one the bridge's sockets were handed to
-            if self.sandbox.kind == "bwrap":
-                view.cgroup = make_cgroup(cgroup_name(self.paths.dir.name), view.caps)
-            disk = DiskWatch(view.writable, view.caps.disk_bytes)
-            done = Confined(view, disk)
-            if self.sandbox.kind == "bwrap":
-                hand_over(view.writable, who)
-                record.sandbox.agent_user = who.describe
-                record.sandbox.limits = describe_caps(view)
-            try:
-                yield done
-            finally:
-                if view.cgroup is not None:
-                    done.hits += view.cgroup.hits()
-                    view.cgroup.remove()
-                if disk.hit:
-                    done.hits.append(disk.hit)
-                for path, why in take_back(view.writable, who).items():
-                    # Not vouched for: removed by the post-run, and no row on this run.
-                    self.unclean.add(path)
-                    self.untrusted.append(f"the agent's {path.name}/ could not be taken back ({why})")
+        net = None
+        try:
+            with self.network(record, urls, who, wire_log) as net:
+                yield from self._stay(record, workdir, home, who, net)
+        finally:
+            if isinstance(net, Bridge) and net.wire is not None:  # read once the bridge is closed
+                log = net.wire[1]
+                self.wire_counts[log.path] = {"broken": log.broken, "unparsed": log.unparsed, "refused": net.refused}
+
+    def _stay(self, record: RunRecord, workdir: Path, home: Path, who: AgentIdentity, net) -> Iterator[Confined]:
+        """The stay itself: the view, the caps and cgroup, the hand-over; after it, the caps' refusals and the hand-back."""
+        view = self.view(workdir, home, net)
+        view.who = who  # the one the bridge's sockets were handed to
+        if self.sandbox.kind == "bwrap":
+            view.cgroup = make_cgroup(cgroup_name(self.paths.dir.name), view.caps)
+        disk = DiskWatch(view.writable, view.caps.disk_bytes)
+        done = Confined(view, disk)
+        if self.sandbox.kind == "bwrap":
+            hand_over(view.writable, who)
+            record.sandbox.agent_user = who.describe
+            record.sandbox.limits = describe_caps(view)
+        try:
+            yield done
+        finally:
+            if view.cgroup is not None:
+                done.hits += view.cgroup.hits()
+                view.cgroup.remove()
+            if disk.hit:
+                done.hits.append(disk.hit)
+            for path, why in take_back(view.writable, who).items():
+                # Not vouched for: removed by the post-run, and no row on this run.
+                self.unclean.add(path)
+                self.untrusted.append(f"the agent's {path.name}/ could not be taken back ({why})")
 
     def network(self, record: RunRecord, urls: list[str], who: AgentIdentity | None = None,
                 wire_log: Path | None = None):
@@ -146,8 +160,9 @@ class LaunchContext:
                 "host (the unit is not on loopback)" if self.sandbox.enabled else "host")
         model_port = loopback_ports(urls[:1])
         wire = (model_port[0], WireLog(wire_log)) if wire_log is not None and model_port else None
+        origin = functools.partial(origin_of, opencode=self.pf.opencode) if self.pf is not None else None
         return bridge(self.sandbox.kind if isolated else None, loopback_ports(urls),
-                      who if self.sandbox.kind == "bwrap" else None, wire)
+                      who if self.sandbox.kind == "bwrap" else None, wire, origin)
 
     def agent_folders(self) -> list[Path]:
         """Every folder the agent could write (the smoke's and the mission's)."""
