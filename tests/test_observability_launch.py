@@ -73,7 +73,11 @@ def test_scripted_observation_records_phases_and_signals(project: Project):
     assert code == 0, err[-3000:]
     draft = yaml.safe_load(rulings_file.read_text())
     assert draft["final"] is False
-    assert draft["report"] == f".llms-benchmark/runs/{rec['run_id']}/report.md"  # committed: never an absolute path
+    # The trajectory recorded its findings with `obs finding` (findings.json, copied out by the
+    # harness): they are what is ruled; the file is named relative to the project, never absolutely.
+    assert (run_dir / "findings.json").is_file() and draft["source"] == "findings.json"
+    assert draft["report"] == f".llms-benchmark/runs/{rec['run_id']}/findings.json"
+    assert draft["controls"].startswith("drive-matched")  # the trajectory drives 10 s x 2, as the controls were
     by_number = {f["number"]: f for f in draft["findings"]}
     assert by_number["1"]["verdict"] == "held up" and by_number["1"]["defects"] == ["T01-orders-bypass-db-span"]
     assert by_number["2"]["verdict"] == "did not hold up"  # names no planted defect
