@@ -135,6 +135,11 @@ class Launch:
             record.save(trial_ctx.paths.dir)
         for record, trial_ctx in self.trials:
             self._post_run(record, trial_ctx)  # run.json last: it was written above
+        for name, value in self.ctx.restore_env.items():  # the preset's own key, back for the user's shell
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
         return rec
 
     def _stages(self, index: int = 1) -> None:
@@ -209,7 +214,8 @@ class Launch:
         folder, run.json last, and the units' logs under .vot/run), failing closed: an agent
         folder the hand-back or the scrub could not vouch for, or one still holding a secret,
         is removed whole, and the run is void with the reason; never ok with a key left."""
-        secrets = secrets_from([ctx.api_key, *(os.environ.get(name) for name in ctx.secret_names)])
+        secrets = secrets_from([ctx.api_key, *(os.environ.get(name) for name in ctx.secret_names),
+                                *ctx.secret_values])
         problems: list[str] = []
         remove: set[Path] = set()
         changed, left = 0, []
@@ -271,7 +277,7 @@ def trial_record(first: RunRecord, run_id: str, index: int) -> RunRecord:
     t = first.times
     return RunRecord(
         run_id=run_id, key=first.key.model_copy(), environment=first.environment, stack=first.stack,
-        mission=first.mission, scripted=first.scripted, gpus=first.gpus, unit=first.unit,
+        mission=first.mission, scripted=first.scripted, gpus=first.gpus, unit=first.unit, api_key=first.api_key,
         served_name=first.served_name, model=first.model, max_model_len=first.max_model_len,
         preset_sha256=first.preset_sha256, mission_sha256=first.mission_sha256,
         serving_config=dict(first.serving_config), engine=first.engine, probe=first.probe, smoke=first.smoke,

@@ -207,6 +207,7 @@ class RunRecord(BaseModel):
     gpus: int | None = None  # GPUs billed while the unit lived (GPU-hours = its hours x this)
     trial: Trial | None = None  # one of K trials on one serve; None: a launch of one run
     unit: str | None = None
+    api_key: str | None = None  # how the key the agent's side saw was made (its fingerprint, never the key)
     served_name: str | None = None
     model: str | None = None
     max_model_len: int | None = None

@@ -153,3 +153,39 @@ def test_a_tool_calling_the_model_is_counted_apart_and_cannot_take_the_port(proj
     assert wire["turns"] == rec["session"]["turns"] and wire["store_disagrees"] == [], wire
     assert code == 0 and rec["status"] == "ok", (dump(out, err), rec.get("reason"))
     assert rec["sandbox"]["launcher_peak_rss_mib"] > 0
+
+
+@needs_bwrap
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_the_key_the_agent_sees_is_minted_for_the_launch(project: Project):
+    """The preset names VLLM_API_KEY: the local unit is started with a fresh key instead of the
+    user's, so what the agent can read (and leak) is the launch's own, dead with the unit; only
+    its fingerprint is on the record."""
+    import hashlib
+
+    user_key = f"sk-user-{secrets.token_hex(12)}"
+    steps = [_bash("fingerprint", 'printf %s "$VOT_API_KEY" | sha256sum'), _write("REPORT.md", "report\n"),
+             {"text": "DONE"}]
+    hello = yaml.safe_load((REPO / "replay" / "hello.yaml").read_text())
+    hello["trajectories"][1]["steps"] = steps
+    project.add_trajectory("minted", hello)
+    project.add_preset("replay-minted", trajectory="minted", env=["VLLM_API_KEY"])
+    project.env.update(VLLM_API_KEY=user_key)
+    code, out, err = project.run_cli(["launch", "local", "replay", "replay-minted", "--mission", "hello",
+                                      *SMALL_PROBE], timeout=360)
+    run_dir, rec = project.only_run()
+    assert code == 0, dump(out, err)
+    events = (run_dir / "opencode-events.jsonl").read_text()
+    seen = re_sha(events)
+    assert seen and seen != hashlib.sha256(user_key.encode()).hexdigest()
+    assert rec["api_key"].startswith(f"minted for this launch (sha256 {seen[:16]})"), rec["api_key"]
+    assert "revoked with the unit" in rec["api_key"]
+    assert all(r.get("status", 200) == 200 for r in project.served(run_dir))  # the unit took the minted key
+
+
+def re_sha(text: str) -> str | None:
+    import re
+
+    found = re.search(r"\b([0-9a-f]{64})\b", text)
+    return found.group(1) if found else None

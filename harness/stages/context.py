@@ -64,6 +64,8 @@ class LaunchContext:
     pf: Preflight | None = None
     sandbox: Sandbox = field(default_factory=lambda: Sandbox("none"))
     secret_names: list[str] = field(default_factory=list)  # the preset's env names: their values are secrets
+    secret_values: list[str | None] = field(default_factory=list)  # their values at preflight (before a mint)
+    restore_env: dict[str, str | None] = field(default_factory=dict)  # variables the launch replaced (the minted key)
     untrusted: list[str] = field(default_factory=list)  # agent-written files the harness refused to read
     unclean: set[Path] = field(default_factory=set)  # agent folders the post-run could not vouch for: removed
     wire_counts: dict[Path, dict[str, int]] = field(default_factory=dict)  # per wire log: what the tap refused

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
+import secrets
 import shutil
 from pathlib import Path
 
@@ -26,6 +29,7 @@ def preflight(rec: RunRecord, ctx: LaunchContext) -> None:
     ctx.sandbox = pf.sandbox
     rec.sandbox = SandboxFigures(kind=pf.sandbox.kind)
     ctx.secret_names = list(pf.preset.env)
+    ctx.secret_values = [os.environ.get(name) for name in pf.preset.env]  # the user's values, before a mint
     rec.stack, rec.key.gpu, rec.gpus = pf.env.stack, pf.gpu.label, pf.gpu.gpus
     rec.model, rec.served_name, rec.max_model_len = pf.preset.model, pf.preset.served_name, pf.preset.max_model_len
     rec.preset_sha256, rec.mission_sha256 = pf.preset.sha256, pf.mission.sha256
@@ -53,8 +57,30 @@ def preflight(rec: RunRecord, ctx: LaunchContext) -> None:
         rec.sandbox.agent_user = view.who.describe
 
 
+MINTED_VAR = "VLLM_API_KEY"  # the key a local server checks (vLLM's convention; llama.cpp's key file)
+
+
+def mint_key(rec: RunRecord, ctx: LaunchContext) -> None:
+    """The key the agent's side will see, made for this launch: a local stack is started with a
+    fresh random key in place of the preset's (whose value stays out of every process the launch
+    starts), so a key the agent leaks opens nothing once the unit is destroyed. Azure's stack
+    mints its own per Container App. Only its fingerprint is recorded."""
+    pf = ctx.pf
+    stack_mints = getattr(pf.stack, "api_key", None) is not None
+    if MINTED_VAR in pf.preset.env and not stack_mints:
+        ctx.restore_env[MINTED_VAR] = os.environ.get(MINTED_VAR)
+        os.environ[MINTED_VAR] = minted = secrets.token_hex(32)
+        rec.api_key = (f"minted for this launch (sha256 {hashlib.sha256(minted.encode()).hexdigest()[:16]}); "
+                       "revoked with the unit")
+    elif stack_mints:
+        rec.api_key = "minted by the stack for this unit; revoked with the unit"
+    else:
+        rec.api_key = "none: the unit checks no key"
+
+
 def serve(rec: RunRecord, ctx: LaunchContext) -> None:
     rec.times.serve_start = utcnow()
+    mint_key(rec, ctx)
     unit = ctx.life.serve(ctx.pf)
     rec.unit, rec.scripted = unit.name, unit.scripted
     rec.artifacts.unit_log = str(ctx.paths.unit_log)
