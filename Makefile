@@ -41,7 +41,7 @@ ripgrep:
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,azure,plots]'
 	touch $@
 
 # The embedded CPU default: llama.cpp's server built from source with the CPU variants machines

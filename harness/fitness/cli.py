@@ -18,7 +18,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from harness.clean_exit import clean_exit
-from harness.errors import UserError
+from harness.errors import PreflightError, UserError
 
 # typer's own click (vendored) raises it: found through its public BadParameter, a subclass.
 UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
@@ -218,7 +218,11 @@ def history_cmd(
         folder = out_dir or next((Path(r["report_dir"]) for r in reversed(mine)
                                   if r.get("report_dir") and Path(r["report_dir"]).is_dir()), path.parent / "history")
         slug = "".join(c if c.isalnum() or c in "-_." else "-" for c in name)
-        plot = trend.draw(mine, name, Path(folder) / f"{slug}.png", only=metric)
+        try:
+            plot = trend.draw(mine, name, Path(folder) / f"{slug}.png", only=metric)
+        except PreflightError as exc:  # the `plots` extra is not installed: the tables still print
+            plot = None
+            err.print(f"[yellow]no plot:[/yellow] {escape(exc.render())}", highlight=False)
         shown.append({"model": name, "runs": mine, "plot": str(plot) if plot else None})
     if as_json:
         out.print_json(json.dumps({"log": str(path), "unreadable_lines": bad, "models": shown}, default=str))

@@ -20,7 +20,12 @@ def draw(runs: list[dict[str, Any]], model: str, path: Path, only: list[str] | N
     keys = metrics_of(runs, only)[:MAX_PANELS]
     if not keys:
         return None
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError as exc:  # the `plots` extra: the tables are printed, no PNG
+        from harness.extras import missing
+
+        raise missing("plots", "the trend plot", exc) from None
 
     matplotlib.use("Agg")  # no display: files only
     from matplotlib import pyplot as plt

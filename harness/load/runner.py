@@ -371,9 +371,16 @@ class Runner:
         }
 
     def finish(self) -> None:
-        from harness.load.plots import plot
-
         self.results.write_summary(self.meta())
+        try:
+            from harness.load.plots import plot
+        except ImportError as exc:  # the `plots` extra: the figures are written, the PNGs are not
+            from harness.extras import extra_of
+
+            if extra_of(exc) is None:
+                raise
+            self.reporter.note(f"no plots: matplotlib is not installed (pip install -e '.[plots]')")
+            return
         plot(self.results.rows, self.results.path, f"{self.target.model} at {self.target.base_url}")
 
 

@@ -51,7 +51,16 @@ def get_stack(name: str, root: Path) -> Stack:
     if canonical(name) in NOT_YET:
         return UnsupportedStack(name)
     module, _, cls = get_spec(name).implementation.partition(":")
-    return getattr(importlib.import_module(module), cls)(root)
+    try:
+        loaded = importlib.import_module(module)
+    except ImportError as exc:  # a stack whose SDK is an extra (azure): one clear refusal
+        from harness.extras import extra_of, missing
+
+        extra = extra_of(exc)
+        if extra is None:
+            raise
+        raise missing(extra, f"the {canonical(name)} stack", exc) from None
+    return getattr(loaded, cls)(root)
 
 
 def override_stacks() -> tuple[str, ...]:
