@@ -163,3 +163,19 @@ def test_wait_on_a_launch_that_died_is_a_fault(project: Project):
     (launches / f"{run}.json").write_text(json.dumps({"run_id": run, "pid": gone.pid, "created": 1.0}))
     code, out, err = project.run_cli(["wait", run, "--timeout", "30"], timeout=60)
     assert code == 3 and "ended without finishing its record" in " ".join(err.split()), dump(out, err)
+
+
+def test_an_effort_the_model_cannot_take_is_said_before_the_launch(project: Project):
+    from harness.cli.launch import effort_note
+
+    note = effort_note(project.root, "replay", "replay-hello", "high")
+    assert note and "takes no reasoning effort" in note and "the row reads `default`" in note
+    assert effort_note(project.root, "replay", "replay-hello", "default") is None
+    assert effort_note(project.root, "replay", "nope", "high") is None  # the preflight names it
+    gptoss = project.add_preset("replay-gptoss", trajectory="hello")
+    text = gptoss.read_text().replace("--tool-call-parser: hermes", "--tool-call-parser: openai\n  --reasoning-parser: openai_gptoss")
+    gptoss.write_text(text)
+    from harness.vot.preset import load_preset
+
+    assert load_preset(project.root, "replay-gptoss").resolve("replay").reasoning_parser == "openai_gptoss"
+    assert effort_note(project.root, "replay", "replay-gptoss", "high") is None

@@ -65,6 +65,26 @@ def check_launch_inputs(root: Path, environment: str, preset: str, effort: str, 
                             "opencode's --variant where the served model has that variant; `default` sends none)")
 
 
+def effort_note(root: Path, environment: str, preset: str, effort: str) -> str | None:
+    """What the effort becomes on this preset, when it is not what was asked: a model whose
+    template reads no reasoning effort gets no `--variant` (its row reads `default`). None when
+    the effort applies as asked, or the preset cannot be read (the preflight then says why)."""
+    from harness.opencode.config import takes_reasoning_effort
+    from harness.vot.environment import load_environment
+    from harness.vot.preset import load_preset
+
+    if effort == "default":
+        return None
+    try:
+        resolved = load_preset(root, preset).resolve(load_environment(root, environment).stack)
+    except (UserError, OSError, ValueError):
+        return None
+    if takes_reasoning_effort(resolved.reasoning_parser):
+        return None
+    return (f"effort {effort}: {preset}'s model takes no reasoning effort (no variant in opencode), so it runs "
+            "at its own default and the row reads `default`")
+
+
 def keep_refusal_out_of_git(root: Path, record) -> Path | None:
     """A launch the preflight refused served nothing and makes no row: its run folder moves to
     `.llms-benchmark/refused/` (ignored by git), its record saying why. Returns the new record path."""
@@ -108,6 +128,9 @@ def launch_local_cmd(
     """Serve PRESET on ENVIRONMENT once, probe it, run the mission with opencode, destroy, record."""
     root = project_root()
     check_launch_inputs(root, environment, preset, effort, mission)
+    note = effort_note(root, environment, preset, effort)
+    if note:
+        say(note)
     if detach:
         argv = [environment, preset, effort, "--mission", mission, "--probe-long-tokens", str(probe_long_tokens),
                 "--stop-after-report", str(stop_after_report), "--trials", str(trials),
