@@ -222,3 +222,31 @@ def test_the_store_copy_follows_no_link(tmp_path: Path):
     with pytest.raises(UserError, match="no opencode session store"):
         with store_copy(data):
             pass
+
+
+def test_the_disk_watch_counts_unnamed_files_and_data_past_path_max(tmp_path: Path):
+    """Files open but named nowhere (O_TMPFILE) count when the sandbox's namespace is known, data
+    below folders deeper than PATH_MAX counts, and a tree nested past the bound counts as full."""
+    from harness.sandbox.limits import FULL, DiskWatch, MiB, allocated_bytes
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    fd = _chain(ws, 40, "y" * 200)
+    _write_at(fd, "data", b"x" * (8 * MiB))
+    os.close(fd)
+    assert allocated_bytes([ws]) >= 8 * MiB
+    hidden = os.open(ws, os.O_TMPFILE | os.O_WRONLY, 0o600)
+    try:
+        os.write(hidden, b"z" * (16 * MiB))
+        own_netns = os.stat("/proc/self/ns/net").st_ino
+        blind = DiskWatch([ws], cap=20 * MiB, every_s=0)
+        seeing = DiskWatch([ws], cap=20 * MiB, every_s=0, netns=lambda: own_netns)
+        assert blind() is None and blind.peak < 16 * MiB
+        assert seeing() is not None and seeing.peak >= 24 * MiB
+    finally:
+        os.close(hidden)
+    deep = tmp_path / "deep"
+    deep.mkdir()
+    os.close(_chain(deep, 300))
+    assert allocated_bytes([deep]) == FULL
+    assert "more than the watcher can total" in DiskWatch([deep], cap=1 << 40, every_s=0)()

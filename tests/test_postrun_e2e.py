@@ -189,3 +189,36 @@ def re_sha(text: str) -> str | None:
 
     found = re.search(r"\b([0-9a-f]{64})\b", text)
     return found.group(1) if found else None
+
+
+HIDDEN_FILL = """import os, time
+held = []
+for i in range(3):
+    fd = os.open(".", os.O_TMPFILE | os.O_WRONLY, 0o600)
+    block = b"x" * (1 << 20)
+    for _ in range(900):
+        os.write(fd, block)
+    held.append(fd)
+print("hidden", flush=True)
+time.sleep(25)
+print("held " + "to the end")
+"""
+
+
+@needs_bwrap
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_unnamed_files_count_against_the_disk_cap(project: Project):
+    """2.7 GB in three O_TMPFILE files no folder names, held open: the walk of the folders sees
+    nothing, the watcher counts them through the sandbox's processes and ends the run."""
+    steps = [_write("fill.py", HIDDEN_FILL), _bash("hidden fill", "python3 fill.py"), {"text": "DONE"}]
+    hello = yaml.safe_load((REPO / "replay" / "hello.yaml").read_text())
+    hello["trajectories"][1]["steps"] = steps
+    project.add_trajectory("hidden", hello)
+    project.add_preset("replay-hidden", trajectory="hidden")
+    code, out, err = project.run_cli(["launch", "local", "replay", "replay-hidden", "--mission", "hello",
+                                      *SMALL_PROBE], timeout=300)
+    run_dir, rec = project.only_run()
+    assert code == 1, dump(out, err)
+    assert rec["status"] == "void" and "disk cap reached" in rec["reason"], rec["reason"]
+    assert "held to the end" not in (run_dir / "opencode-events.jsonl").read_text()

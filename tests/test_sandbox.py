@@ -350,6 +350,7 @@ def test_no_sandbox_is_marked_on_the_record(project: Project):
                                       "--no-sandbox", *SMALL_PROBE], timeout=300)
     assert code == 0, dump(out, err)
     _, rec = project.only_run()
+    assert rec["sandbox"].pop("launcher_peak_rss_mib") > 0
     assert rec["sandbox"] == {"kind": "none", "denials": 0, "denied": [], "network": "host", "agent_user": None,
                               "limits": None, "privilege": None}
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -190,43 +191,67 @@ def _v2(name: str, caps: Caps) -> Cgroup | None:
 
 # -- the disk watcher ---------------------------------------------------------------------
 _MAX_ENTRIES = 200_000
+FULL = 1 << 62  # what a tree the watcher cannot total counts as: over any cap
 
 
 def allocated_bytes(roots: list[Path]) -> int:
-    """Blocks allocated under `roots` (a sparse file counts what it holds), links not followed;
-    a tree past `_MAX_ENTRIES` entries counts as full (inodes are disk too)."""
-    total, seen = 0, 0
-    stack = [str(r) for r in roots]
-    while stack:
-        top = stack.pop()
+    """Blocks allocated under `roots` (a sparse file counts what it holds), walked by directory
+    descriptor (links not followed, no PATH_MAX limit); a tree past `_MAX_ENTRIES` entries or
+    nested past agentfs's bound counts as full (inodes are disk too)."""
+    from harness.sandbox import agentfs
+
+    total = 0
+    for root in roots:
         try:
-            entries = os.scandir(top)
+            total += os.lstat(root).st_blocks * 512
+            for entry in agentfs.walk(root, max_entries=_MAX_ENTRIES):
+                total += entry.st.st_blocks * 512
+        except agentfs.Unclean:
+            return FULL
         except OSError:
             continue
-        with entries:
-            for entry in entries:
-                seen += 1
-                if seen > _MAX_ENTRIES:
-                    return 1 << 62
-                try:
-                    info = entry.stat(follow_symlinks=False)
-                except OSError:
-                    continue
+    return total
+
+
+def hidden_bytes(netns: int, devices: set[int]) -> int:
+    """Blocks held by files no folder names (O_TMPFILE, or deleted while open) on `devices`,
+    open in a process of the sandbox's network namespace `netns`: the walk cannot see them."""
+    total, seen = 0, set()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{name}/ns/net").st_ino != netns:
+                continue
+            fds = os.listdir(f"/proc/{name}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                info = os.stat(f"/proc/{name}/fd/{fd}")
+            except OSError:
+                continue
+            key = (info.st_dev, info.st_ino)
+            if info.st_nlink == 0 and info.st_dev in devices and key not in seen and stat.S_ISREG(info.st_mode):
+                seen.add(key)
                 total += info.st_blocks * 512
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append(entry.path)
     return total
 
 
 class DiskWatch:
     """A guard for the runner: the reason to end the run once the agent's host folders hold
-    more than `cap` bytes (checked at most every `every_s`)."""
+    more than `cap` bytes (checked at most every `every_s`), files open but named nowhere
+    included where the sandbox's namespace is known (`netns`: a callable, None until then)."""
 
-    def __init__(self, roots: list[Path], cap: int, every_s: float = 1.0) -> None:
-        self.roots, self.cap, self.every_s = list(roots), cap, every_s
+    def __init__(self, roots: list[Path], cap: int, every_s: float = 1.0, netns=None) -> None:
+        self.roots, self.cap, self.every_s, self.netns = list(roots), cap, every_s, netns
         self._last = 0.0
         self.peak = 0
         self.hit: str | None = None
+        self.devices = set()
+        for root in self.roots:
+            with contextlib.suppress(OSError):
+                self.devices.add(os.stat(root).st_dev)
 
     def __call__(self) -> str | None:
         now = time.monotonic()
@@ -234,8 +259,11 @@ class DiskWatch:
             return self.hit
         self._last = now
         used = allocated_bytes(self.roots)
+        ns = self.netns() if self.netns is not None else None
+        if ns is not None and used < FULL:
+            used += hidden_bytes(ns, self.devices)
         self.peak = max(self.peak, used)
         if used > self.cap:
-            shown = "over 200,000 entries" if used >= 1 << 62 else f"{used / GiB:.2f} GiB"
+            shown = "more than the watcher can total" if used >= FULL else f"{used / GiB:.2f} GiB"
             self.hit = f"disk cap reached: the agent's folders hold {shown}, over the {self.cap / GiB:g} GiB cap"
         return self.hit

@@ -152,6 +152,12 @@ class Bridge:
         with contextlib.suppress(OSError):
             self._control.close()
 
+    def netns(self) -> int | None:
+        """The inode of the sandbox's network namespace (once its listeners are handed over)."""
+        from harness.sandbox.peers import netns_of
+
+        return netns_of(self._listeners[0]) if self._listeners and self.handed.is_set() else None
+
     def adopt(self, listener: socket.socket, port: int) -> None:
         """Accept on `listener`, forwarding to the host's 127.0.0.1:`port` (the tests hand their own)."""
         self._listeners.append(listener)

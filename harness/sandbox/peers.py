@@ -24,7 +24,7 @@ SIOCGSKNS = 0x894C  # linux/sockios.h: a descriptor of a socket's network namesp
 OPENCODE, TOOL, UNKNOWN = "opencode", "tool", "unknown"
 
 
-def _netns(sock: socket.socket) -> int | None:
+def netns_of(sock: socket.socket) -> int | None:
     try:
         fd = fcntl.ioctl(sock.fileno(), SIOCGSKNS)
     except OSError:
@@ -88,7 +88,7 @@ def client_pid(conn: socket.socket) -> int | None:
         client, server = conn.getpeername()[:2], conn.getsockname()[:2]
     except OSError:
         return None
-    pids = _pids_in(_netns(conn))
+    pids = _pids_in(netns_of(conn))
     inode = next((i for pid in pids[:8] if (i := _socket_inode(pid, client, server))), None)
     return _holder(pids, inode) if inode else None
 

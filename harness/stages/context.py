@@ -131,7 +131,7 @@ class LaunchContext:
         view.who = who  # the one the bridge's sockets were handed to
         if self.sandbox.kind == "bwrap":
             view.cgroup = make_cgroup(cgroup_name(self.paths.dir.name), view.caps)
-        disk = DiskWatch(view.writable, view.caps.disk_bytes)
+        disk = DiskWatch(view.writable, view.caps.disk_bytes, netns=net.netns if isinstance(net, Bridge) else None)
         done = Confined(view, disk)
         if self.sandbox.kind == "bwrap":
             hand_over(view.writable, who)
