@@ -514,10 +514,98 @@ def test_the_default_scenario_is_java() -> None:
     (["--base-url", "http://127.0.0.1:1", "--model", "m", "--cacert", "{tmp}/bad.pem"], "not a PEM CA bundle"),
     (["http://127.0.0.1:1", "--base-url", "http://127.0.0.1:2", "--model", "m"], "two base URLs"),
     (["--model", "m"], "no server URL"),
-    (["--base-url", "http://127.0.0.1:1"], "no model name"),
 ])
 def test_the_seeds_flags_refuse_bad_input_by_name(tmp_path: Path, args: list[str], words: str) -> None:
     (tmp_path / "bad.pem").write_text("not a certificate\n")
     done = cli([a.replace("{tmp}", str(tmp_path)) for a in args], tmp_path)
     assert done.returncode == 2 and words in done.stderr and "Traceback" not in done.stderr, done.stderr
     assert "fix:" in done.stderr and not (tmp_path / "bench-results").exists()
+
+
+def _bare_python() -> str:
+    """The interpreter under the venv, run with -S: the standard library and nothing installed."""
+    import sys
+
+    return str(Path(sys.base_prefix) / "bin" / "python3")
+
+
+def test_the_student_runs_from_the_standard_library_alone(tmp_path: Path) -> None:
+    """Seed 002: the simulator needs only Python. A bare interpreter (-S: no site-packages, so no
+    httpx, numpy, rich or typer) runs the seed's own command line over HTTPS with a private CA,
+    naming no model (the one the server lists is used)."""
+    import ssl
+
+    import trustme
+
+    ca = trustme.CA()
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(server_tls)
+    pem = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(pem))
+    keys = tmp_path / "api-keys.csv"
+    keys.write_text("alice,k1\nbob,k2\n")
+    probe = ("import sys; sys.path.insert(0, sys.argv.pop(1)); import runpy; "
+             "assert not any(m.split('.')[0] in ('httpx', 'numpy', 'rich', 'typer', 'pydantic') for m in sys.modules); "
+             "runpy.run_module('harness.load.classroom_standalone', run_name='__main__')")
+    with FakeOpenAI(tls=server_tls) as fake:
+        done = subprocess.run(
+            [_bare_python(), "-S", "-c", probe, str(REPO), "--base-url", fake.url, "--api-keys-file", str(keys),
+             "--cacert", str(pem), "--users", "2", "--duration", "60", "--yes", "--max-turns", "2", "--ramp-up", "0",
+             "--time-scale", "0.001", "--out-dir", str(tmp_path / "out"), "--json"],
+            cwd=tmp_path, capture_output=True, text=True, timeout=120, env={"PATH": "/usr/bin:/bin"})
+        seen = fake.chats()
+    assert done.returncode == 0, done.stderr[-3000:]
+    data = json.loads(done.stdout)
+    assert data["meta"]["model"] == MODEL and data["meta"]["scenario"] == "java"
+    assert data["client"]["requests"] == len(seen) > 0 and data["client"]["requests_ok"] == len(seen)
+    assert {s.key for s in seen} == {"k1", "k2"}
+    assert (Path(data["folder"]) / "requests.jsonl").is_file()
+
+
+def test_the_stdlib_client_reads_chunked_and_sized_bodies_and_reuses_a_connection() -> None:
+    """harness/load/stdlib_http.py against a loopback HTTP/1.1 server that answers keep-alive,
+    the SSE body chunked (as uvicorn sends vLLM's), then a sized one on the same connection."""
+    import asyncio
+
+    from harness.load.stdlib_http import AsyncClient, HTTPError
+
+    connections = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(writer)
+        while True:
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except (asyncio.IncompleteReadError, ConnectionError):
+                break
+            length = int(next((line.split(b":")[1] for line in head.split(b"\r\n")
+                               if line.lower().startswith(b"content-length")), b"0"))
+            await reader.readexactly(length)
+            if head.startswith(b"POST"):
+                events = [b'data: {"n": 1}\n\n', b'data: {"n"', b': 2}\n\ndata: [DONE]\n\n']
+                writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Type: text/event-stream\r\n\r\n"
+                             + b"".join(b"%x;ext=1\r\n%s\r\n" % (len(e), e) for e in events) + b"0\r\n\r\n")
+            else:
+                writer.write(b"HTTP/1.1 429 Too Many\r\nRetry-After: 2\r\nContent-Length: 5\r\n\r\nslow!")
+            await writer.drain()
+        writer.close()
+
+    async def main() -> tuple[list[str], int, str | None, bytes]:
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        async with server, AsyncClient(read_timeout=5) as client:
+            async with client.stream("POST", url + "/v1/chat/completions", json={"x": 1}) as resp:
+                lines = [line async for line in resp.aiter_lines() if line]
+            got = await client.get(url + "/x")
+            try:
+                await client.get("http://127.0.0.1:9/")
+                refused = None
+            except HTTPError as exc:
+                refused = str(exc)
+            assert refused and refused.startswith("ConnectError")
+            return lines, got.status_code, got.headers.get("RETRY-AFTER"), got.content
+
+    lines, status, retry, body = asyncio.run(main())
+    assert lines == ['data: {"n": 1}', 'data: {"n": 2}', "data: [DONE]"]
+    assert (status, retry, body) == (429, "2", b"slow!")
+    assert len(connections) == 1  # the second request went over the first connection

@@ -14,7 +14,8 @@ from harness.cli.common import JsonOpt, emit, out, project_root, say, user_error
 def classroom(
     url: Annotated[str | None, typer.Argument(
         help="The OpenAI-compatible server, e.g. http://127.0.0.1:8000 (or --base-url).", show_default=False)] = None,
-    model: Annotated[str, typer.Option("--model", help="Served model name (GET /v1/models must list it).")] = "",
+    model: Annotated[str, typer.Option(
+        "--model", help="Served model name (GET /v1/models must list it; default: the first it lists).")] = "",
     base_url: Annotated[str | None, typer.Option(
         "--base-url", help="The server's base URL (the seed's flag; the same as the argument).", show_default=False)] = None,
     users: Annotated[int, typer.Option(help="Simulated students.")] = 40,
@@ -60,8 +61,6 @@ def classroom(
                         fix="give the server's URL once, as the argument or with --base-url")
     if not (url or base_url):
         raise UserError("no server URL", field="--base-url", fix="give it: --base-url http://127.0.0.1:8000")
-    if not model.strip():
-        raise UserError("no model name", field="--model", fix="pass --model NAME (GET /v1/models lists it)")
     del yes  # never prompts: --yes is the seed's, accepted as it is
     cfg = ClassroomConfig(
         base_url=url or base_url, model=model, cacert=cacert, users=users, scenario=scenario, duration_s=duration, grace_s=grace,

@@ -31,7 +31,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
+from harness.load import stdlib_http
+
+try:  # the CLI's client; the stdlib entry point (classroom_standalone) runs without it
+    import httpx
+except ImportError:  # pragma: no cover - exercised by the stdlib test in a bare interpreter
+    httpx = None
 
 from harness.errors import UserError
 from harness.load.classroom_config import (
@@ -59,8 +64,11 @@ def check_server(cfg: ClassroomConfig, key: ApiKey | None) -> list[str]:
     url = models_url(cfg.root_url)
     headers = bearer(key.secret if key else None)
     try:
-        resp = httpx.get(url, headers=headers, timeout=10.0, verify=cfg.verify())
-    except httpx.HTTPError as exc:
+        if cfg.stdlib:
+            resp = asyncio.run(_stdlib_get(cfg, url, headers))
+        else:
+            resp = httpx.get(url, headers=headers, timeout=10.0, verify=cfg.verify())
+    except (stdlib_http.HTTPError, *((httpx.HTTPError,) if httpx else ())) as exc:
         raise UserError(f"cannot reach {url}: {type(exc).__name__}: {exc}", field="BASE_URL",
                         fix="start the server, or give the URL it listens on (it must answer GET /v1/models)") from None
     if resp.status_code in (401, 403):
@@ -74,12 +82,19 @@ def check_server(cfg: ClassroomConfig, key: ApiKey | None) -> list[str]:
     except ValueError:
         raise UserError(f"{url} did not answer with a model list", field="BASE_URL",
                         fix="give the base URL of an OpenAI-compatible server") from None
+    if not cfg.model and names:  # the seed's command line names no model: the one the server lists first
+        cfg.model = names[0]
     if cfg.model not in names:
         raise UserError(f"the server at {cfg.root_url} does not list model {cfg.model!r} "
                         f"(it lists: {', '.join(names) or 'nothing'})", field="--model",
                         fix="pass one of the listed names")
     return names
 
+
+
+async def _stdlib_get(cfg: ClassroomConfig, url: str, headers: dict[str, str]):
+    async with stdlib_http.AsyncClient(verify=cfg.verify(), read_timeout=10.0) as client:
+        return await client.get(url, headers=headers)
 
 
 # ---------------------------------------------------------------- server metrics
@@ -155,12 +170,16 @@ async def simulate(cfg: ClassroomConfig, keys: list[ApiKey], prompt: AgentPrompt
                    say: Callable[[str], None] = lambda _: None) -> Outcome:
     """Run the class until every student is done or the hard stop (duration + grace)."""
     started = datetime.now(UTC)
-    limits = httpx.Limits(max_connections=cfg.users + 8, max_keepalive_connections=cfg.users + 8)
-    timeout = httpx.Timeout(connect=10.0, read=cfg.read_timeout_s, write=60.0, pool=None)
     metrics_key = keys[0].secret if keys else None
     verify = cfg.verify()
     watch = MetricsWatch(cfg.root_url, metrics_key, verify) if cfg.metrics else None
-    async with httpx.AsyncClient(limits=limits, timeout=timeout, verify=verify) as client:
+    if cfg.stdlib:
+        client = stdlib_http.AsyncClient(verify=verify, read_timeout=cfg.read_timeout_s)
+    else:
+        limits = httpx.Limits(max_connections=cfg.users + 8, max_keepalive_connections=cfg.users + 8)
+        timeout = httpx.Timeout(connect=10.0, read=cfg.read_timeout_s, write=60.0, pool=None)
+        client = httpx.AsyncClient(limits=limits, timeout=timeout, verify=verify)
+    async with client:
         run = Run(cfg, prompt, client, started.strftime("%a %b %d %Y"))
         background: list[asyncio.Task] = []
         stop = asyncio.Event()

@@ -78,6 +78,7 @@ class ClassroomConfig:
     api_key_env: str | None = None
     prompt_file: Path | None = None
     cacert: Path | None = None  # a private CA's PEM bundle the server's certificate chains to
+    stdlib: bool = False  # HTTP through harness/load/stdlib_http.py (a stock Python), not httpx
     out_dir: Path = Path("bench-results")
 
     @property
@@ -110,7 +111,6 @@ class ClassroomConfig:
                 raise UserError(message, field=option, fix=fix)
 
         normalize_base_url(self.base_url)
-        need(bool(self.model.strip()), "--model", "the model name is empty", "pass the served model name")
         need(self.users >= 1, "--users", "at least one user is needed")
         need(self.scenario in SCENARIO_CHOICES, "--scenario", f"unknown scenario {self.scenario!r}",
              f"use one of {', '.join(SCENARIO_CHOICES)}")

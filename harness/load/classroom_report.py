@@ -18,10 +18,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-from rich.table import Table
 
 if TYPE_CHECKING:
+    from rich.table import Table
+
     from harness.load.classroom_config import ClassroomConfig
 
 MODEL_KINDS = ("agent", "compaction", "title")  # what a successful request can be
@@ -46,7 +46,11 @@ def pct(values: list[float], p: float, digits: int = 3) -> float | int | None:
     """numpy's linear percentile, rounded (to an int when `digits` is 0); None without values."""
     if not values:
         return None
-    value = round(float(np.percentile(values, p, method="linear")), digits)
+    ordered = sorted(float(v) for v in values)
+    rank = (len(ordered) - 1) * p / 100  # numpy's "linear": between the two nearest ranks
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    value = round(ordered[low] + (ordered[high] - ordered[low]) * (rank - low), digits)
     return int(value) if digits == 0 else value
 
 
@@ -271,6 +275,8 @@ def to_markdown(summary: dict[str, Any]) -> str:
 
 
 def summary_table(summary: dict[str, Any]) -> Table:
+    from rich.table import Table  # here: the stdlib entry point (classroom_standalone) has no rich
+
     m = summary["meta"]
     table = Table("figure", "value", title=f"classroom: {m['users']} users, {m['model']}")
     for label, value in headline(summary):

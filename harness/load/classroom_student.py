@@ -14,7 +14,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import httpx
+from harness.load import stdlib_http
+
+try:  # the CLI's client; a stock Python (`python3 -m harness.load.classroom_standalone`) has only ours
+    import httpx
+
+    HTTP_ERRORS: tuple[type[Exception], ...] = (httpx.HTTPError, stdlib_http.HTTPError)
+except ImportError:  # pragma: no cover - exercised by the stdlib test in a bare interpreter
+    httpx = None
+    HTTP_ERRORS = (stdlib_http.HTTPError,)
 
 from harness.load.classroom_config import AgentPrompt, ApiKey, ClassroomConfig, message_text
 from harness.load.classroom_project import Project
@@ -372,7 +380,7 @@ class Student:
             record["cut_off"] = True
             record["e2e_s"] = round(clock.now() - t0, 4)
             raise
-        except httpx.HTTPError as exc:
+        except HTTP_ERRORS as exc:
             record["error"] = f"{type(exc).__name__}: {exc}"[:300]
         except (json.JSONDecodeError, AttributeError, TypeError) as exc:
             record["error"] = f"bad stream data: {exc}"[:300]
