@@ -56,8 +56,10 @@ def check_launch_inputs(root: Path, environment: str, preset: str, effort: str, 
         if not pattern.fullmatch(value):
             known = sorted(p.stem for p in folder.glob("*.yaml")) if what != "--mission" else \
                 sorted(p.parent.name for p in folder.glob("*/mission.yaml"))
-            raise UserError(f"{value[:120]!r} is not a name: {what} names a file of {folder.name}/, "
-                            f"in lower-case letters, digits and '-' (never a path)", file=folder, field=what,
+            kind = ("a mission folder of missions/, in letters, digits, '_' and '-'" if what == "--mission" else
+                    f"a file of {folder.name}/, in lower-case letters, digits and '-'")
+            raise UserError(f"{value[:120]!r} is not a name: {what} names {kind} (never a path)", file=folder,
+                            field=what,
                             fix=f"use one of: {', '.join(known) or '(none)'}")
     if effort not in ACCEPTED_EFFORTS:
         raise UserError(f"effort {effort[:120]!r} is not one opencode accepts", field="EFFORT",
