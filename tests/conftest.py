@@ -41,7 +41,9 @@ _ROOT_VARS = ("LLMS_BENCHMARK_ROOT", "XDG_DATA_HOME")
 # the real vLLM (~4.6 GB and both cores a server): one at a time. xdist 3.8's own `xdist_group`
 # marker does nothing under pytest 9.2 (it renames items through `_nodeid`, which pytest 9 no
 # longer reads: measured, two marked tests ran on two workers), so the group is named here.
-ONE_WORKER = ("tests/test_vllm_real.py",)
+ONE_WORKER = ("tests/test_vllm_real.py",
+              # Its user-launched tests open /root's search bit for their launch, one at a time.
+              "tests/test_postrun_e2e.py")
 
 
 class _FileGroups:

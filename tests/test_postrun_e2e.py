@@ -7,17 +7,71 @@ void, the post-run named as the reason, the agent's workspace removed."""
 
 from __future__ import annotations
 
+import os
 import secrets
 import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import REPO, Project
+from harness.sandbox import agentfs
+from conftest import CLI, REPO, Project, make_project, wait_gone
 from test_launch_e2e import SMALL_PROBE, dump
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+USER_ID = 4242  # an ordinary user for the launch (no passwd entry needed)
+
+
+@dataclass
+class UserProject(Project):
+    """A project launched by an ordinary user: as root, the CLI runs under `setpriv` as USER_ID
+    in a root of that user's own (the agent then keeps that uid, no drop)."""
+
+    def popen(self, args: list[str]) -> subprocess.Popen:
+        argv = [str(CLI), *args]
+        if os.geteuid() == 0:
+            argv = ["setpriv", f"--reuid={USER_ID}", f"--regid={USER_ID}", "--clear-groups", *argv]
+        return subprocess.Popen(argv, cwd=self.root, env=self.env, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.fixture(params=["root", "user"])
+def launcher(request, tmp_path: Path):
+    """The same attack launched by root (CI: the agent dropped to nobody) and by an ordinary user."""
+    if request.param == "root" or os.geteuid() != 0:
+        if request.param == "root" and os.geteuid() != 0:
+            pytest.skip("root's launch needs root")
+        proj = make_project((tmp_path / "project").resolve())
+        yield proj
+        wait_gone(tmp_path.resolve())
+        return
+    base = Path(tempfile.mkdtemp(prefix="llms-user-", dir="/tmp"))  # tmp_path's parents are root's 0700
+    os.chmod(base, 0o755)
+    # CI's Python lives under /root (0700): a real user runs a Python of their own; for this
+    # launch the folders above it are made searchable (not listable), as they were, after.
+    # (This file runs on one worker: tests/conftest.py ONE_WORKER.)
+    opened = [p for p in Path(os.path.realpath(sys.executable)).parents
+              if not os.stat(p).st_mode & stat.S_IXOTH]
+    for path in opened:
+        os.chmod(path, os.stat(path).st_mode | stat.S_IXOTH)
+    plain = make_project(base / "project")
+    proj = UserProject(root=plain.root, env={**plain.env, "HOME": str(base / "home")})
+    (base / "home").mkdir()
+    for path in (base, *base.rglob("*")):
+        os.lchown(path, USER_ID, USER_ID)
+    try:
+        yield proj
+    finally:
+        wait_gone(base)
+        agentfs.remove(base)
+        for path in opened:
+            os.chmod(path, os.stat(path).st_mode & ~stat.S_IXOTH)
 
 DEEP = """import os
 fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY)
@@ -43,7 +97,8 @@ def _write(name: str, content: str) -> dict:
 @needs_bwrap
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-def test_links_deep_trees_and_escapes_left_by_the_agent_fail_closed(project: Project):
+def test_links_deep_trees_and_escapes_left_by_the_agent_fail_closed(launcher: Project):
+    project = launcher
     key = f"sk-unit-{secrets.token_hex(12)}"
     canary = project.root / "harness-canary.py"
     canary.write_text("print('the harness')\n")
@@ -90,9 +145,10 @@ for fd in (1, 2):
 @needs_bwrap
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-def test_a_tool_cannot_write_into_opencodes_event_stream(project: Project):
+def test_a_tool_cannot_write_into_opencodes_event_stream(launcher: Project):
     """The agent reopens opencode's stdout and stderr through /proc to forge an event: sockets,
     not pipes, so the reopen is refused and only opencode's own events are recorded."""
+    project = launcher
     steps = [_write("forge.py", FORGE), _bash("forge", "python3 forge.py"),
              _write("REPORT.md", "report\n"), {"text": "DONE"}]
     hello = yaml.safe_load((REPO / "replay" / "hello.yaml").read_text())
