@@ -196,8 +196,8 @@ def claim_words(finding: Finding) -> str:
     return f"{finding.text} {finding.code} {evidence}"[:ev.PROSE_CAP]
 
 
-def score(finding: Finding, defect: Defect, weights: dict[str, float]) -> Match:
-    said = surface_words(claim_words(finding))
+def score(finding: Finding, defect: Defect, weights: dict[str, float], said: dict[str, str] | None = None) -> Match:
+    said = said if said is not None else surface_words(claim_words(finding))
     shared = set(said) & defect.words
     stems = sorted(shared, key=lambda w: (-weights.get(w, 0), w))
     agrees = finding.kind is not None and finding.kind == defect.kind
@@ -208,7 +208,8 @@ def score(finding: Finding, defect: Defect, weights: dict[str, float]) -> Match:
 def name_defects(finding: Finding, defects: list[Defect], weights: dict[str, float] | None = None) -> list[Match]:
     """The defects a finding names, best first (several for a bundle), or []."""
     weights = weights or _weights(defects)
-    candidates = sorted((score(finding, d, weights) for d in defects), key=lambda m: (-m.score, m.defect.id))
+    said = surface_words(claim_words(finding))  # once per finding, not once per defect
+    candidates = sorted((score(finding, d, weights, said) for d in defects), key=lambda m: (-m.score, m.defect.id))
     named: list[Match] = []
     explained: set[str] = set()
     for m in candidates:
@@ -227,7 +228,8 @@ def candidates(finding: Finding, defects: list[Defect], weights: dict[str, float
     """Every defect a finding's words could name (score and words over the bar), best first.
     Words only propose: a defect is credited through the finding's own evidence (`draft_rulings`)."""
     weights = weights or _weights(defects)
-    out = sorted((score(finding, d, weights) for d in defects), key=lambda m: (-m.score, m.defect.id))
+    said = surface_words(claim_words(finding))
+    out = sorted((score(finding, d, weights, said) for d in defects), key=lambda m: (-m.score, m.defect.id))
     return [m for m in out if m.score >= THRESHOLD and len(m.matched) >= MIN_WORDS]
 
 
@@ -246,7 +248,7 @@ def check_expectation(expect: str, rows: list[tuple]) -> tuple[bool, Any]:
     return _OPS[op](float(got), n), got
 
 
-RULE_BUDGET_S = 60.0  # all cited queries of one rule together, on every store; past it, the rest are not re-run
+RULE_BUDGET_S = 30.0  # all cited queries of one rule together, on every store; past it, the rest are not re-run
 MAX_RERUNS = 300  # cited queries re-run per rule
 MAX_RULED = 100  # findings ruled on their evidence; a report listing more has the rest ruled unread
 
@@ -538,11 +540,11 @@ def draft_rulings(run_dir: Path, key_path: Path, sources: Path | None = None, co
 
     try:
         for position, finding in enumerate(report.findings):
+            if position >= MAX_RULED:  # read no further than its kind: the bound holds whatever follows
+                ruled.append(_unread(finding, finding.kind))
+                continue
             matches = candidates(finding, defects, weights)
             kind = finding.kind or (matches[0].defect.kind if matches else None)
-            if position >= MAX_RULED:
-                ruled.append(_unread(finding, kind))
-                continue
             checks, own, citing = own_evidence(finding, store)
             said = f"{finding.text} {finding.code}" + (f" {finding.evidence}" if finding.queries is None else "")
             accused = ev.accused_code(said, sources)
