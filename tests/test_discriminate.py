@@ -217,3 +217,27 @@ def test_now_on_the_run_store_is_the_runs_own_last_instant(world):
     finally:
         store.close()
     assert check.ok and check.result == 150, check.why
+
+
+def test_controls_driven_as_the_run_was_are_preferred_and_said(world, tmp_path, monkeypatch):
+    monkeypatch.setenv("LLMS_BENCHMARK_CACHE", str(tmp_path / "cache"))
+    mission = Path(__file__).resolve().parents[1] / "missions" / "observability"
+    long = {"duration": 120, "vus": 5}
+    assert ctl.controls_dir(mission, long) != ctl.controls_dir(mission) == ctl.controls_dir(mission, ctl.DRIVE)
+    assert ctl.Controls.for_mission(mission, long) is None  # none made on this (empty) cache
+    for drive in (ctl.DRIVE, long):
+        folder = ctl.controls_dir(mission, drive)
+        folder.mkdir(parents=True)
+        for b in ctl.BASELINES:
+            (folder / f"{b}.duckdb").write_bytes(b"")
+    found = ctl.Controls.for_mission(mission, long)
+    assert found.folder == ctl.controls_dir(mission, long) and found.drive == long
+    assert ctl.Controls.for_mission(mission, {"duration": 60, "vus": 3}).drive == ctl.DRIVE  # no such set: short mode
+    # The judge says which mode it compared in.
+    run, folder, fixes = world
+    store = Store(run)
+    try:
+        judge = dc.Judge(ctl.Controls(folder, fixes, long), store, {**long, "drives": 1})
+        assert not judge.normalised and "120 s × 5 users" in judge.mode
+    finally:
+        store.close()

@@ -15,7 +15,7 @@ hash over the mission's workspace, infra and manifest (a changed mission is a ne
 control's file name also over its own fix (a changed fix rebuilds that control only). The set's
 `manifest.json` records how long each took and its size.
 
-    python -m harness.verdicts.controls build [--mission observability] [--only ID ...]
+    python -m harness.verdicts.controls build [--mission observability] [--only ID ...] [--duration S --vus N]
     python -m harness.verdicts.controls table [--mission observability] [--store RUN.duckdb]
 """
 
@@ -111,8 +111,14 @@ def mission_hash(mission: Path) -> str:
     return h.hexdigest()[:16]
 
 
-def controls_dir(mission: Path) -> Path:
-    return cache_root() / f"{Path(mission).name}-{mission_hash(mission)}"
+def controls_dir(mission: Path, drive: dict | None = None) -> Path:
+    """The set's folder: the short mode's, or (issue 34) a set driven as a run was, `-120x5`."""
+    suffix = "" if drive is None or _same(drive, DRIVE) else f"-{float(drive['duration']):g}x{int(drive['vus'])}"
+    return cache_root() / f"{Path(mission).name}-{mission_hash(mission)}{suffix}"
+
+
+def _same(a: dict, b: dict) -> bool:
+    return float(a["duration"]) == float(b["duration"]) and int(a["vus"]) == int(b["vus"])
 
 
 def fix_hash(fixes: list[Fix]) -> str:
@@ -176,16 +182,18 @@ def _check_store(path: Path) -> None:
         raise RuntimeError(f"the control drive has no spans of {', '.join(missing)}: the fix broke a service")
 
 
-def build(mission: Path, only: list[str] | None = None, say=print) -> Path:
-    """Every control store of the mission (cached: a store already there is kept)."""
+def build(mission: Path, only: list[str] | None = None, say=print, drive: dict | None = None) -> Path:
+    """Every control store of the mission (cached: a store already there is kept), driven in the
+    short mode, or as `drive` says (a set of its own, for runs driven that way)."""
     mission = Path(mission)
+    drive = drive or DRIVE
     fixes = load_fixes(mission)
     if not fixes:
         raise UserError("the mission ships no fixes, so it has no control stores", file=mission / "key" / "fixes.yaml")
-    folder = controls_dir(mission)
+    folder = controls_dir(mission, drive)
     manifest_path = folder / "manifest.json"
     manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {"stores": {}}
-    manifest.update(mission=mission.name, hash=mission_hash(mission))
+    manifest.update(mission=mission.name, hash=mission_hash(mission), drive=drive)
     names = [*BASELINES, *fixes]
     for name in names:
         if only and name not in only:
@@ -193,9 +201,9 @@ def build(mission: Path, only: list[str] | None = None, say=print) -> Path:
         out = folder / store_name(name, fixes)
         if out.is_file() and manifest["stores"].get(name, {}).get("file") == out.name:
             continue
-        say(f"control store {name}: driving the scenario ({DRIVE['duration']} s, {DRIVE['vus']} users)")
+        say(f"control store {name}: driving the scenario ({drive['duration']:g} s, {drive['vus']} users)")
         manifest["stores"][name] = {"file": out.name,
-                                    **drive_one(mission, [] if name in BASELINES else fixes[name], out)}
+                                    **drive_one(mission, [] if name in BASELINES else fixes[name], out, drive)}
         folder.mkdir(parents=True, exist_ok=True)
         manifest_path.write_text(json.dumps(manifest, indent=2))
     return folder
@@ -204,20 +212,25 @@ def build(mission: Path, only: list[str] | None = None, say=print) -> Path:
 class Controls:
     """The control stores of one mission version, opened lazily and confined like the run's."""
 
-    def __init__(self, folder: Path, fixes: dict[str, list[Fix]]) -> None:
+    def __init__(self, folder: Path, fixes: dict[str, list[Fix]], drive: dict | None = None) -> None:
         self.folder = Path(folder)
         self.fixes = fixes
+        self.drive = dict(drive or DRIVE)  # how every store of the set was driven
         self._cons: dict[str, object] = {}
 
     @classmethod
-    def for_mission(cls, mission: Path) -> Controls | None:
-        """The mission's control stores on this machine, for its current sources and fixes; None
-        when it ships no fixes or the baselines were never made (`make setup` makes them)."""
+    def for_mission(cls, mission: Path, drive: dict | None = None) -> Controls | None:
+        """The mission's control stores on this machine, for its current sources and fixes: the set
+        driven as the run was (`drive`) when one was made, else the short mode's; None when it ships
+        no fixes or the baselines were never made (`make setup` makes them)."""
         fixes = load_fixes(mission)
-        folder = controls_dir(mission)
-        if not fixes or not all((folder / f"{b}.duckdb").is_file() for b in BASELINES):
+        if not fixes:
             return None
-        return cls(folder, fixes)
+        for wanted in ([drive] if drive and not _same(drive, DRIVE) else []) + [DRIVE]:
+            folder = controls_dir(mission, wanted)
+            if all((folder / f"{b}.duckdb").is_file() for b in BASELINES):
+                return cls(folder, fixes, wanted)
+        return None
 
     def path(self, name: str) -> Path | None:
         if name not in BASELINES and name not in self.fixes:
@@ -287,6 +300,8 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser("build")
     b.add_argument("--mission", default="observability")
     b.add_argument("--only", nargs="*")
+    b.add_argument("--duration", type=float, help="drive each store this long (default: the short mode, 10 s)")
+    b.add_argument("--vus", type=int, help="with this many users (default 2)")
     t = sub.add_parser("table")
     t.add_argument("--mission", default="observability")
     t.add_argument("--store", type=Path)
@@ -294,7 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     mission = root / "missions" / a.mission
     if a.cmd == "build":
         t0 = time.monotonic()
-        folder = build(mission, a.only, say=lambda m: print(m, file=sys.stderr, flush=True))
+        drive = {"duration": a.duration or DRIVE["duration"], "vus": a.vus or DRIVE["vus"]}
+        folder = build(mission, a.only, say=lambda m: print(m, file=sys.stderr, flush=True), drive=drive)
         manifest = json.loads((folder / "manifest.json").read_text())
         total = sum(s["bytes"] for s in manifest["stores"].values())
         print(f"{folder}: {len(manifest['stores'])} stores, {total / 1e6:.1f} MB, built in "

@@ -75,7 +75,11 @@ def draft(root: Path, run_id: str) -> Rulings:
 
     # The mission's control stores (made by `make setup`), when this machine has them for this
     # mission version: then a cited query counts only where it reads differently with the defect fixed.
-    controls = Controls.for_mission(root / "missions" / rec.mission)
+    from harness.verdicts.discriminate import run_drive
+
+    # Controls driven as this run was, when such a set was made (`controls build --duration --vus`);
+    # else the short mode's, compared per request driven (the rulings say which).
+    controls = Controls.for_mission(root / "missions" / rec.mission, run_drive(folder))
     rulings = draft_rulings(folder, key, sources=root / "missions" / rec.mission / "workspace", controls=controls)
     # The rulings file is committed: it names the report relative to the project, never by absolute path.
     return rulings.model_copy(update={"report": _relative_to(folder / rulings.report, root)})
