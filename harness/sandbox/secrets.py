@@ -30,6 +30,7 @@ from __future__ import annotations
 import base64
 import codecs
 import contextlib
+import functools
 import itertools
 import os
 import re
@@ -104,8 +105,22 @@ def forms(secrets: list[str]) -> list[bytes]:
 CHUNK = 1 << 20  # bytes read at a time: the scrub's memory is a few of these, whatever the file's size
 
 
-def _pattern(encoded: list[bytes]) -> re.Pattern[bytes]:
+@functools.lru_cache(maxsize=8)
+def _compiled(encoded: tuple[bytes, ...]) -> re.Pattern[bytes]:
     return re.compile(b"|".join(re.escape(f) for f in encoded))  # longest first: the longest form wins
+
+
+def _pattern(encoded: list[bytes]) -> re.Pattern[bytes]:
+    return _compiled(tuple(encoded))
+
+
+_SMALL = 1 << 16  # below this, one regex search beats a substring search per form
+
+
+def _may_hold(buf: bytes, encoded: list[bytes], pattern: re.Pattern[bytes]) -> bool:
+    if len(buf) < _SMALL:
+        return pattern.search(buf) is not None
+    return any(form in buf for form in encoded)  # C-speed scans of a large block
 
 
 def _replaced(blocks, encoded: list[bytes], into=None) -> tuple[bool, bool]:
@@ -125,7 +140,7 @@ def _replaced(blocks, encoded: list[bytes], into=None) -> tuple[bool, bool]:
         buf = carry + (block or b"")
         cut = len(buf) if block is None else max(0, len(buf) - (longest - 1))
         out, at = [], 0
-        if any(form in buf for form in encoded):
+        if _may_hold(buf, encoded, pattern):
             for match in pattern.finditer(buf):
                 if match.start() >= cut:
                     break
