@@ -19,7 +19,7 @@ import duckdb
 import pytest
 
 from harness.verdicts import controls as ctl
-from harness.verdicts.keymatch import draft_rulings
+from harness.verdicts.keymatch import draft_rulings, label
 from harness.verdicts.rule import finish
 from harness.verdicts.rulings import HELD_UP
 
@@ -51,10 +51,14 @@ def run(request, tmp_path_factory):
 def as_read(text: str, store: Path) -> str:
     """An honest report quotes what its store reads: `{{SQL}}` becomes "`SQL` → N" (N the first cell),
     `{{SQL|2}}` quotes the second cell."""
+    from harness.verdicts import timeshift
+
     with duckdb.connect(str(store), read_only=True) as con:
+        clock = timeshift.store_clock(con)  # `now()` as the agent saw it: during its run, not today
+
         def fill(m):
             sql, col = m.group(1), int(m.group(2) or 1) - 1
-            row = con.execute(sql).fetchone()
+            row = con.execute(timeshift.mapped(sql, clock, clock)).fetchone()
             value = 0 if row is None or row[col] is None else row[col]
             return f"`{sql}` → {int(value) if float(value).is_integer() else round(float(value), 3)}"
 
@@ -196,19 +200,31 @@ def honest_a(store: Path) -> str:
 def test_honest_findings_are_all_counted_each_once(run, tmp_path: Path):
     store, drive = run
     rulings = rule(store, drive, tmp_path, "a", honest_a(store))
-    expected = [d for d, *_ in HONEST_A] + [GAP_A[0]]
+    expected = [label(d) for d, *_ in HONEST_A] + [label(GAP_A[0])]  # the rulings name defects by label
     got = [(f.number, f.verdict, f.defects, f.counts) for f in rulings.findings]
     bad = [(f.number, f.reason) for f in rulings.findings if f.verdict != HELD_UP]
     assert bad == [], bad
     assert [d for _, _, ds, _ in got for d in ds] == expected and all(c == 1 for *_, c in got)
     assert rulings.controls.startswith("drive-matched" if drive["duration"] == 10 else "normalised")
+    # The rulings file names no key id, carries no key query the report did not cite itself, no host path.
+    import yaml
+
+    from harness.verdicts.rulings import save_rulings
+
+    saved = save_rulings(rulings, tmp_path / "rulings.yaml").read_text()
+    report = (tmp_path / "a" / "report.md").read_text()
+    key = yaml.safe_load(KEY.read_text())["defects"]
+    assert not any(d["id"] in saved for d in key)
+    key_sql = [" ".join(e["sql"].split()) for d in key for e in d["evidence"]]
+    assert not [q for q in key_sql if q not in " ".join(report.split()) and q in " ".join(saved.split())]
+    assert str(Path.home()) + "/" not in saved and str(store) not in saved and str(tmp_path) not in saved
 
     rows = "\n".join(f"| {i} | {text} | {kind} | medium | {ev} | {loc} |"
                      for i, (_, kind, text, ev, loc) in enumerate(HONEST_B, 1))
     odd = rule(store, drive, tmp_path, "b", as_read(f"{ODD_HEAD}{rows}\n\n## Telemetry gaps\n", store))
     bad = [(f.number, f.reason) for f in odd.findings if f.verdict != HELD_UP]
     assert bad == [], bad
-    assert [f.defects for f in odd.findings] == [[d] for d, *_ in HONEST_B]
+    assert [f.defects for f in odd.findings] == [[label(d)] for d, *_ in HONEST_B]
 
 
 def test_the_structured_twin_is_ruled_as_the_markdown(run, tmp_path: Path):
@@ -335,7 +351,7 @@ def test_one_query_is_evidence_for_one_defect_once(run, tmp_path: Path):
             f"| high | {{{{{P04_SAMPLES}}}}} |\n")
     rulings = rule(store, drive, tmp_path, "once", as_read(f"{HEAD}{rows}\n## Telemetry gaps\n", store))
     one, two = rulings.findings
-    assert one.verdict == HELD_UP and one.defects == ["P04-stats-payload-rendered"], one.reason
+    assert one.verdict == HELD_UP and one.defects == [label("P04-stats-payload-rendered")], one.reason
     assert two.verdict != HELD_UP and rulings.confirmed == 1, two.reason
 
 

@@ -15,6 +15,7 @@ import duckdb
 import yaml
 import pytest
 
+from harness.verdicts.keymatch import label
 from harness.verdicts.report import parse_report_file
 from conftest import REPO, Project
 from test_replay_server import start_replay, stop_replay
@@ -79,9 +80,9 @@ def test_scripted_observation_records_phases_and_signals(project: Project):
     assert draft["report"] == f".llms-benchmark/runs/{rec['run_id']}/findings.json"
     assert draft["controls"].startswith("drive-matched")  # the trajectory drives 10 s x 2, as the controls were
     by_number = {f["number"]: f for f in draft["findings"]}
-    assert by_number["1"]["verdict"] == "held up" and by_number["1"]["defects"] == ["T01-orders-bypass-db-span"]
+    assert by_number["1"]["verdict"] == "held up" and by_number["1"]["defects"] == [label("T01-orders-bypass-db-span")]
     assert by_number["2"]["verdict"] == "did not hold up"  # names no planted defect
-    assert draft["recall"] == {"found": ["T01-orders-bypass-db-span"], "planted": 15}
+    assert draft["recall"] == {"found": [label("T01-orders-bypass-db-span")], "planted": 15}
 
     # A grader model (a scripted one on loopback, over the real wire) re-checks each
     # finding with its tools; it would hold finding 2 up, which a grader cannot do (only the
@@ -103,7 +104,7 @@ def test_scripted_observation_records_phases_and_signals(project: Project):
                                                                     "grader:lab/judge"]
     assert by_number["2"]["verdict"] == "did not hold up"
     assert by_number["G1"]["verdict"] == "did not hold up"
-    assert rulings["recall"] == {"found": ["T01-orders-bypass-db-span"], "planted": 15}
+    assert rulings["recall"] == {"found": [label("T01-orders-bypass-db-span")], "planted": 15}
     served = [json.loads(line) for line in grader.served_log.read_text().splitlines()]
     assert len(served) == 4  # 1: rule; 2: sql, then rule; G1: rule
 

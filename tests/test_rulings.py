@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from harness.errors import UserError
-from harness.verdicts.keymatch import NO_DEFECT_REASON, draft_rulings, load_key, name_defects
+from harness.verdicts.keymatch import NO_DEFECT_REASON, draft_rulings, load_key, name_defects, label
 from harness.verdicts.report import Finding
 from harness.verdicts.rulings import HELD_UP, NOT_HELD_UP, Rulings, load_rulings, save_rulings
 from harness.telemetry.schema import DDL
@@ -87,7 +87,7 @@ def test_key_matcher_proposals(run_dir: Path):
     assert all(f.ruled_by == "key-matcher" for f in r.findings)
 
     one = by["1"]  # its absence (→ 0) is no evidence by itself; its contrast (→ 1) is, and the code is named
-    assert one.defects == ["T01-orders-bypass-db-span"] and one.verdict == HELD_UP and one.counts == 1
+    assert one.defects == [label("T01-orders-bypass-db-span")] and one.verdict == HELD_UP and one.counts == 1
     # Matched on the claim's own words (issue 34): "sqlite" is only in its SQL, so it is not a match.
     assert "matched:" in one.reason and "child" in one.reason and "database" in one.reason
     assert "sqlite" not in one.reason.split("matched:")[1].split(")")[0]
@@ -100,17 +100,17 @@ def test_key_matcher_proposals(run_dir: Path):
     assert not any(d.id in f.reason or d.id.split("-")[0] + ":" in f.reason for f in r.findings for d in load_key(KEY))
 
     two = by["2"]  # named, but no profile in this run's store: its own query and the key's come back empty
-    assert two.defects == ["P04-stats-payload-rendered"] and two.verdict == NOT_HELD_UP and two.counts == 1
+    assert two.defects == [label("P04-stats-payload-rendered")] and two.verdict == NOT_HELD_UP and two.counts == 1
     assert (two.evidence[0].result, two.evidence[0].holds) == ("0 rows", False)
     assert "returned no rows where the finding claims 40" in two.reason
 
     three = by["3"]  # restates finding 1
-    assert three.defects == ["T01-orders-bypass-db-span"]
+    assert three.defects == [label("T01-orders-bypass-db-span")]
     assert (three.counts, three.restates, three.verdict) == (0, "1", NOT_HELD_UP)
     assert "restates finding 1" in three.reason
 
     four = by["4"]  # words name two defects; only T03 has a query of its own (the logs one claims an absence)
-    assert four.defects == ["T03-constant-category-label"]
+    assert four.defects == [label("T03-constant-category-label")]
     assert four.verdict == HELD_UP and four.counts == 1
 
     five = by["5"]  # names nothing: left to a grader or a person (its query re-run, for them)
@@ -118,13 +118,13 @@ def test_key_matcher_proposals(run_dir: Path):
     assert five.reason == NO_DEFECT_REASON and [e.holds for e in five.evidence] == [True]
 
     gap = by["G1"]  # named; `obs metrics list` reads no literal of T05's, and half the key's evidence is false
-    assert gap.defects == ["T05-operation-duration-declared-unrecorded"] and gap.verdict == NOT_HELD_UP
+    assert gap.defects == [label("T05-operation-duration-declared-unrecorded")] and gap.verdict == NOT_HELD_UP
 
     assert r.reported == 5  # 1 + 1 + 0 + 1 + 1 + 1
     assert r.confirmed == 2
     assert r.by_kind == {"Telemetry": 2, "Perf": 0, "Behavior": 0}
     assert r.accuracy == 40
-    assert r.recall.found == sorted(["T01-orders-bypass-db-span", "T03-constant-category-label"])
+    assert r.recall.found == sorted([label("T01-orders-bypass-db-span"), label("T03-constant-category-label")])
     assert r.recall.planted == 15
 
 
@@ -246,7 +246,7 @@ def _one(run_dir: Path, text: str, evidence: str):
     head = REPORT.split("| 1 |")[0]
     (run_dir / "report.md").write_text(f"{head}| 1 | {text} | Telemetry | high | {evidence} |\n\n## Telemetry gaps\n")
     finding = draft_rulings(run_dir, KEY).finding("1")
-    assert finding.defects == ["T01-orders-bypass-db-span"]
+    assert finding.defects == [label("T01-orders-bypass-db-span")]
     return finding
 
 

@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from harness.verdicts.drive import MIN_REQUESTS, measure_drive
-from harness.verdicts.keymatch import draft_rulings
+from harness.verdicts.keymatch import draft_rulings, label
 from harness.verdicts.rule import finish
 from harness.verdicts.rulings import HELD_UP
 from harness.verdicts.scoring import score_local
@@ -152,8 +152,8 @@ def test_a_code_only_report_holds_up_at_most_one(store: Path, tmp_path: Path):
 def test_three_findings_whose_queries_re_run_hold_up(store: Path, tmp_path: Path):
     rulings = rule_report(store, tmp_path, "three_true")
     assert [f.verdict for f in rulings.findings] == [HELD_UP] * 3, [f.reason for f in rulings.findings]
-    assert rulings.recall.found == ["P02-search-detail-fanout", "T01-orders-bypass-db-span",
-                                    "T03-constant-category-label"]
+    assert rulings.recall.found == sorted([label("P02-search-detail-fanout"), label("T01-orders-bypass-db-span"),
+                                           label("T03-constant-category-label")])
     for f in rulings.findings:  # each records its own re-runs first, every one holding
         own = [e for e in f.evidence if e.defect is None]
         assert own and all(e.holds for e in own)
@@ -330,7 +330,7 @@ def test_an_honest_row_is_credited_with_its_own_defect_only(store: Path, tmp_pat
     text += "; GET /stats also reads every product row and renders json.dumps in stats()"
     rulings = _rule_text(store, tmp_path, "one", _row(text, evidence))
     (f,) = rulings.findings
-    assert f.verdict == HELD_UP and f.defects == ["T01-orders-bypass-db-span"] and f.counts == 1, f.reason
+    assert f.verdict == HELD_UP and f.defects == [label("T01-orders-bypass-db-span")] and f.counts == 1, f.reason
 
 
 def test_separate_evidence_for_each_defect_credits_each(store: Path, tmp_path: Path):
@@ -342,7 +342,7 @@ def test_separate_evidence_for_each_defect_credits_each(store: Path, tmp_path: P
                                store)
     rulings = _rule_text(store, tmp_path, "subs", report)
     assert [(f.number, f.verdict, f.defects) for f in rulings.findings] == [
-        ("8a", HELD_UP, ["P03-stats-reads-whole-table"]), ("8b", HELD_UP, ["P04-stats-payload-rendered"])]
+        ("8a", HELD_UP, [label("P03-stats-reads-whole-table")]), ("8b", HELD_UP, [label("P04-stats-payload-rendered")])]
     # Two defects on one row with ONE query that reads both: credited once, not twice.
     text = ("POST /orders spans never get a sqlite database child span (place_order in src/shop_api/app.py skips "
             "db.query) and shop-mcp client spans carry the retired http.method, not http.request.method "
@@ -357,7 +357,7 @@ def test_separate_evidence_for_each_defect_credits_each(store: Path, tmp_path: P
     rulings = _rule_text(store, tmp_path, "separate", _row(text, both.replace("` → 1;", "`;")))
     (f,) = rulings.findings
     assert f.verdict == HELD_UP and f.counts == 2 and set(f.defects) == {
-        "T01-orders-bypass-db-span", "T04-retired-http-attribute-names"}, f.reason
+        label("T01-orders-bypass-db-span"), label("T04-retired-http-attribute-names")}, f.reason
 
 
 def test_too_many_cited_queries_do_not_hold_up_and_finish_fast(store: Path, tmp_path: Path):

@@ -330,6 +330,19 @@ class Store:
             self._con = None
 
 
+def label(defect_id: str) -> str:
+    """How a rulings file names a planted defect: a stable label that does not spell out the hidden
+    key (its ids describe the defects); `labels(key)` maps them back for a person with the key."""
+    import hashlib
+
+    return "defect-" + hashlib.sha256(defect_id.encode()).hexdigest()[:8]
+
+
+def labels(key_path: Path) -> dict[str, str]:
+    """label -> the key's defect id."""
+    return {label(d.id): d.id for d in load_key(key_path)}
+
+
 def _run_files(run_dir: Path) -> tuple[str, Path, Path]:
     paths = RunPaths(run_dir)
     run_id, report, store, record = run_dir.name, paths.report, paths.telemetry, paths.record
@@ -594,7 +607,7 @@ def draft_rulings(run_dir: Path, key_path: Path, sources: Path | None = None, co
                     reason=(f"shows {said}{many}: its cited queries re-ran to the claim, the query {how}, it accuses "
                             f"the defect's code (file and function), and the key's evidence holds "
                             f"({_result_text(reruns)})."),
-                    evidence=own, ruled_by=RULED_BY, defects=ids, counts=len(ids)))
+                    evidence=own, ruled_by=RULED_BY, defects=[label(i) for i in ids], counts=len(ids)))
                 continue
             primary = matches[0]
             earlier = credited_by.get(primary.defect.id) or named_by.get(primary.defect.id)
@@ -602,7 +615,8 @@ def draft_rulings(run_dir: Path, key_path: Path, sources: Path | None = None, co
                 ruled.append(RuledFinding(
                     number=finding.number, text=finding.text, kind=kind, verdict=NOT_HELD_UP,
                     reason=f"restates finding {earlier}, already counted (the same planted defect)",
-                    evidence=own, ruled_by=RULED_BY, defects=[primary.defect.id], counts=0, restates=earlier))
+                    evidence=own, ruled_by=RULED_BY, defects=[label(primary.defect.id)], counts=0,
+                    restates=earlier))
                 continue
             named_by[primary.defect.id] = finding.number
             problems = general + (first_problems if not general else [])
@@ -611,7 +625,7 @@ def draft_rulings(run_dir: Path, key_path: Path, sources: Path | None = None, co
             ruled.append(RuledFinding(
                 number=finding.number, text=finding.text, kind=kind, verdict=NOT_HELD_UP,
                 reason=f"names a planted defect (matched: {', '.join(primary.said)}): {'; '.join(problems[:4])}.",
-                evidence=own, ruled_by=RULED_BY, defects=[primary.defect.id], counts=1))
+                evidence=own, ruled_by=RULED_BY, defects=[label(primary.defect.id)], counts=1))
     finally:
         store.close()
         if controls:
