@@ -7,8 +7,8 @@ the worst adversarial report, against a real run store and the mission's real co
   character cell citing MAX_CITED queries, a third of them cross joins that run until their
   budget stops them (QUERY_BUDGET_S per query across every store, RULE_BUDGET_S per rule).
 
-Wall time and the process's peak RSS for each, written to bench/results/rule-timing.json and
-.md. The run store is the prompt's default drive (120 s x 5 users) when the test cache has one
+Wall time and the process's peak RSS for each, written to bench/results/rule-timing-<drive>.json
+and .md (`-120x5`: the prompt's default drive, controls compared per request; `-10x2`: drive-matched). The run store is the prompt's default drive (120 s x 5 users) when the test cache has one
 (tests/test_claim_adversarial.py makes it), else a fresh 10 s x 2 drive.
 
     .venv/bin/python bench/rule_timing.py [--store RUN.duckdb] [--duration 10 --vus 2]
@@ -98,7 +98,8 @@ def main() -> int:
     out["worst"] = timed(store, drive, worst_report(), "worst")
     out["worst"]["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "rule-timing.json").write_text(json.dumps(out, indent=2) + "\n")
+    stem = f"rule-timing-{drive['duration']:g}x{drive['vus']}"
+    (RESULTS / f"{stem}.json").write_text(json.dumps(out, indent=2) + "\n")
     md = ["# rule timing (bench/rule_timing.py)", "",
           f"{out['when']}, {out['cpus']} CPUs ({out['machine']}), run drive {drive['duration']:g} s × {drive['vus']} "
           f"users, controls {out['normal_30']['controls']}.", "",
@@ -109,7 +110,7 @@ def main() -> int:
     md += ["", f"Bounds: {out['bounds']['query_budget_s']} s per cited query across all stores, "
            f"{out['bounds']['rule_budget_s']} s of queries per rule, {out['bounds']['max_ruled']} findings ruled "
            "on their evidence."]
-    (RESULTS / "rule-timing.md").write_text("\n".join(md) + "\n")
+    (RESULTS / f"{stem}.md").write_text("\n".join(md) + "\n")
     print("\n".join(md))
     return 0
 
