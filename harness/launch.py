@@ -29,7 +29,7 @@ from harness.errors import FatalUnitLog, StackError, UserError
 from harness.paths import ProjectPaths
 from harness.record import RowKey, RunRecord, SandboxFigures, Status, Timestamps, Trial, utcnow
 from harness.sandbox import agentfs
-from harness.sandbox.secrets import scrub_files, scrub_tree, secrets_from
+from harness.sandbox.secrets import scrub_files, scrub_tree
 from harness.sandbox.untrusted import escape_controls
 from harness.serving.collect import gpu_cost
 from harness.stages import agent, collect, serving
@@ -214,8 +214,7 @@ class Launch:
         folder, run.json last, and the units' logs under .vot/run), failing closed: an agent
         folder the hand-back or the scrub could not vouch for, or one still holding a secret,
         is removed whole, and the run is void with the reason; never ok with a key left."""
-        secrets = secrets_from([ctx.api_key, *(os.environ.get(name) for name in ctx.secret_names),
-                                *ctx.secret_values])
+        secrets = ctx.secrets()
         problems: list[str] = []
         remove: set[Path] = set()
         changed, left = 0, []

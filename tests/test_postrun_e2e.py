@@ -104,10 +104,11 @@ def test_links_deep_trees_and_escapes_left_by_the_agent_fail_closed(launcher: Pr
     canary.write_text("print('the harness')\n")
     plant = (f"ln -s {canary} .REPORT.md.scrub; ln -s {canary} .report.md.tmp; "
              f"ln -s {canary} opencode.db.scrub; echo planted\n")
-    steps = [_write("plant.sh", plant), _bash("plant links", "sh plant.sh"),
-             _write("deep.py", DEEP), _bash("deep tree", "python3 deep.py"),
+    # The tree is made last: the disk watcher counts a tree nested that deep as full and ends the run.
+    steps = [_bash("report", 'echo "the key is $VOT_API_KEY" > REPORT.md'),
+             _write("plant.sh", plant), _bash("plant links", "sh plant.sh"),
              _bash("escape name", "touch \"$(printf 'x\\033]0;pwned\\007y')\"; echo named"),
-             _bash("report", 'echo "the key is $VOT_API_KEY" > REPORT.md'), {"text": "DONE"}]
+             _write("deep.py", DEEP), _bash("deep tree", "python3 deep.py; sleep 5"), {"text": "DONE"}]
     hello = yaml.safe_load((REPO / "replay" / "hello.yaml").read_text())
     hello["trajectories"][1]["steps"] = steps
     project.add_trajectory("leftovers", hello)
@@ -127,6 +128,7 @@ def test_links_deep_trees_and_escapes_left_by_the_agent_fail_closed(launcher: Pr
     for path in project.root.rglob("*"):
         if path.is_file() and not path.is_symlink():
             assert key.encode() not in path.read_bytes(), path
+    assert rec["run"]["report_found"], (rec["reason"], rec["run"])
     assert (run_dir / "report.md").read_text().strip() == "the key is [redacted]"
 
 

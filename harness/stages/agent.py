@@ -13,8 +13,6 @@ from harness.mission_services import merge_env, start_services
 from harness.opencode import config as oc_config
 from harness.opencode.runner import Limits, run_opencode
 from harness.record import RunOutcome, RunRecord, utcnow
-from harness.sandbox.confine import wrap
-from harness.sandbox.denials import count_denials
 from harness.sandbox.wirelog import WIRE_LOG
 from harness.serving.timeline import Sampler
 from harness.stages.context import LaunchContext
@@ -55,7 +53,7 @@ def smoke(rec: RunRecord, ctx: LaunchContext) -> None:
     ctx.say("smoke: asking for one bash tool call through opencode")
     before = generated_tokens(unit.base_url, api_key=ctx.api_key)
     with ctx.confined(rec, scratch, smoke_dir / "opencode", [unit.base_url], smoke_dir / WIRE_LOG) as box:
-        argv = wrap(ctx.sandbox, [*ctx.argv_base, "--title", "llms-benchmark smoke"], box.view, scratch, smoke_dir)
+        argv = box.argv([*ctx.argv_base, "--title", "llms-benchmark smoke"], smoke_dir)
         result = run_opencode(argv, prompt=SMOKE_PROMPT, env=env,
                               cwd=scratch, events_path=smoke_dir / "events.jsonl",
                               stderr_path=smoke_dir / "stderr.log", limits=SMOKE_LIMITS,
@@ -105,8 +103,7 @@ def run_mission(rec: RunRecord, ctx: LaunchContext) -> None:
     limits = Limits(time_cap_s=mission.manifest.time_cap_minutes * 60, stall_s=mission.manifest.stall_minutes * 60)
     with ctx.confined(rec, workspace, paths.opencode_home, [unit.base_url, *ctx.env.values()],
                       paths.wire_log) as box:
-        view = box.view
-        argv = wrap(ctx.sandbox, [*ctx.argv_base, "--title", ctx.title], view, workspace, paths.dir)
+        argv = box.argv([*ctx.argv_base, "--title", ctx.title], paths.dir)
         # The serving timeline covers opencode's run and nothing else.
         sampler = Sampler(unit.base_url, paths.serving_timeline, api_key=ctx.api_key).start()
         rec.artifacts.serving_timeline = str(sampler.path)
@@ -124,7 +121,7 @@ def run_mission(rec: RunRecord, ctx: LaunchContext) -> None:
         finally:
             sampler.stop()
     rec.times.mission_end = utcnow()
-    rec.sandbox.denials, rec.sandbox.denied = count_denials(paths.opencode_events, view, workspace, box.hits)
+    rec.sandbox.denials, rec.sandbox.denied = box.denials(paths.opencode_events)
     ctx.stop_services()  # services flush their telemetry on the way down
     # Only the harness's own stop counts: an `ended_by` that merely reads the same is not it.
     stopped = stop.how if stop.how is not None and result.ended_by == stop.how else None

@@ -5,7 +5,7 @@ mission's services, the agent's environment)."""
 from __future__ import annotations
 
 import contextlib
-import functools
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,12 +18,11 @@ from harness.opencode.runner import RunResult
 from harness.paths import RunPaths
 from harness.preflight import Preflight
 from harness.record import RunRecord
-from harness.sandbox.confine import Sandbox, View, agent_view, describe_caps
-from harness.sandbox.identity import AgentIdentity, agent_identity, hand_over, take_back
-from harness.sandbox.limits import DiskWatch, cgroup_name, make_cgroup
-from harness.sandbox.wirelog import WireLog
-from harness.sandbox.net import Bridge, bridge, is_loopback_url, loopback_ports
-from harness.sandbox.peers import origin_of
+from harness.sandbox.confine import Sandbox
+from harness.sandbox.limits import cgroup_name
+from harness.sandbox.secrets import secrets_from
+from harness.sandbox.stay import AgentStay, StayPlan
+from harness.sandbox.untrusted import escape_controls
 from harness.stacks.base import Unit
 from harness.stacks.local_process import AGENT_MARKER_VAR
 from harness.unitlog import UnitLogCollector
@@ -31,15 +30,6 @@ from harness.units import UnitLife
 from harness.verdicts.drive_server import DriveServer
 
 Say = Callable[[str], None]
-
-
-@dataclass
-class Confined:
-    """What one sandboxed run is given (its view, the disk guard) and what its caps refused."""
-
-    view: View
-    disk: DiskWatch
-    hits: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -101,70 +91,33 @@ class LaunchContext:
         env[AGENT_MARKER_VAR] = self.unit.extra.get("marker", "")
         return env
 
-    def view(self, workdir: Path, home: Path, net=None) -> View:
-        # One TMPDIR path for the smoke and the mission (emptied between them): opencode names it
-        # in its bash tool's description, so a path of its own would split the prompt cache.
-        view = agent_view([workdir, home, self.paths.agent_tmp], self.pf.opencode, [self.provider_file])
-        view.net = net
-        return view
+    def secrets(self) -> list[str]:
+        """Every value that must leave no trace: the unit's key, the preset's env values (now and
+        as they were before a minted key replaced one)."""
+        return secrets_from([self.api_key, *(os.environ.get(name) for name in self.secret_names),
+                             *self.secret_values])
 
     @contextlib.contextmanager
     def confined(self, record: RunRecord, workdir: Path, home: Path, urls: list[str],
-                 wire_log: Path | None = None) -> Iterator[Confined]:
-        """One sandboxed opencode run: its network, its view, its caps and cgroup, its folders
-        handed to the agent's user; afterwards what the caps refused goes on the record and
-        the folders are the launcher's again."""
-        home.mkdir(parents=True, exist_ok=True)
-        who = agent_identity()
-        net = None
+                 wire_log: Path | None = None) -> Iterator[AgentStay]:
+        """One sandboxed opencode run, owned whole by `AgentStay` (network, view, caps, hand-over,
+        hand-back, scrub); what it could not vouch for is failed closed here: named against the
+        run and removed by the post-run."""
+        # One TMPDIR path for the smoke and the mission (emptied between them): opencode names it
+        # in its bash tool's description, so a path of its own would split the prompt cache.
+        plan = StayPlan(sandbox=self.sandbox, opencode=self.pf.opencode, workdir=workdir, home=home,
+                        tmp=self.paths.agent_tmp, readable=[self.provider_file], urls=urls,
+                        cgroup_name=cgroup_name(self.paths.dir.name), wire_log=wire_log, secrets=self.secrets())
+        stay = AgentStay(plan, record.sandbox)
         try:
-            with self.network(record, urls, who, wire_log) as net:
-                yield from self._stay(record, workdir, home, who, net)
+            with stay:
+                yield stay
         finally:
-            if isinstance(net, Bridge) and net.wire is not None:  # read once the bridge is closed
-                log = net.wire[1]
-                self.wire_counts[log.path] = {"broken": log.broken, "unparsed": log.unparsed, "refused": net.refused}
-
-    def _stay(self, record: RunRecord, workdir: Path, home: Path, who: AgentIdentity, net) -> Iterator[Confined]:
-        """The stay itself: the view, the caps and cgroup, the hand-over; after it, the caps' refusals and the hand-back."""
-        view = self.view(workdir, home, net)
-        view.who = who  # the one the bridge's sockets were handed to
-        if self.sandbox.kind == "bwrap":
-            view.cgroup = make_cgroup(cgroup_name(self.paths.dir.name), view.caps)
-        disk = DiskWatch(view.writable, view.caps.disk_bytes, netns=net.netns if isinstance(net, Bridge) else None)
-        done = Confined(view, disk)
-        if self.sandbox.kind == "bwrap":
-            hand_over(view.writable, who)
-            record.sandbox.agent_user = who.describe
-            record.sandbox.limits = describe_caps(view)
-        try:
-            yield done
-        finally:
-            if view.cgroup is not None:
-                done.hits += view.cgroup.hits()
-                view.cgroup.remove()
-            if disk.hit:
-                done.hits.append(disk.hit)
-            for path, why in take_back(view.writable, who).items():
-                # Not vouched for: removed by the post-run, and no row on this run.
+            if wire_log is not None and stay.wire_counts:
+                self.wire_counts[wire_log] = stay.wire_counts
+            for path, why in stay.unclean.items():
                 self.unclean.add(path)
-                self.untrusted.append(f"the agent's {path.name}/ could not be taken back ({why})")
-
-    def network(self, record: RunRecord, urls: list[str], who: AgentIdentity | None = None,
-                wire_log: Path | None = None):
-        """The agent's own network namespace, with the loopback ports among `urls` forwarded
-        into it (the unit, the mission's services). A unit served elsewhere (azure) is not
-        on loopback: the agent then keeps the host's network, and the record says so."""
-        isolated = self.sandbox.enabled and is_loopback_url(urls[0])
-        if record.sandbox is not None:
-            record.sandbox.network = {"bwrap": "own namespace", "sandbox-exec": "loopback ports only"}.get(
-                self.sandbox.kind, "host") if isolated else (
-                "host (the unit is not on loopback)" if self.sandbox.enabled else "host")
-        model_port = loopback_ports(urls[:1])
-        wire = (model_port[0], WireLog(wire_log)) if wire_log is not None and model_port else None
-        origin = functools.partial(origin_of, opencode=self.pf.opencode) if self.pf is not None else None
-        return bridge(self.sandbox.kind if isolated else None, loopback_ports(urls),
-                      who if self.sandbox.kind == "bwrap" else None, wire, origin)
+                self.untrusted.append(f"the agent's {escape_controls(path.name)}/ could not be vouched for ({why})")
 
     def agent_folders(self) -> list[Path]:
         """Every folder the agent could write (the smoke's and the mission's)."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
-import shutil
 from pathlib import Path
 
 import httpx
@@ -14,6 +13,7 @@ from harness.errors import StackError
 from harness.preflight import run_preflight
 from harness.probe import LONG_TARGET, run_probe
 from harness.record import RunRecord, SandboxFigures, utcnow
+from harness.sandbox import agentfs
 from harness.sandbox.confine import agent_view
 from harness.sandbox.identity import hand_over
 from harness.serving.engine import identify
@@ -53,7 +53,7 @@ def preflight(rec: RunRecord, ctx: LaunchContext) -> None:
         try:
             rec.sandbox.privilege = prove_unprivileged(ctx.sandbox, view, probe_dir)
         finally:
-            shutil.rmtree(probe_dir, ignore_errors=True)
+            agentfs.remove(probe_dir)  # written as the agent's user: removed by descriptor, no link followed
         rec.sandbox.agent_user = view.who.describe
 
 
