@@ -280,3 +280,38 @@ def test_unnamed_files_count_against_the_disk_cap(project: Project):
     assert code == 1, dump(out, err)
     assert rec["status"] == "void" and "disk cap reached" in rec["reason"], rec["reason"]
     assert "held to the end" not in (run_dir / "opencode-events.jsonl").read_text()
+
+
+HOLD_BODIES = """import json, os, socket, time
+url = json.load(open(os.environ["OPENCODE_CONFIG"]))["provider"]["vot"]["options"]["baseURL"]
+port = int(url.split(":")[2].split("/")[0])
+held, chunk = [], b"x" * (1 << 20)
+for _ in range(60):
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\\r\\nHost: x\\r\\nContent-Length: 33554432\\r\\n\\r\\n")
+    for _ in range(16):
+        s.sendall(chunk)
+    held.append(s)
+print("holding", len(held), "connections", flush=True)
+time.sleep(3)
+"""
+
+
+@needs_bwrap
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_unfinished_bodies_on_the_model_port_leave_the_launcher_bounded(project: Project):
+    """60 connections each holding 16 MiB of an unfinished 32 MiB body (~1 GiB in all): the tap
+    holds at most its budget across them, so the launcher's peak RSS stays far below."""
+    steps = [_write("hold.py", HOLD_BODIES), _bash("hold bodies", "python3 hold.py"),
+             _write("REPORT.md", "report\n"), {"text": "DONE"}]
+    hello = yaml.safe_load((REPO / "replay" / "hello.yaml").read_text())
+    hello["trajectories"][1]["steps"] = steps
+    project.add_trajectory("holder", hello)
+    project.add_preset("replay-holder", trajectory="holder")
+    code, out, err = project.run_cli(["launch", "local", "replay", "replay-holder", "--mission", "hello",
+                                      *SMALL_PROBE], timeout=360)
+    run_dir, rec = project.only_run()
+    assert "holding 60 connections" in (run_dir / "opencode-events.jsonl").read_text()
+    peak = rec["sandbox"]["launcher_peak_rss_mib"]
+    assert 0 < peak < 600, peak  # the budget is 256 MiB; 1 GiB went through
