@@ -43,15 +43,6 @@ def store_clock(con) -> Clock | None:
     return Clock(int(row[0]), int(row[1]))
 
 
-def has_time(sql: str) -> bool:
-    return mapped(sql, Clock(0, 0), Clock(0, 0)) != sql or _mentions_now(sql)
-
-
-def _mentions_now(sql: str) -> bool:
-    low = sql.lower()
-    return any(w in low for w in (*_NOW_CALLS, *_NOW_WORDS))
-
-
 def _iso(ns: int) -> str:
     return datetime.fromtimestamp(ns / 1e9, tz=UTC).strftime("%Y-%m-%d %H:%M:%S.%f+00")
 
