@@ -602,6 +602,9 @@ def draft_rulings(run_dir: Path, key_path: Path, sources: Path | None = None, co
                 many = f" (separate evidence for each of {len(ids)} defects)" if len(ids) > 1 else ""
                 how = ("reads differently with that defect fixed, in the claimed direction, and singles it out"
                        if judge else "measures what that defect shows")
+                if judge and any(_direction(finding, checks[u]) is None for _, u, _ in credited):
+                    how += (" (its direction was not stated: a markdown row quoting no 0 and comparing nothing; "
+                            "findings.json states it)")
                 ruled.append(RuledFinding(
                     number=finding.number, text=finding.text, kind=kind, verdict=HELD_UP,
                     reason=(f"shows {said}{many}: its cited queries re-ran to the claim, the query {how}, it accuses "

@@ -24,7 +24,6 @@ import yaml
 from pydantic import BaseModel, Field
 
 KINDS = ("Telemetry", "Perf", "Behavior")
-DIRECTIONS = ("higher", "lower", "absent", "present")
 _KIND_ALIASES = {"telemetry": "Telemetry", "perf": "Perf", "performance": "Perf", "behavior": "Behavior",
                  "behaviour": "Behavior", "bug": "Behavior", "error": "Behavior", "errors": "Behavior",
                  "observability": "Telemetry", "latency": "Perf", "correctness": "Behavior"}
