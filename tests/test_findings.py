@@ -72,6 +72,8 @@ def test_check_names_missing_code_and_queries_that_read_otherwise(workspace: Pat
          "code": {"file": "src/shop_api/app.py", "function": "handle_order_write"}},
         {"number": "2", "claim": "a file that is not there", "kind": "Perf", "direction": "higher",
          "queries": [{"query": SQL, "read": 0}], "code": {"file": "/etc/passwd", "line": 1}},
+        {"number": "3", "claim": "reads nothing yet claims present", "kind": "Perf", "direction": "present",
+         "queries": [{"query": SQL, "read": 0}], "code": {"file": "src/shop_api/app.py", "function": "stats"}},
     ]}
     con = ev.open_store(store)
     try:
@@ -84,6 +86,7 @@ def test_check_names_missing_code_and_queries_that_read_otherwise(workspace: Pat
     assert "SELECT count(*) FROM nowhere` fails" in text
     assert "not under this workspace" in text
     assert "obs traces search" not in text  # it reads 0 rows, as recorded
+    assert "finding 3: `SELECT count(*) FROM spans WHERE name = 'POST /orders'` reads 0: it cannot read present" in text
 
 
 def test_the_harness_reads_records_as_fields(tmp_path: Path):

@@ -222,7 +222,7 @@ def _path() -> Path:
     return Path.cwd() / FINDINGS_FILE
 
 
-def _query_problems(client, query: str, read: Any) -> list[str]:
+def _query_problems(client, query: str, read: Any, direction: str | None = None) -> list[str]:
     """Run a cited query as the ruler will (SQL, or an `obs` command) and compare what it reads."""
     from harness.telemetry import obs
     from harness.telemetry.obs_store import QueryFailed, StoreDown
@@ -260,6 +260,11 @@ def _query_problems(client, query: str, read: Any) -> list[str]:
     if not any(abs(g - float(read)) <= max(2.0, 0.5 * abs(float(read))) for g in got if g == g):
         shown = ", ".join(f"{g:g}" for g in got[:4] if g == g)
         return [f"`{query[:60]}` reads {shown} now, not the {float(read):g} recorded"]
+    # The direction is checked against a healthy system when ruled; a 0 contradicts some at once.
+    if direction == "absent" and float(read) != 0:
+        return [f"`{query[:60]}` reads {float(read):g}: `--direction absent` claims it reads 0 (or say lower)"]
+    if direction in ("higher", "present") and float(read) == 0:
+        return [f"`{query[:60]}` reads 0: it cannot read {direction} than a healthy system (say absent or lower)"]
     return []
 
 
@@ -273,7 +278,8 @@ def check_all(data: dict, root: Path, client) -> list[str]:
             problems += [f"finding {number}: {p}" for p in code_problems(f["code"], root)]
         for q in f.get("queries") or []:
             if isinstance(q, dict) and isinstance(q.get("query"), str):
-                problems += [f"finding {number}: {p}" for p in _query_problems(client, q["query"], q.get("read"))]
+                problems += [f"finding {number}: {p}"
+                             for p in _query_problems(client, q["query"], q.get("read"), f.get("direction"))]
     return problems
 
 
