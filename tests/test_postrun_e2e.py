@@ -94,6 +94,18 @@ def _write(name: str, content: str) -> dict:
     return {"tool_calls": [{"name": "write", "arguments": {"filePath": name, "content": content}}]}
 
 
+def _launch(project: Project, name: str, steps: list[dict], **preset) -> tuple[int, str, str, Path, dict]:
+    """The hello mission played by a scripted agent taking `steps`, through the real opencode:
+    (exit code, stdout, stderr, run folder, record)."""
+    hello = yaml.safe_load((REPO / "replay" / "hello.yaml").read_text())
+    hello["trajectories"][1]["steps"] = steps
+    project.add_trajectory(name, hello)
+    project.add_preset(f"replay-{name}", trajectory=name, **preset)
+    code, out, err = project.run_cli(["launch", "local", "replay", f"replay-{name}", "--mission", "hello",
+                                      *SMALL_PROBE], timeout=360)
+    return (code, out, err, *project.only_run())
+
+
 @needs_bwrap
 @pytest.mark.slow
 @pytest.mark.timeout(400)
@@ -109,14 +121,8 @@ def test_links_deep_trees_and_escapes_left_by_the_agent_fail_closed(launcher: Pr
              _write("plant.sh", plant), _bash("plant links", "sh plant.sh"),
              _bash("escape name", "touch \"$(printf 'x\\033]0;pwned\\007y')\"; echo named"),
              _write("deep.py", DEEP), _bash("deep tree", "python3 deep.py; sleep 5"), {"text": "DONE"}]
-    hello = yaml.safe_load((REPO / "replay" / "hello.yaml").read_text())
-    hello["trajectories"][1]["steps"] = steps
-    project.add_trajectory("leftovers", hello)
-    project.add_preset("replay-leftovers", trajectory="leftovers", env=["VLLM_API_KEY"])
     project.env.update(VLLM_API_KEY=key)
-    code, out, err = project.run_cli(["launch", "local", "replay", "replay-leftovers", "--mission", "hello",
-                                      *SMALL_PROBE], timeout=360)
-    run_dir, rec = project.only_run()
+    code, out, err, run_dir, rec = _launch(project, "leftovers", steps, env=["VLLM_API_KEY"])
     assert code == 1, dump(out, err)
     assert rec["status"] == "void" and "post-run" in rec["reason"], rec["reason"]
     assert "workspace removed" in rec["reason"] and "nested more than" in rec["reason"], rec["reason"]
@@ -153,13 +159,7 @@ def test_a_tool_cannot_write_into_opencodes_event_stream(launcher: Project):
     project = launcher
     steps = [_write("forge.py", FORGE), _bash("forge", "python3 forge.py"),
              _write("REPORT.md", "report\n"), {"text": "DONE"}]
-    hello = yaml.safe_load((REPO / "replay" / "hello.yaml").read_text())
-    hello["trajectories"][1]["steps"] = steps
-    project.add_trajectory("forger", hello)
-    project.add_preset("replay-forger", trajectory="forger")
-    code, out, err = project.run_cli(["launch", "local", "replay", "replay-forger", "--mission", "hello",
-                                      *SMALL_PROBE], timeout=360)
-    run_dir, rec = project.only_run()
+    code, out, err, run_dir, rec = _launch(project, "forger", steps)
     assert code == 0, dump(out, err)
     events = (run_dir / "opencode-events.jsonl").read_text()
     assert "1 refused No such device or address" in events and "2 refused" in events, events[-2000:]
@@ -197,17 +197,13 @@ def test_a_tool_calling_the_model_is_counted_apart_and_cannot_take_the_port(proj
     apart from opencode's turns, which still equal the store's."""
     steps = [_write("model.py", MODEL_PORT), _bash("model port", "python3 model.py"),
              _write("REPORT.md", "report\n"), {"text": "DONE"}]
-    hello = yaml.safe_load((REPO / "replay" / "hello.yaml").read_text())
-    hello["trajectories"][1]["steps"] = steps
-    project.add_trajectory("inflater", hello)
-    project.add_preset("replay-inflater", trajectory="inflater")
-    code, out, err = project.run_cli(["launch", "local", "replay", "replay-inflater", "--mission", "hello",
-                                      *SMALL_PROBE], timeout=360)
-    run_dir, rec = project.only_run()
+    code, out, err, run_dir, rec = _launch(project, "inflater", steps)
     events = (run_dir / "opencode-events.jsonl").read_text()
     assert "bind refused Address already in use" in events, events[-3000:]
     wire = rec["wire"]
     assert wire["tool_requests"] == 3, wire  # each of the script's calls, whatever the replay answered
+    turns = [x for x in project.served(run_dir, "hello") if x.get("status", 200) == 200 and x.get("usage")]
+    assert wire["tokens"]["input"] == sum(x["usage"]["prompt_tokens"] for x in turns), wire  # the replay's own log
     assert wire["turns"] == rec["session"]["turns"] and wire["store_disagrees"] == [], wire
     assert code == 0 and rec["status"] == "ok", (dump(out, err), rec.get("reason"))
     assert rec["sandbox"]["launcher_peak_rss_mib"] > 0
@@ -223,16 +219,10 @@ def test_the_key_the_agent_sees_is_minted_for_the_launch(project: Project):
     import hashlib
 
     user_key = f"sk-user-{secrets.token_hex(12)}"
-    steps = [_bash("fingerprint", 'printf %s "$VOT_API_KEY" | sha256sum'), _write("REPORT.md", "report\n"),
-             {"text": "DONE"}]
-    hello = yaml.safe_load((REPO / "replay" / "hello.yaml").read_text())
-    hello["trajectories"][1]["steps"] = steps
-    project.add_trajectory("minted", hello)
-    project.add_preset("replay-minted", trajectory="minted", env=["VLLM_API_KEY"])
+    steps = [_bash("fingerprint", 'printf %s "$VOT_API_KEY" | sha256sum'), _write("notes.py", SQL_NAMES),
+             _bash("sql names", "python3 notes.py"), _write("REPORT.md", "report\n"), {"text": "DONE"}]
     project.env.update(VLLM_API_KEY=user_key)
-    code, out, err = project.run_cli(["launch", "local", "replay", "replay-minted", "--mission", "hello",
-                                      *SMALL_PROBE], timeout=360)
-    run_dir, rec = project.only_run()
+    code, out, err, run_dir, rec = _launch(project, "minted", steps, env=["VLLM_API_KEY"])
     assert code == 0, dump(out, err)
     events = (run_dir / "opencode-events.jsonl").read_text()
     seen = re_sha(events)
@@ -240,6 +230,30 @@ def test_the_key_the_agent_sees_is_minted_for_the_launch(project: Project):
     assert rec["api_key"].startswith(f"minted for this launch (sha256 {seen[:16]})"), rec["api_key"]
     assert "revoked with the unit" in rec["api_key"]
     assert all(r.get("status", 200) == 200 for r in project.served(run_dir))  # the unit took the minted key
+    # A store the agent made with SQL in its table's name: the name stays a name, the key is gone.
+    import sqlite3
+
+    assert "notes made" in events
+    with sqlite3.connect(run_dir / "workspace" / "notes.db") as con:
+        assert con.execute("SELECT n FROM keep").fetchall() == [(7,)]
+        (value,), = con.execute('SELECT v FROM "x""; DROP TABLE keep; --"').fetchall()
+    assert value == "k=[redacted]"
+    for path in run_dir.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            data = path.read_bytes()
+            assert user_key.encode() not in data, path
+
+
+SQL_NAMES = """import os, sqlite3
+con = sqlite3.connect("notes.db")
+table = 'x"; DROP TABLE keep; --'.replace('"', '""')
+con.execute("CREATE TABLE keep (n)")
+con.execute("INSERT INTO keep VALUES (7)")
+con.execute(f'CREATE TABLE "{table}" (v TEXT)')
+con.execute(f'INSERT INTO "{table}" VALUES (?)', ("k=" + os.environ["VOT_API_KEY"],))
+con.commit()
+print("notes made")
+"""
 
 
 def re_sha(text: str) -> str | None:
@@ -270,13 +284,7 @@ def test_unnamed_files_count_against_the_disk_cap(project: Project):
     """2.7 GB in three O_TMPFILE files no folder names, held open: the walk of the folders sees
     nothing, the watcher counts them through the sandbox's processes and ends the run."""
     steps = [_write("fill.py", HIDDEN_FILL), _bash("hidden fill", "python3 fill.py"), {"text": "DONE"}]
-    hello = yaml.safe_load((REPO / "replay" / "hello.yaml").read_text())
-    hello["trajectories"][1]["steps"] = steps
-    project.add_trajectory("hidden", hello)
-    project.add_preset("replay-hidden", trajectory="hidden")
-    code, out, err = project.run_cli(["launch", "local", "replay", "replay-hidden", "--mission", "hello",
-                                      *SMALL_PROBE], timeout=300)
-    run_dir, rec = project.only_run()
+    code, out, err, run_dir, rec = _launch(project, "hidden", steps)
     assert code == 1, dump(out, err)
     assert rec["status"] == "void" and "disk cap reached" in rec["reason"], rec["reason"]
     assert "held to the end" not in (run_dir / "opencode-events.jsonl").read_text()
@@ -305,13 +313,7 @@ def test_unfinished_bodies_on_the_model_port_leave_the_launcher_bounded(project:
     holds at most its budget across them, so the launcher's peak RSS stays far below."""
     steps = [_write("hold.py", HOLD_BODIES), _bash("hold bodies", "python3 hold.py"),
              _write("REPORT.md", "report\n"), {"text": "DONE"}]
-    hello = yaml.safe_load((REPO / "replay" / "hello.yaml").read_text())
-    hello["trajectories"][1]["steps"] = steps
-    project.add_trajectory("holder", hello)
-    project.add_preset("replay-holder", trajectory="holder")
-    code, out, err = project.run_cli(["launch", "local", "replay", "replay-holder", "--mission", "hello",
-                                      *SMALL_PROBE], timeout=360)
-    run_dir, rec = project.only_run()
+    code, out, err, run_dir, rec = _launch(project, "holder", steps)
     assert "holding 60 connections" in (run_dir / "opencode-events.jsonl").read_text()
     peak = rec["sandbox"]["launcher_peak_rss_mib"]
     assert 0 < peak < 600, peak  # the budget is 256 MiB; 1 GiB went through

@@ -61,6 +61,19 @@ def open_dir(path: Path | str) -> int:
     return os.open(path, _DIR)
 
 
+def open_under(root: Path | str, parts: list[str]) -> int:
+    """The folder `root/parts...`, each component opened relative to the one before with
+    O_NOFOLLOW (no link on the way, no path longer than one name)."""
+    fd = open_dir(root)
+    for part in parts:
+        try:
+            nxt = os.open(part, _DIR, dir_fd=fd)
+        finally:
+            os.close(fd)
+        fd = nxt
+    return fd
+
+
 def _listing(fd: int) -> list[str]:
     return sorted(os.listdir(fd))
 

@@ -272,6 +272,15 @@ def _copy_in(dir_fd: int, name: str, dest: Path) -> bool:
     return True
 
 
+def _write_back(private: Path, dir_fd: int, name: str, st: os.stat_result) -> None:
+    """A private copy the harness scrubbed, written back over the agent's file (`_write_beside`)."""
+    src = os.open(private, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        _write_beside(dir_fd, name, st.st_mode, lambda out: _copy_fd(src, out))
+    finally:
+        os.close(src)
+
+
 def _unlink(dir_fd: int, name: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(name, dir_fd=dir_fd)  # a link is removed, never followed
@@ -329,11 +338,7 @@ def _scrub_sqlite_at(dir_fd: int, name: str, st: os.stat_result, encoded: list[b
             return False, True  # a store we cannot rewrite still holds it: named, and the caller fails closed
         if holds_any(db, encoded):
             return False, True
-        src = os.open(db, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            _write_beside(dir_fd, name, st.st_mode, lambda out: _copy_fd(src, out))
-        finally:
-            os.close(src)
+        _write_back(db, dir_fd, name, st)
     for side_name in (*side, name + "-shm"):
         _unlink(dir_fd, side_name)
     return True, False
@@ -414,11 +419,7 @@ def _scrub_duckdb_at(dir_fd: int, name: str, st: os.stat_result, encoded: list[b
                 return False, True
         except Exception:  # noqa: BLE001 - duckdb's errors have no common base: a store we cannot open is named
             return False, True
-        src = os.open(db, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            _write_beside(dir_fd, name, st.st_mode, lambda out: _copy_fd(src, out))
-        finally:
-            os.close(src)
+        _write_back(db, dir_fd, name, st)
     _unlink(dir_fd, name + ".wal")
     return True, False
 
@@ -530,7 +531,7 @@ def scrub_tree(root: Path, secrets: list[str], last: tuple[str, ...] = (RUN_RECO
                 out.changed += 1
     for rel, _ in sorted(names, key=lambda item: -item[1]):
         *parents, name = rel.split("/")
-        fd = _open_path(root, parents)
+        fd = agentfs.open_under(root, parents)
         try:
             _rename_free(fd, name, _redacted_name(name, encoded))
             out.changed += 1
@@ -538,15 +539,6 @@ def scrub_tree(root: Path, secrets: list[str], last: tuple[str, ...] = (RUN_RECO
             os.close(fd)
     changed, left = scrub_files([root / name for name in last], secrets)
     return out.changed + changed, [*out.left, *(str(Path(p).relative_to(root)) for p in left)]
-
-
-def _open_path(root: Path, parts: list[str]) -> int:
-    fd = agentfs.open_dir(root)
-    for part in parts:
-        nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-        os.close(fd)
-        fd = nxt
-    return fd
 
 
 def scrub_files(paths: Iterable[Path], secrets: list[str]) -> tuple[int, list[str]]:

@@ -26,7 +26,7 @@ from harness.sandbox import agentfs
 from harness.sandbox.confine import Sandbox, View, agent_view, describe_caps, wrap
 from harness.sandbox.denials import count_denials
 from harness.sandbox.identity import AgentIdentity, agent_identity, hand_over, take_back
-from harness.sandbox.limits import DiskWatch, cgroup_name, make_cgroup
+from harness.sandbox.limits import DiskWatch, make_cgroup
 from harness.sandbox.net import Bridge, bridge, is_loopback_url, loopback_ports
 from harness.sandbox.peers import origin_of
 from harness.sandbox.secrets import scrub_tree
