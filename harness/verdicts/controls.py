@@ -16,6 +16,7 @@ control's file name also over its own fix (a changed fix rebuilds that control o
 `manifest.json` records how long each took and its size.
 
     python -m harness.verdicts.controls build [--mission observability] [--only ID ...] [--duration S --vus N]
+                                              [--for-run RUN_ID]   (a set driven as that run was)
     python -m harness.verdicts.controls table [--mission observability] [--store RUN.duckdb]
 """
 
@@ -302,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--only", nargs="*")
     b.add_argument("--duration", type=float, help="drive each store this long (default: the short mode, 10 s)")
     b.add_argument("--vus", type=int, help="with this many users (default 2)")
+    b.add_argument("--for-run", metavar="RUN_ID", help="drive each store as this run's drive was (its harness-drive records)")
     t = sub.add_parser("table")
     t.add_argument("--mission", default="observability")
     t.add_argument("--store", type=Path)
@@ -310,6 +312,16 @@ def main(argv: list[str] | None = None) -> int:
     if a.cmd == "build":
         t0 = time.monotonic()
         drive = {"duration": a.duration or DRIVE["duration"], "vus": a.vus or DRIVE["vus"]}
+        if a.for_run:
+            from harness.paths import ProjectPaths
+            from harness.verdicts.discriminate import run_drive
+
+            if "/" in a.for_run or a.for_run in ("", ".", ".."):
+                raise SystemExit(f"'{a.for_run}' is not a run id (a folder name under .llms-benchmark/runs/)")
+            found = run_drive(ProjectPaths(root).run(a.for_run).dir)
+            if found is None:
+                raise SystemExit(f"run {a.for_run} has no harness drive record (harness-drive-*.json) to drive as")
+            drive = {"duration": found["duration"], "vus": found["vus"]}
         folder = build(mission, a.only, say=lambda m: print(m, file=sys.stderr, flush=True), drive=drive)
         manifest = json.loads((folder / "manifest.json").read_text())
         total = sum(s["bytes"] for s in manifest["stores"].values())
