@@ -1,0 +1,152 @@
+"""Agent traces from a wire log; our file format; AIPerf's Mooncake format and back (issue 37)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from harness.errors import UserError
+from harness.load.agents import aiperf
+from harness.load.agents.synth import Synth, block_ids
+from harness.load.agents.trace import AgentTrace, Session, Turn, dump, from_wire, load
+
+T0 = datetime(2026, 12, 3, 7, 0, tzinfo=UTC)
+
+
+def exchange(start: float, end: float, prompt: int, out: int, messages: int, cached: int = 0, **extra) -> dict:
+    iso = lambda s: (T0 + timedelta(seconds=s)).isoformat()  # noqa: E731
+    return {"started": iso(start), "ended": iso(end), "method": "POST", "path": "/v1/chat/completions",
+            "status": 200, "messages": messages, "tool_calls": ["bash"],
+            "usage": {"prompt_tokens": prompt, "completion_tokens": out, "cached_tokens": cached,
+                      "reasoning_tokens": 0}, **extra}
+
+
+def write_wire(tmp_path: Path, rows: list[dict]) -> Path:
+    path = tmp_path / "wire.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+# a parent of three turns; after its first, a `task` child of two turns runs; the parent rejoins
+WIRE = [
+    exchange(0.0, 1.0, 1000, 50, 2),
+    {"started": T0.isoformat(), "ended": T0.isoformat(), "method": "GET", "path": "/v1/models", "status": 200},
+    exchange(1.5, 2.0, 300, 20, 2),           # a child: holds less than the parent's prompt and answer
+    exchange(2.25, 2.5, 340, 10, 4),
+    exchange(3.0, 4.0, 1400, 60, 4),          # the parent again: holds its last prompt and answer
+    exchange(4.5, 5.0, 900, 5, 6),            # the prompt shrank (compaction)
+]
+
+
+def test_turns_think_times_and_reuse_from_a_wire_log(tmp_path: Path) -> None:
+    wire = [WIRE[0], WIRE[1], exchange(1.5, 2.0, 300, 20, 1), WIRE[3] | {"messages": 3}, WIRE[4] | {"messages": 5},
+            WIRE[5] | {"messages": 7}]
+    trace = from_wire(write_wire(tmp_path, wire), block_size=16)
+    assert [s.id for s in trace.sessions] == ["s0", "s1", "s2"]
+    parent, child, shrunk = trace.sessions
+    assert [t.prompt_tokens for t in parent.turns] == [1000, 1400]
+    assert [t.prompt_tokens for t in child.turns] == [300, 340]
+    assert (child.parent, child.fork_after_turn, child.rejoin_before_turn) == ("s0", 0, 1)
+    assert parent.turns[0].think_s is None and parent.turns[1].think_s == pytest.approx(2.0)
+    assert child.turns[1].think_s == pytest.approx(0.25)
+    assert parent.turns[1].reused_blocks == 1000 // 16 and parent.turns[1].reuse == "append"
+    # a prompt that shrank (compaction) holds no session's last prompt: it reads as a child (documented)
+    assert (shrunk.parent, shrunk.fork_after_turn, shrunk.turns[0].reused_blocks) == ("s0", 1, 0)
+    assert [t.output_tokens for t in parent.turns] == [50, 60]
+    assert parent.turns[0].duration_s == pytest.approx(1.0)
+
+
+def test_overlapping_exchanges_are_separate_sessions(tmp_path: Path) -> None:
+    trace = from_wire(write_wire(tmp_path, [exchange(0, 2, 100, 5, 2), exchange(1, 3, 120, 5, 2)]))
+    assert len(trace.sessions) == 2 and trace.sessions[1].parent == "s0"
+
+
+def test_our_format_round_trips(tmp_path: Path) -> None:
+    trace = from_wire(write_wire(tmp_path, WIRE))
+    dump(trace, tmp_path / "t.trace.jsonl")
+    assert load(tmp_path / "t.trace.jsonl") == trace
+
+
+def carried(trace: AgentTrace) -> list:
+    """What the Mooncake export carries of a trace (everything but the reuse source, cached and tools)."""
+    return [(s.id, s.parent, s.fork_after_turn, s.rejoin_before_turn,
+             [(round(t.start_s, 3), t.prompt_tokens, t.reused_blocks, t.output_tokens,
+               None if t.think_s is None else round(t.think_s, 3),
+               None if t.duration_s is None else round(t.duration_s, 3)) for t in s.turns])
+            for s in trace.sessions]
+
+
+def test_aiperf_round_trip(tmp_path: Path) -> None:
+    wire = [WIRE[0], exchange(1.5, 2.0, 300, 20, 1), exchange(2.25, 2.5, 340, 10, 3), exchange(3.0, 4.0, 1400, 60, 5)]
+    ours = from_wire(write_wire(tmp_path, wire), block_size=16)
+    n = aiperf.export(ours, tmp_path / "mooncake.jsonl")
+    assert n == 4
+    rows = [json.loads(line) for line in (tmp_path / "mooncake.jsonl").read_text().splitlines()]
+    for row in rows:  # AIPerf's own check (PromptGenerator._build_token_sequence)
+        last = row["input_length"] - (len(row["hash_ids"]) - 1) * 16
+        assert 0 < last <= 16
+        assert "session_id" not in row  # AIPerf would treat input_length as a delta
+    assert [r["timestamp"] for r in rows] == sorted(r["timestamp"] for r in rows)
+    back = aiperf.import_file(tmp_path / "mooncake.jsonl", block_size=16)
+    assert carried(back) == carried(ours)
+
+
+def test_a_foreign_mooncake_file_reads_as_one_session_a_row(tmp_path: Path) -> None:
+    path = tmp_path / "fast25.jsonl"
+    path.write_text('{"timestamp": 0, "input_length": 40, "output_length": 3, "hash_ids": [1, 2, 3]}\n'
+                    '{"timestamp": 10, "input_length": 50, "output_length": 3, "hash_ids": [1, 2, 4, 5]}\n')
+    trace = aiperf.import_file(path, block_size=16)
+    assert [len(s.turns) for s in trace.sessions] == [1, 1]
+
+
+@pytest.mark.parametrize("line,field", [
+    ('{"timestamp": 0, "input_length": 40, "output_length": 3, "hash_ids": [1]}', "hash_ids"),
+    ('{"timestamp": 0, "input_length": -1, "output_length": 3, "hash_ids": []}', "input_length"),
+    ('{"timestamp": 0, "input_length": 4, "output_length": 3, "hash_ids": "x"}', "hash_ids"),
+    ('not json', None),
+])
+def test_bad_mooncake_rows_are_one_clear_error(tmp_path: Path, line: str, field: str | None) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text(line + "\n")
+    with pytest.raises(UserError) as exc:
+        aiperf.import_file(path, block_size=16)
+    assert exc.value.fix and (field is None or exc.value.field == field)
+
+
+def test_bad_trace_files_name_the_field(tmp_path: Path) -> None:
+    trace = from_wire(write_wire(tmp_path, WIRE))
+    path = tmp_path / "t.trace.jsonl"
+    dump(trace, path)
+    lines = path.read_text().splitlines()
+    session = json.loads(lines[1])
+    session["turns"][1]["reused_blocks"] = 10_000
+    path.write_text("\n".join([lines[0], json.dumps(session)]) + "\n")
+    with pytest.raises(UserError) as exc:
+        load(path)
+    assert "reused_blocks" in str(exc.value)
+    with pytest.raises(UserError):
+        load(tmp_path / "missing.trace.jsonl")
+    with pytest.raises(UserError) as exc:
+        from_wire(write_wire(tmp_path, [{"path": "/v1/models", "status": 200}]))
+    assert "no completed chat exchange" in str(exc.value)
+
+
+def trace_of(*turns: tuple[int, int]) -> AgentTrace:
+    return AgentTrace(block_size=16, sessions=[Session(id="s0", turns=[
+        Turn(start_s=i, prompt_tokens=p, reused_blocks=r, output_tokens=4, think_s=None if i == 0 else 0.01)
+        for i, (p, r) in enumerate(turns)])])
+
+
+def test_synthesised_prompts_keep_lengths_and_block_reuse_and_differ_across_copies() -> None:
+    trace = trace_of((100, 0), (180, 6), (60, 2))
+    a, b = Synth(trace, 0), Synth(trace, 1)
+    p = [a.prompt("s0", i).split() for i in range(3)]
+    assert [len(x) for x in p] == [100, 180, 60]
+    assert p[1][:6 * 16] == p[0][:6 * 16] and p[1][6 * 16:7 * 16] != p[0][6 * 16:7 * 16]
+    assert p[2][:32] == p[1][:32] and p[2][32:48] != p[1][32:48]
+    q = b.prompt("s0", 0).split()
+    assert q[0] != p[0][0] and sum(x == y for x, y in zip(q[1:16], p[0][1:16], strict=True)) < 15
+    assert block_ids(trace)[("s0", 1)][:6] == block_ids(trace)[("s0", 0)][:6]
