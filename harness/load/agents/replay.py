@@ -1,0 +1,186 @@
+"""N concurrent copies of an agent trace against an OpenAI-compatible server.
+
+Copy c starts `c * stagger_s` after the first; within a copy each session runs its turns in
+order, one request in flight, and waits the recorded think time after each answer before the
+next request (measured from the answer's last byte to the next request's start, on the
+loop's monotonic clock; timers on harness/replay/precise_loop.py's loop, so microseconds,
+not epoll's milliseconds). A child session starts after its parent's fork turn ends (plus the
+recorded gap); the parent's rejoin turn waits for the child to end (plus the recorded gap).
+Each copy's prompts come from its own `Synth` (distinct words, same block structure).
+
+Bounded: every request has an idle timeout, and the whole run a wall-clock limit after which
+unfinished turns are cancelled and reported as such.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import asdict, dataclass, field
+
+from harness.load.agents.synth import Synth
+from harness.load.agents.trace import AgentTrace, Session
+from harness.load.client import CHAT_PATH, StreamClient, chat_payload
+from harness.replay.precise_loop import precise_loop, sleep_until
+
+
+@dataclass
+class TurnResult:
+    copy: int
+    session: str
+    turn: int
+    ok: bool
+    error: str | None = None
+    start_s: float = 0.0  # request start, seconds after the run's start
+    end_s: float | None = None
+    think_target_s: float | None = None  # the wait asked for before this request
+    think_s: float | None = None  # the wait kept: previous answer's end (or the awaited child's) to this start
+    ttft_s: float | None = None
+    turn_s: float | None = None  # request start to the answer's end
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    decode_tok_s: float | None = None  # (tokens - 1) / (last token - first token)
+
+
+@dataclass
+class ReplayOptions:
+    base_url: str
+    model: str
+    copies: int
+    stagger_s: float = 1.0
+    salt: int = 0
+    api_key: str | None = None
+    request_timeout_s: float = 600.0
+    limit_s: float = 3600.0
+
+
+@dataclass
+class ReplayResult:
+    copies: int
+    turns: list[TurnResult] = field(default_factory=list)
+    timed_out: bool = False
+    wall_s: float = 0.0
+
+    def as_dict(self) -> dict:
+        return {"copies": self.copies, "timed_out": self.timed_out, "wall_s": self.wall_s,
+                "turns": [asdict(t) for t in self.turns]}
+
+
+def _gap(parent_end_s: float | None, start_s: float) -> float:
+    return max(0.0, start_s - parent_end_s) if parent_end_s is not None else 0.0
+
+
+class _Copy:
+    def __init__(self, trace: AgentTrace, copy: int, opts: ReplayOptions, client: StreamClient,
+                 loop: asyncio.AbstractEventLoop, t0: float, out: list[TurnResult]) -> None:
+        self.trace, self.copy, self.opts, self.client, self.loop, self.t0 = trace, copy, opts, client, loop, t0
+        self.synth = Synth(trace, copy, opts.salt)
+        self.out = out
+        self.ends: dict[tuple[str, int], float] = {}  # (session, turn) -> answer's end (loop clock)
+        self.done: dict[str, asyncio.Event] = {s.id: asyncio.Event() for s in trace.sessions}
+        self.session_end: dict[str, float] = {}
+        self.forked: dict[tuple[str, int], list[Session]] = {}
+        self.joins: dict[tuple[str, int], list[Session]] = {}
+        for s in trace.sessions:
+            if s.parent is not None:
+                self.forked.setdefault((s.parent, s.fork_after_turn), []).append(s)
+                if s.rejoin_before_turn is not None:
+                    self.joins.setdefault((s.parent, s.rejoin_before_turn), []).append(s)
+        self.tasks: list[asyncio.Task] = []
+
+    def _recorded_end(self, s: Session, i: int) -> float | None:
+        t = s.turns[i]
+        return t.start_s + t.duration_s if t.duration_s is not None else None
+
+    async def run(self, start_at: float) -> None:
+        await sleep_until(self.loop, start_at)
+        roots = [s for s in self.trace.sessions if s.parent is None]
+        first = min(s.turns[0].start_s for s in roots)
+        self.tasks = [asyncio.ensure_future(self.session(s, start_at + s.turns[0].start_s - first, None))
+                      for s in roots]
+        while self.tasks:  # children add themselves as they fork
+            task = self.tasks.pop()
+            await task
+
+    async def session(self, s: Session, start_at: float, after: float | None) -> None:
+        try:
+            await sleep_until(self.loop, start_at)
+            prev_end = after
+            for i, t in enumerate(s.turns):
+                target = t.think_s if i > 0 else None
+                wait_from = prev_end
+                for child in self.joins.get((s.id, i), []):
+                    await self.done[child.id].wait()
+                    child_end = self.session_end.get(child.id, prev_end)
+                    rec = self._recorded_end(child, len(child.turns) - 1)
+                    target = _gap(rec, t.start_s)
+                    wait_from = max(wait_from or 0.0, child_end or 0.0)
+                request = self.prepare(s, i)  # built before the wait, so the wait is the whole delay
+                if wait_from is not None and target is not None:
+                    await sleep_until(self.loop, wait_from + target)
+                prev_end = await self.request(s, i, request, target, wait_from)
+                for child in self.forked.get((s.id, i), []):
+                    rec = self._recorded_end(s, i)
+                    delay = _gap(rec, child.turns[0].start_s)
+                    self.tasks.append(asyncio.ensure_future(self.session(child, prev_end + delay, prev_end)))
+        finally:
+            self.session_end[s.id] = self.loop.time()
+            self.done[s.id].set()
+
+    def prepare(self, s: Session, i: int) -> bytes:
+        payload = chat_payload(self.opts.model, self.synth.prompt(s.id, i), s.turns[i].output_tokens)
+        return self.client.request_bytes("POST", CHAT_PATH, json.dumps(payload).encode())
+
+    async def request(self, s: Session, i: int, request: bytes, target: float | None,
+                      wait_from: float | None) -> float:
+        r = await self.client.send(request)
+        if r.ok and not r.token_ns:  # as StreamClient.stream judges a stream
+            r.ok, r.error = False, "no output tokens received"
+        start, end = r.start_ns / 1e9, (r.end_ns or r.start_ns) / 1e9
+        decode = None
+        if r.completion_tokens and r.completion_tokens > 1 and len(r.token_ns) > 1 and r.token_ns[-1] > r.token_ns[0]:
+            decode = (r.completion_tokens - 1) / ((r.token_ns[-1] - r.token_ns[0]) / 1e9)
+        self.out.append(TurnResult(
+            copy=self.copy, session=s.id, turn=i, ok=r.ok, error=r.error, start_s=start - self.t0, end_s=end - self.t0,
+            think_target_s=target, think_s=None if wait_from is None else start - wait_from, ttft_s=r.ttft_s,
+            turn_s=r.e2e_s, prompt_tokens=r.prompt_tokens, completion_tokens=r.completion_tokens,
+            decode_tok_s=decode))
+        return end
+
+
+async def _run(trace: AgentTrace, opts: ReplayOptions) -> ReplayResult:
+    loop = asyncio.get_running_loop()
+    client = StreamClient(opts.base_url, api_key=opts.api_key, idle_timeout=opts.request_timeout_s)
+    result = ReplayResult(copies=opts.copies)
+    # loop.time() and perf_counter_ns() read the same monotonic clock on Linux (CLOCK_MONOTONIC)
+    t0 = time.perf_counter()
+    base = loop.time() + 0.05
+    copies = [_Copy(trace, c, opts, client, loop, t0, result.turns) for c in range(opts.copies)]
+    tasks = [asyncio.ensure_future(c.run(base + c.copy * opts.stagger_s)) for c in copies]
+    try:
+        _, pending = await asyncio.wait(tasks, timeout=opts.limit_s)
+        if pending:
+            result.timed_out = True
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        for task in tasks:
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                raise task.exception()
+    finally:
+        await client.aclose()
+    result.wall_s = time.perf_counter() - t0
+    result.turns.sort(key=lambda t: (t.copy, t.start_s))
+    return result
+
+
+def replay(trace: AgentTrace, opts: ReplayOptions) -> ReplayResult:
+    """Run the copies to the end (or `limit_s`); every turn's timings."""
+    if opts.copies < 1:
+        raise ValueError("copies must be at least 1")
+    loop = precise_loop()
+    try:
+        return loop.run_until_complete(_run(trace, opts))
+    finally:
+        loop.close()

@@ -1,0 +1,100 @@
+"""`load agents` against the timed replay server (a real process speaking the OpenAI stream):
+think times kept, turn order, child sessions forked and rejoined, distinct copies, and the
+sweep's stopping rule. Timing bounds here are generous (a loaded 2-core machine); the tight
+figures are measured by bench/agents_think.py."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest
+from timed_replay import MODEL, make_timed  # noqa: F401 - the fixture
+
+from harness.load.agents.replay import ReplayOptions, replay
+from harness.load.agents.sweep import LevelStats, Slo, default_levels, sweep
+from harness.load.agents.trace import AgentTrace, Session, Turn
+
+
+def turn(start: float, prompt: int, reused: int, out: int, think: float | None, dur: float = 0.1) -> Turn:
+    return Turn(start_s=start, prompt_tokens=prompt, reused_blocks=reused, output_tokens=out, think_s=think,
+                duration_s=dur)
+
+
+# a parent of three turns; after its first a child of two turns runs, and the parent's third waits for it
+TRACE = AgentTrace(block_size=16, sessions=[
+    Session(id="s0", turns=[turn(0.0, 200, 0, 8, None), turn(0.3, 260, 12, 8, 0.2), turn(1.0, 300, 16, 4, 0.1)]),
+    # the child outlasts the parent's second turn: the parent's third must wait for it, not its own think
+    Session(id="s1", parent="s0", fork_after_turn=0, rejoin_before_turn=2,
+            turns=[turn(0.15, 80, 0, 6, None), turn(0.9, 120, 5, 6, 0.5, dur=0.05)]),
+])
+
+
+def test_copies_keep_think_times_order_forks_and_distinct_content(make_timed) -> None:  # noqa: F811
+    server = make_timed("--ttft", "0.02", "--itl", "0.002")
+    result = replay(TRACE, ReplayOptions(base_url=server.url, model=MODEL, copies=3, stagger_s=0.05, limit_s=60))
+    assert not result.timed_out and len(result.turns) == 3 * 5 and all(t.ok for t in result.turns)
+    by = {(t.copy, t.session, t.turn): t for t in result.turns}
+    for c in range(3):
+        # turn order within each session, and each request waited at least its think time
+        for sid, n in (("s0", 3), ("s1", 2)):
+            starts = [by[(c, sid, i)].start_s for i in range(n)]
+            assert starts == sorted(starts)
+        for t in (by[(c, "s0", 1)], by[(c, "s1", 1)]):
+            assert t.think_s >= t.think_target_s - 1e-4 and t.think_s - t.think_target_s < 0.25
+        # the child starts after the parent's fork turn ends; the parent's third turn after the child ends
+        assert by[(c, "s1", 0)].start_s >= by[(c, "s0", 0)].end_s
+        assert by[(c, "s0", 2)].start_s >= by[(c, "s1", 1)].end_s
+        # the third turn's wait is the recorded gap after the child's end (1.0 - (0.9 + 0.05))
+        assert by[(c, "s0", 2)].think_target_s == pytest.approx(0.05)
+    errors = sorted(abs(t.think_s - t.think_target_s) for t in result.turns if t.think_target_s is not None)
+    assert errors[len(errors) // 2] < 0.05  # p50; bench/agents_think.py measures the real figure
+    # the server saw every copy's prompts at the trace's lengths, each copy under its own tag
+    seen: dict[str, list[int]] = defaultdict(list)
+    for row in server.log():
+        seen[row["tag"]].append(row["usage"]["prompt_tokens"])
+    assert {tag: sorted(v) for tag, v in seen.items()} == {
+        f"a{c}-{sid}": sorted(t.prompt_tokens for t in TRACE.session(sid).turns)
+        for c in range(3) for sid in ("s0", "s1")}
+    assert [t.completion_tokens for t in result.turns if t.copy == 0 and t.session == "s0"] == [8, 8, 4]
+
+
+def fake_level(ttft_per_copy: float):
+    """A server whose TTFT grows with concurrency: n copies -> TTFT n * ttft_per_copy."""
+    ran: list[int] = []
+
+    def run(n: int) -> LevelStats:
+        ran.append(n)
+        return LevelStats(copies=n, turns=10, failed=0, ttft_p50_s=n * ttft_per_copy, ttft_p99_s=n * ttft_per_copy,
+                          turn_p50_s=1.0, turn_p99_s=1.0, decode_p50_tok_s=10.0, think_error_p50_s=0.0)
+    return run, ran
+
+
+def test_sweep_stops_at_the_first_failure_and_bisects() -> None:
+    run, ran = fake_level(0.01)
+    out = sweep(run, default_levels(16), Slo(ttft_p99_s=0.055, turn_p99_s=2.0))
+    assert ran == [1, 2, 4, 8, 6, 5] and out.sustained == 5  # 16 is never run
+    run, ran = fake_level(1.0)
+    out = sweep(run, [1, 2, 4], Slo(ttft_p99_s=0.5, turn_p99_s=2.0))
+    assert ran == [1] and out.sustained == 0 and "TTFT p99" in out.levels[0].why
+    run, ran = fake_level(0.01)
+    assert sweep(run, [1, 2, 4], Slo(ttft_p99_s=1, turn_p99_s=2.0)).sustained == 4 and ran == [1, 2, 4]
+
+
+def test_a_failed_turn_fails_its_level() -> None:
+    stats = LevelStats(copies=2, turns=4, failed=1, ttft_p50_s=0.01, ttft_p99_s=0.01, turn_p50_s=0.1,
+                       turn_p99_s=0.1, decode_p50_tok_s=1.0, think_error_p50_s=0.0)
+    assert not stats.judge(Slo(1, 1)).passed and "1 failed" in stats.why
+
+
+def test_sweep_against_a_server_that_queues(make_timed) -> None:  # noqa: F811
+    # one request at a time: a second agent's request waits a whole answer (~0.23 s) for its first token
+    server = make_timed("--ttft", "0.03", "--itl", "0.005", "--max-running", "1")
+    one = AgentTrace(block_size=16, sessions=[Session(id="s0", turns=[turn(0, 64, 0, 40, None),
+                                                                      turn(0.5, 120, 4, 40, 0.05)])])
+
+    def level(n: int) -> LevelStats:
+        return LevelStats.of(replay(one, ReplayOptions(base_url=server.url, model=MODEL, copies=n, stagger_s=0,
+                                                       limit_s=60)))
+    out = sweep(level, [1, 2, 4], Slo(ttft_p99_s=0.15, turn_p99_s=5.0))
+    assert [lv.copies for lv in out.levels] == [1, 2] and out.sustained == 1
+    assert out.levels[1].ttft_p99_s > out.levels[0].ttft_p99_s
