@@ -5,14 +5,19 @@ figures are measured by bench/agents_think.py."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
-from timed_replay import MODEL, make_timed  # noqa: F401 - the fixture
+from timed_replay import MODEL, REPO, make_timed  # noqa: F401 - the fixture
 
 from harness.load.agents.replay import ReplayOptions, replay
 from harness.load.agents.sweep import LevelStats, Slo, default_levels, sweep
-from harness.load.agents.trace import AgentTrace, Session, Turn
+from harness.load.agents.trace import AgentTrace, Session, Turn, dump
 
 
 def turn(start: float, prompt: int, reused: int, out: int, think: float | None, dur: float = 0.1) -> Turn:
@@ -98,3 +103,53 @@ def test_sweep_against_a_server_that_queues(make_timed) -> None:  # noqa: F811
     out = sweep(level, [1, 2, 4], Slo(ttft_p99_s=0.15, turn_p99_s=5.0))
     assert [lv.copies for lv in out.levels] == [1, 2] and out.sustained == 1
     assert out.levels[1].ttft_p99_s > out.levels[0].ttft_p99_s
+
+
+def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([str(REPO / ".venv" / "bin" / "llms-benchmark"), *args], capture_output=True, text=True,
+                          timeout=120, stdin=subprocess.DEVNULL, cwd=cwd, env={**os.environ, "COLUMNS": "250"})
+
+
+def test_cli_trace_then_sweep(make_timed, tmp_path: Path) -> None:  # noqa: F811
+    run = tmp_path / "run"
+    run.mkdir()
+    t0 = datetime(2026, 12, 3, tzinfo=UTC)
+    rows = [(0.0, 0.2, 100, 6), (0.4, 0.6, 130, 6)]
+    (run / "wire.jsonl").write_text("".join(json.dumps({
+        "started": (t0 + timedelta(seconds=a)).isoformat(), "ended": (t0 + timedelta(seconds=b)).isoformat(),
+        "path": "/v1/chat/completions", "status": 200, "messages": 2,
+        "usage": {"prompt_tokens": p, "completion_tokens": o}}) + "\n" for a, b, p, o in rows))
+    made = cli("load-trace", str(run), "--out", str(tmp_path / "t.trace.jsonl"), "--mooncake",
+               str(tmp_path / "m.jsonl"), "--json", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    assert json.loads(made.stdout)["turns"] == 2 and (tmp_path / "m.jsonl").is_file()
+    server = make_timed("--ttft", "0.02", "--itl", "0.002")
+    swept = cli("load-agents", str(tmp_path / "t.trace.jsonl"), "--base-url", server.url, "--copies", "1,2",
+                "--stagger", "0.05", "--ttft-p99", "5", "--turn-p99", "10", "--out-dir", str(tmp_path / "out"),
+                "--json", cwd=tmp_path)
+    assert swept.returncode == 0, swept.stderr
+    printed = json.loads(swept.stdout)
+    assert printed["sustained"] == 2 and [lv["copies"] for lv in printed["levels"]] == [1, 2]
+    saved = json.loads(Path(printed["results"]).read_text())
+    assert saved["model"] == MODEL and len(saved["turns_by_level"]["2"]) == 4
+    # the Mooncake export drives the same sweep
+    again = cli("load-agents", str(tmp_path / "m.jsonl"), "--mooncake-block-size", "16", "--base-url", server.url,
+                "--copies", "1", "--out-dir", str(tmp_path / "out"), "--json", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+
+
+@pytest.mark.parametrize("args,field", [
+    (["--copies", "a,b"], "--copies"),
+    (["--copies", "0"], "--copies"),
+    (["--stagger", "-1"], "--stagger"),
+])
+def test_cli_bad_input_is_one_clear_error(tmp_path: Path, args: list[str], field: str) -> None:
+    trace = tmp_path / "t.trace.jsonl"
+    dump(TRACE, trace)
+    out = cli("load-agents", str(trace), "--base-url", "http://127.0.0.1:9", *args, cwd=tmp_path)
+    assert out.returncode == 2 and field in out.stderr and "Traceback" not in out.stderr
+
+
+def test_cli_missing_trace_is_one_clear_error(tmp_path: Path) -> None:
+    out = cli("load-agents", str(tmp_path / "none.trace.jsonl"), "--base-url", "http://127.0.0.1:9", cwd=tmp_path)
+    assert out.returncode == 2 and "no trace file" in out.stderr and "Traceback" not in out.stderr

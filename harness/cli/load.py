@@ -93,3 +93,92 @@ def load(
 
 def register(app: typer.Typer) -> None:
     app.command()(load)
+    register_agents(app)
+
+
+@user_errors
+def load_trace(
+    source: Annotated[Path, typer.Argument(help="A run folder holding wire.jsonl, or a wire.jsonl file.")],
+    out: Annotated[Path, typer.Option("--out", help="Our trace file to write (*.trace.jsonl).")],
+    block_size: Annotated[int, typer.Option(help="KV block size the prefix reuse is counted in.")] = 16,
+    mooncake: Annotated[Path | None, typer.Option(
+        help="Also write AIPerf's Mooncake trace here (run it with --isl-block-size BLOCK_SIZE).")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """An agent trace from a run's wire log: each session's turns, prefix reuse and think times."""
+    from harness.load.agents.run import make_trace
+
+    trace = make_trace(source, out, block_size=block_size, mooncake=mooncake)
+    table = Table("session", "parent", "turns", "prompt tokens (first..last)", "think p50 s", title=f"trace: {out}")
+    for s in trace.sessions:
+        thinks = sorted(t.think_s for t in s.turns if t.think_s is not None)
+        table.add_row(s.id, s.parent or "", str(len(s.turns)), f"{s.turns[0].prompt_tokens}..{s.turns[-1].prompt_tokens}",
+                      f"{thinks[len(thinks) // 2]:.3f}" if thinks else "")
+    emit({"trace": str(out), "mooncake": str(mooncake) if mooncake else None, "sessions": len(trace.sessions),
+          "turns": sum(len(s.turns) for s in trace.sessions)}, as_json, table)
+
+
+@user_errors
+def load_agents(
+    trace_file: Annotated[Path, typer.Argument(help="A *.trace.jsonl (llms-benchmark load-trace), or with "
+                                                    "--mooncake-block-size an AIPerf Mooncake trace.")],
+    base_url: Annotated[str, typer.Option("--base-url", help="The OpenAI-compatible server's base URL.")],
+    model: Annotated[str, typer.Option("--model", help="Served model name (default: the first /v1/models lists).")
+                     ] = "",
+    copies: Annotated[str, typer.Option(help="Concurrent agents per level, comma-separated (ascending).")
+                      ] = "1,2,4,8,16",
+    stagger: Annotated[float, typer.Option(help="Seconds between the starts of successive copies.")] = 1.0,
+    ttft_p99: Annotated[float, typer.Option(help="SLO: TTFT p99 at most this many seconds.")] = 2.0,
+    turn_p99: Annotated[float, typer.Option(help="SLO: turn time (request to last token) p99 at most this (s).")
+                        ] = 60.0,
+    bisect: Annotated[bool, typer.Option("--bisect/--no-bisect", help="Bisect between the last pass and first fail."
+                                         )] = True,
+    limit: Annotated[float, typer.Option(help="Wall-clock limit of one level (s); unfinished turns fail it.")
+                     ] = 1800.0,
+    mooncake_block_size: Annotated[int | None, typer.Option(
+        help="Read TRACE_FILE as AIPerf's Mooncake format with this block size.")] = None,
+    out_dir: Annotated[Path | None, typer.Option(help="Parent of <UTC>-agents/ (default ./bench-results).")] = None,
+    api_key_env: Annotated[str, typer.Option(help="Name of the env var holding the API key.")] = "",
+    as_json: JsonOpt = False,
+) -> None:
+    """N concurrent copies of an agent trace; the number of agents sustained under a TTFT/turn-time SLO."""
+    from harness.load.agents.run import read_trace, run_agents
+    from harness.load.agents.sweep import Slo
+    from harness.probe import api_key_from_env
+
+    try:
+        levels = sorted({int(x) for x in copies.split(",") if x.strip()})
+    except ValueError:
+        raise UserError(f"--copies {copies!r} is not a list of integers", field="--copies", fix="e.g. 1,2,4,8") from None
+    for name, value in {"--copies": min(levels, default=0), "--ttft-p99": ttft_p99, "--turn-p99": turn_p99,
+                        "--limit": limit}.items():
+        if value <= 0:
+            raise UserError(f"{name} must be positive (got {value})", field=name, fix=f"give {name} above 0")
+    if stagger < 0:
+        raise UserError("--stagger cannot be negative", field="--stagger", fix="give 0 or more seconds")
+    trace = read_trace(trace_file, mooncake_block_size=mooncake_block_size)
+    slo = Slo(ttft_p99_s=ttft_p99, turn_p99_s=turn_p99)
+    say(f"load-agents: {trace_file} ({len(trace.sessions)} sessions) at {base_url}; SLO: {slo.describe()}")
+    outcome, path = run_agents(trace, base_url=base_url, model=model, levels=levels, slo=slo, stagger_s=stagger,
+                               limit_s=limit, out_root=out_dir or project_root() / "bench-results",
+                               api_key=api_key_from_env(api_key_env or None), bisect=bisect,
+                               on_level=lambda lv: say(f"  {lv.copies} agents: {'pass' if lv.passed else 'FAIL'} "
+                                                       f"({lv.why})"))
+
+    def s(v: float | None) -> str:
+        return "" if v is None else f"{v:.3f}"
+    table = Table("agents", "turns", "failed", "TTFT p50 s", "TTFT p99 s", "turn p50 s", "turn p99 s",
+                  "decode p50 tok/s", "think err p50 ms", "SLO",
+                  title=f"{outcome.sustained} agents sustained under {outcome.slo}")
+    for lv in outcome.levels:
+        table.add_row(str(lv.copies), str(lv.turns), str(lv.failed), s(lv.ttft_p50_s), s(lv.ttft_p99_s),
+                      s(lv.turn_p50_s), s(lv.turn_p99_s), s(lv.decode_p50_tok_s),
+                      "" if lv.think_error_p50_s is None else f"{lv.think_error_p50_s * 1000:.2f}",
+                      "pass" if lv.passed else "fail")
+    emit({"results": str(path), **outcome.as_dict()}, as_json, table)
+    raise typer.Exit(0 if outcome.sustained else 1)
+
+
+def register_agents(app: typer.Typer) -> None:
+    app.command("load-trace")(load_trace)
+    app.command("load-agents")(load_agents)

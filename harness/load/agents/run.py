@@ -1,0 +1,71 @@
+"""What the `load-trace` and `load-agents` verbs do, without the command line."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+
+from harness.errors import UserError
+from harness.load.agents import aiperf
+from harness.load.agents.replay import ReplayOptions, replay
+from harness.load.agents.sweep import LevelStats, Slo, SweepResult, sweep
+from harness.load.agents.trace import AgentTrace, dump, from_wire, load
+from harness.wire.openai import bearer, model_ids, models_url, root_url
+
+
+def make_trace(source: Path, out: Path, *, block_size: int, mooncake: Path | None = None) -> AgentTrace:
+    """A run folder (or its wire.jsonl) -> our trace file, and AIPerf's Mooncake file if asked."""
+    wire = source / "wire.jsonl" if source.is_dir() else source
+    trace = from_wire(wire, block_size=block_size, source=source.name if source.is_dir() else str(source))
+    dump(trace, out)
+    if mooncake is not None:
+        aiperf.export(trace, mooncake)
+    return trace
+
+
+def read_trace(path: Path, *, mooncake_block_size: int | None = None) -> AgentTrace:
+    if mooncake_block_size is not None:
+        return aiperf.import_file(path, block_size=mooncake_block_size)
+    return load(path)
+
+
+def served_model(base_url: str, api_key: str | None) -> str:
+    url = models_url(root_url(base_url))
+    try:
+        answer = httpx.get(url, headers=bearer(api_key), timeout=10)
+        answer.raise_for_status()
+        ids = model_ids(answer.json())
+    except (httpx.HTTPError, ValueError) as exc:
+        raise UserError(f"could not list the served models at {url}: {exc}", field="--model",
+                        fix="check the server is up, or name the model with --model") from None
+    if not ids:
+        raise UserError(f"{url} lists no model", field="--model", fix="name the served model with --model")
+    return ids[0]
+
+
+def run_agents(trace: AgentTrace, *, base_url: str, model: str, levels: list[int], slo: Slo, stagger_s: float,
+               limit_s: float, out_root: Path, api_key: str | None = None, bisect: bool = True,
+               on_level: Callable[[LevelStats], None] | None = None) -> tuple[SweepResult, Path]:
+    """The sweep; every level's turns and figures written to out_root/<UTC>/agents.json."""
+    model = model or served_model(base_url, api_key)
+    folder = out_root / datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ-agents")
+    folder.mkdir(parents=True, exist_ok=True)
+    turns: dict[int, list] = {}
+
+    def level(n: int) -> LevelStats:
+        result = replay(trace, ReplayOptions(base_url=base_url, model=model, copies=n, stagger_s=stagger_s,
+                                             api_key=api_key, limit_s=limit_s))
+        turns[n] = result.as_dict()["turns"]
+        return LevelStats.of(result)
+
+    outcome = sweep(level, levels, slo, bisect=bisect, on_level=on_level)
+    path = folder / "agents.json"
+    path.write_text(json.dumps({"trace": trace.source, "sessions": len(trace.sessions),
+                                "turns_per_copy": sum(len(s.turns) for s in trace.sessions), "model": model,
+                                "base_url": base_url, "stagger_s": stagger_s, **outcome.as_dict(),
+                                "turns_by_level": turns}, indent=1) + "\n")
+    return outcome, path
