@@ -150,3 +150,52 @@ def test_synthesised_prompts_keep_lengths_and_block_reuse_and_differ_across_copi
     q = b.prompt("s0", 0).split()
     assert q[0] != p[0][0] and sum(x == y for x, y in zip(q[1:16], p[0][1:16], strict=True)) < 15
     assert block_ids(trace)[("s0", 1)][:6] == block_ids(trace)[("s0", 0)][:6]
+
+
+def test_weka_round_trip_with_a_subagent(tmp_path: Path) -> None:
+    from harness.load.agents import weka
+    wire = [exchange(0.0, 1.0, 1000, 50, 2, first_data=(T0 + timedelta(seconds=0.3)).isoformat()),
+            exchange(1.5, 2.0, 300, 20, 1), exchange(2.25, 2.5, 340, 10, 3), exchange(3.0, 4.0, 1400, 60, 5),
+            exchange(4.2, 4.5, 1500, 6, 7)]
+    ours = from_wire(write_wire(tmp_path, wire), block_size=16)
+    assert ours.sessions[0].turns[0].ttft_s == pytest.approx(0.3)
+    paths = weka.export(ours, tmp_path / "weka", model="m")
+    assert [p.name for p in paths] == ["s0.json"]
+    obj = json.loads(paths[0].read_text())
+    assert set(obj) == {"id", "models", "block_size", "hash_id_scope", "tool_tokens", "system_tokens", "requests"}
+    assert [r["type"] for r in obj["requests"]] == ["s", "subagent", "s", "s"]
+    assert obj["requests"][1]["status"] == "completed" and obj["requests"][1]["agent_id"] == "s1"
+    back = weka.import_paths([tmp_path / "weka"])
+    assert carried(back) == carried(ours)
+    assert [t.ttft_s for t in back.sessions[0].turns] == [t.ttft_s for t in ours.sessions[0].turns]
+
+
+def test_weka_refuses_what_it_cannot_say() -> None:
+    from harness.load.agents import weka
+    one = [Turn(start_s=0, prompt_tokens=20, reused_blocks=0, output_tokens=2),
+           Turn(start_s=1, prompt_tokens=40, reused_blocks=1, output_tokens=2, think_s=0.1),
+           Turn(start_s=2, prompt_tokens=60, reused_blocks=2, output_tokens=2, think_s=0.1)]
+    late = AgentTrace(sessions=[Session(id="a", turns=one),
+                                Session(id="b", parent="a", fork_after_turn=0, rejoin_before_turn=2, turns=one)])
+    with pytest.raises(UserError, match="rejoins a at turn 2"):
+        weka.to_files(late)
+    nested = AgentTrace(sessions=[Session(id="a", turns=one), Session(id="b", parent="a", fork_after_turn=0,
+                                                                      turns=one),
+                                  Session(id="c", parent="b", fork_after_turn=0, turns=one)])
+    with pytest.raises(UserError, match="nests one level"):
+        weka.to_files(nested)
+
+
+@pytest.mark.parametrize("obj,field", [
+    ({"id": "x", "block_size": 16, "requests": [{"type": "q"}]}, "type"),
+    ({"id": "x", "block_size": 16, "requests": [{"type": "s", "in": 10, "out": 1}]}, "hash_ids"),
+    ({"id": "x", "requests": []}, "block_size"),
+    ({"id": "x", "block_size": 16, "requests": [{"type": "subagent", "requests": []}]}, "requests"),
+])
+def test_bad_weka_files_are_one_clear_error(tmp_path: Path, obj: dict, field: str) -> None:
+    from harness.load.agents import weka
+    path = tmp_path / "w.json"
+    path.write_text(json.dumps(obj))
+    with pytest.raises(UserError) as exc:
+        weka.import_paths([path])
+    assert exc.value.field == field and exc.value.fix

@@ -120,7 +120,7 @@ def test_cli_trace_then_sweep(make_timed, tmp_path: Path) -> None:  # noqa: F811
         "path": "/v1/chat/completions", "status": 200, "messages": 2,
         "usage": {"prompt_tokens": p, "completion_tokens": o}}) + "\n" for a, b, p, o in rows))
     made = cli("load-trace", str(run), "--out", str(tmp_path / "t.trace.jsonl"), "--mooncake",
-               str(tmp_path / "m.jsonl"), "--json", cwd=tmp_path)
+               str(tmp_path / "m.jsonl"), "--weka", str(tmp_path / "weka"), "--json", cwd=tmp_path)
     assert made.returncode == 0, made.stderr
     assert json.loads(made.stdout)["turns"] == 2 and (tmp_path / "m.jsonl").is_file()
     server = make_timed("--ttft", "0.02", "--itl", "0.002")
@@ -136,6 +136,11 @@ def test_cli_trace_then_sweep(make_timed, tmp_path: Path) -> None:  # noqa: F811
     again = cli("load-agents", str(tmp_path / "m.jsonl"), "--mooncake-block-size", "16", "--base-url", server.url,
                 "--copies", "1", "--out-dir", str(tmp_path / "out"), "--json", cwd=tmp_path)
     assert again.returncode == 0, again.stderr
+    # and so does the Weka export
+    weka = cli("load-agents", str(tmp_path / "weka"), "--weka", "--base-url", server.url, "--copies", "1",
+               "--out-dir", str(tmp_path / "out"), "--json", cwd=tmp_path)
+    assert weka.returncode == 0, weka.stderr
+    assert json.loads(weka.stdout)["sustained"] == 1
 
 
 @pytest.mark.parametrize("args,field", [

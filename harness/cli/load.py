@@ -103,18 +103,24 @@ def load_trace(
     block_size: Annotated[int, typer.Option(help="KV block size the prefix reuse is counted in.")] = 16,
     mooncake: Annotated[Path | None, typer.Option(
         help="Also write AIPerf's Mooncake trace here (run it with --isl-block-size BLOCK_SIZE).")] = None,
+    weka: Annotated[Path | None, typer.Option(
+        help="Also write the Weka/AgentX trace format into this folder (one file per root session).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """An agent trace from a run's wire log: each session's turns, prefix reuse and think times."""
     from harness.load.agents.run import make_trace
 
-    trace = make_trace(source, out, block_size=block_size, mooncake=mooncake)
+    if block_size < 1:
+        raise UserError(f"--block-size must be at least 1 (got {block_size})", field="--block-size",
+                        fix="give 16 (vLLM's default)")
+    trace = make_trace(source, out, block_size=block_size, mooncake=mooncake, weka_dir=weka)
     table = Table("session", "parent", "turns", "prompt tokens (first..last)", "think p50 s", title=f"trace: {out}")
     for s in trace.sessions:
         thinks = sorted(t.think_s for t in s.turns if t.think_s is not None)
         table.add_row(s.id, s.parent or "", str(len(s.turns)), f"{s.turns[0].prompt_tokens}..{s.turns[-1].prompt_tokens}",
                       f"{thinks[len(thinks) // 2]:.3f}" if thinks else "")
-    emit({"trace": str(out), "mooncake": str(mooncake) if mooncake else None, "sessions": len(trace.sessions),
+    emit({"trace": str(out), "mooncake": str(mooncake) if mooncake else None, "weka": str(weka) if weka else None,
+          "sessions": len(trace.sessions),
           "turns": sum(len(s.turns) for s in trace.sessions)}, as_json, table)
 
 
@@ -137,6 +143,8 @@ def load_agents(
                      ] = 1800.0,
     mooncake_block_size: Annotated[int | None, typer.Option(
         help="Read TRACE_FILE as AIPerf's Mooncake format with this block size.")] = None,
+    weka: Annotated[bool, typer.Option("--weka", help="Read TRACE_FILE (a file or folder) as Weka/AgentX traces.")
+                    ] = False,
     out_dir: Annotated[Path | None, typer.Option(help="Parent of <UTC>-agents/ (default ./bench-results).")] = None,
     api_key_env: Annotated[str, typer.Option(help="Name of the env var holding the API key.")] = "",
     as_json: JsonOpt = False,
@@ -156,7 +164,10 @@ def load_agents(
             raise UserError(f"{name} must be positive (got {value})", field=name, fix=f"give {name} above 0")
     if stagger < 0:
         raise UserError("--stagger cannot be negative", field="--stagger", fix="give 0 or more seconds")
-    trace = read_trace(trace_file, mooncake_block_size=mooncake_block_size)
+    if weka and mooncake_block_size is not None:
+        raise UserError("give --weka or --mooncake-block-size, not both", field="--weka",
+                        fix="name the one format TRACE_FILE is in")
+    trace = read_trace(trace_file, mooncake_block_size=mooncake_block_size, is_weka=weka)
     slo = Slo(ttft_p99_s=ttft_p99, turn_p99_s=turn_p99)
     say(f"load-agents: {trace_file} ({len(trace.sessions)} sessions) at {base_url}; SLO: {slo.describe()}")
     outcome, path = run_agents(trace, base_url=base_url, model=model, levels=levels, slo=slo, stagger_s=stagger,

@@ -10,24 +10,31 @@ from pathlib import Path
 import httpx
 
 from harness.errors import UserError
-from harness.load.agents import aiperf
+from harness.load.agents import aiperf, weka
 from harness.load.agents.replay import ReplayOptions, replay
 from harness.load.agents.sweep import LevelStats, Slo, SweepResult, sweep
 from harness.load.agents.trace import AgentTrace, dump, from_wire, load
 from harness.wire.openai import bearer, model_ids, models_url, root_url
 
 
-def make_trace(source: Path, out: Path, *, block_size: int, mooncake: Path | None = None) -> AgentTrace:
-    """A run folder (or its wire.jsonl) -> our trace file, and AIPerf's Mooncake file if asked."""
+def make_trace(source: Path, out: Path, *, block_size: int, mooncake: Path | None = None,
+               weka_dir: Path | None = None) -> AgentTrace:
+    """A run folder (or its wire.jsonl) -> our trace file, and AIPerf's Mooncake / Weka files if asked."""
     wire = source / "wire.jsonl" if source.is_dir() else source
     trace = from_wire(wire, block_size=block_size, source=source.name if source.is_dir() else str(source))
     dump(trace, out)
     if mooncake is not None:
         aiperf.export(trace, mooncake)
+    if weka_dir is not None:
+        weka.export(trace, weka_dir)
     return trace
 
 
-def read_trace(path: Path, *, mooncake_block_size: int | None = None) -> AgentTrace:
+def read_trace(path: Path, *, mooncake_block_size: int | None = None, is_weka: bool = False) -> AgentTrace:
+    if is_weka:
+        if not path.exists():
+            raise UserError(f"no Weka trace at {path}", file=path, fix="give a Weka trace file or a folder of them")
+        return weka.import_paths([path])
     if mooncake_block_size is not None:
         return aiperf.import_file(path, block_size=mooncake_block_size)
     return load(path)

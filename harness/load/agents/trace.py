@@ -47,6 +47,7 @@ class Turn(BaseModel):
     output_tokens: int = Field(ge=1)
     think_s: float | None = Field(None, ge=0, description="previous response's end to this request (None: first)")
     duration_s: float | None = Field(None, ge=0, description="the recorded request's start to end")
+    ttft_s: float | None = Field(None, ge=0, description="the recorded request's start to its first data")
     cached_tokens: int | None = Field(None, ge=0, description="prompt tokens the server reported cached")
     reuse: Literal["append", "none", "imported"] = "append"
     tool_calls: list[str] = Field(default_factory=list)
@@ -138,6 +139,13 @@ def _reuse(prev: dict | None, row: dict, block: int) -> tuple[int, str]:
     return prev["usage"]["prompt_tokens"] // block, "append"
 
 
+def _ttft(row: dict) -> float | None:
+    try:
+        return round(max(0.0, datetime.fromisoformat(row["first_data"]).timestamp() - row["_start"]), 6)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 def _grown(row: dict) -> int:
     return row["usage"]["prompt_tokens"] + (row["usage"].get("completion_tokens") or 0)
 
@@ -181,7 +189,7 @@ def from_wire(wire: Path, *, block_size: int = DEFAULT_BLOCK_SIZE, source: str =
                               reused_blocks=reused, reuse=how,
                               output_tokens=max(1, (u.get("completion_tokens") or 0)),
                               think_s=None if prev is None else round(max(0.0, row["_start"] - prev["_end"]), 6),
-                              duration_s=round(row["_end"] - row["_start"], 6),
+                              duration_s=round(row["_end"] - row["_start"], 6), ttft_s=_ttft(row),
                               cached_tokens=u.get("cached_tokens"), tool_calls=list(row.get("tool_calls") or [])))
             prev = row
         sessions.append(Session(id=s["id"], parent=s["parent"], fork_after_turn=s["fork"],
