@@ -123,13 +123,17 @@ def test_cli_trace_then_sweep(make_timed, tmp_path: Path) -> None:  # noqa: F811
                str(tmp_path / "m.jsonl"), "--weka", str(tmp_path / "weka"), "--json", cwd=tmp_path)
     assert made.returncode == 0, made.stderr
     assert json.loads(made.stdout)["turns"] == 2 and (tmp_path / "m.jsonl").is_file()
-    server = make_timed("--ttft", "0.02", "--itl", "0.002")
+    server = make_timed("--ttft", "0.02", "--itl", "0.002", "--preempt-every", "2", "--kv-tokens", "1000")
     swept = cli("load-agents", str(tmp_path / "t.trace.jsonl"), "--base-url", server.url, "--copies", "1,2",
                 "--stagger", "0.05", "--ttft-p99", "5", "--turn-p99", "10", "--out-dir", str(tmp_path / "out"),
-                "--json", cwd=tmp_path)
+                "--sample-interval", "0.05", "--json", cwd=tmp_path)
     assert swept.returncode == 0, swept.stderr
     printed = json.loads(swept.stdout)
     assert printed["sustained"] == 2 and [lv["copies"] for lv in printed["levels"]] == [1, 2]
+    # the server's /metrics over each level: every other request preempted (2 of 2 copies x 2 turns);
+    # KV usage is read (its peak depends on when a reading falls, so only its presence is asserted)
+    two = printed["levels"][1]["server"]
+    assert two["preemptions"] == 2 and two["readings"] >= 2 and two["kv_usage_peak"] is not None
     saved = json.loads(Path(printed["results"]).read_text())
     assert saved["model"] == MODEL and len(saved["turns_by_level"]["2"]) == 4
     # the Mooncake export drives the same sweep

@@ -146,6 +146,7 @@ def load_agents(
     weka: Annotated[bool, typer.Option("--weka", help="Read TRACE_FILE (a file or folder) as Weka/AgentX traces.")
                     ] = False,
     out_dir: Annotated[Path | None, typer.Option(help="Parent of <UTC>-agents/ (default ./bench-results).")] = None,
+    sample_interval: Annotated[float, typer.Option(help="Seconds between /metrics readings in a level.")] = 1.0,
     api_key_env: Annotated[str, typer.Option(help="Name of the env var holding the API key.")] = "",
     as_json: JsonOpt = False,
 ) -> None:
@@ -159,7 +160,7 @@ def load_agents(
     except ValueError:
         raise UserError(f"--copies {copies!r} is not a list of integers", field="--copies", fix="e.g. 1,2,4,8") from None
     for name, value in {"--copies": min(levels, default=0), "--ttft-p99": ttft_p99, "--turn-p99": turn_p99,
-                        "--limit": limit}.items():
+                        "--limit": limit, "--sample-interval": sample_interval}.items():
         if value <= 0:
             raise UserError(f"{name} must be positive (got {value})", field=name, fix=f"give {name} above 0")
     if stagger < 0:
@@ -173,19 +174,24 @@ def load_agents(
     outcome, path = run_agents(trace, base_url=base_url, model=model, levels=levels, slo=slo, stagger_s=stagger,
                                limit_s=limit, out_root=out_dir or project_root() / "bench-results",
                                api_key=api_key_from_env(api_key_env or None), bisect=bisect,
+                               sample_interval_s=sample_interval,
                                on_level=lambda lv: say(f"  {lv.copies} agents: {'pass' if lv.passed else 'FAIL'} "
                                                        f"({lv.why})"))
 
     def s(v: float | None) -> str:
         return "" if v is None else f"{v:.3f}"
+    def server(lv, key: str, fmt: str) -> str:
+        value = (lv.server or {}).get(key)
+        return "" if value is None else format(value, fmt)
     table = Table("agents", "turns", "failed", "TTFT p50 s", "TTFT p99 s", "turn p50 s", "turn p99 s",
-                  "decode p50 tok/s", "think err p50 ms", "SLO",
+                  "decode p50 tok/s", "think err p50 ms", "prefix hit", "KV peak", "preempt", "SLO",
                   title=f"{outcome.sustained} agents sustained under {outcome.slo}")
     for lv in outcome.levels:
         table.add_row(str(lv.copies), str(lv.turns), str(lv.failed), s(lv.ttft_p50_s), s(lv.ttft_p99_s),
                       s(lv.turn_p50_s), s(lv.turn_p99_s), s(lv.decode_p50_tok_s),
                       "" if lv.think_error_p50_s is None else f"{lv.think_error_p50_s * 1000:.2f}",
-                      "pass" if lv.passed else "fail")
+                      server(lv, "prefix_cache_hit", ".1%"), server(lv, "kv_usage_peak", ".1%"),
+                      server(lv, "preemptions", "g"), "pass" if lv.passed else "fail")
     emit({"results": str(path), **outcome.as_dict()}, as_json, table)
     raise typer.Exit(0 if outcome.sustained else 1)
 

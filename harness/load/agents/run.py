@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,6 +15,7 @@ from harness.load.agents import aiperf, weka
 from harness.load.agents.replay import ReplayOptions, replay
 from harness.load.agents.sweep import LevelStats, Slo, SweepResult, sweep
 from harness.load.agents.trace import AgentTrace, dump, from_wire, load
+from harness.load.agents.watch import Watcher
 from harness.wire.openai import bearer, model_ids, models_url, root_url
 
 
@@ -56,7 +58,8 @@ def served_model(base_url: str, api_key: str | None) -> str:
 
 def run_agents(trace: AgentTrace, *, base_url: str, model: str, levels: list[int], slo: Slo, stagger_s: float,
                limit_s: float, out_root: Path, api_key: str | None = None, bisect: bool = True,
-               on_level: Callable[[LevelStats], None] | None = None) -> tuple[SweepResult, Path]:
+               on_level: Callable[[LevelStats], None] | None = None,
+               sample_interval_s: float = 1.0) -> tuple[SweepResult, Path]:
     """The sweep; every level's turns and figures written to out_root/<UTC>/agents.json."""
     model = model or served_model(base_url, api_key)
     folder = out_root / datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ-agents")
@@ -64,10 +67,13 @@ def run_agents(trace: AgentTrace, *, base_url: str, model: str, levels: list[int
     turns: dict[int, list] = {}
 
     def level(n: int) -> LevelStats:
-        result = replay(trace, ReplayOptions(base_url=base_url, model=model, copies=n, stagger_s=stagger_s,
-                                             api_key=api_key, limit_s=limit_s))
+        with Watcher(base_url, api_key=api_key, interval_s=sample_interval_s) as watcher:
+            result = replay(trace, ReplayOptions(base_url=base_url, model=model, copies=n, stagger_s=stagger_s,
+                                                 api_key=api_key, limit_s=limit_s))
         turns[n] = result.as_dict()["turns"]
-        return LevelStats.of(result)
+        stats = LevelStats.of(result)
+        stats.server = asdict(watcher.figures())
+        return stats
 
     outcome = sweep(level, levels, slo, bisect=bisect, on_level=on_level)
     path = folder / "agents.json"

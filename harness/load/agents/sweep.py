@@ -48,6 +48,7 @@ class LevelStats:
     decode_p50_tok_s: float | None
     think_error_p50_s: float | None  # |kept - recorded| think time, median over turns that had one
     timed_out: bool = False
+    server: dict | None = None  # the server's /metrics over the level (watch.py): prefix hit, KV peak, ...
     passed: bool = False
     why: str = ""
 
