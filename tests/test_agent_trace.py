@@ -199,3 +199,45 @@ def test_bad_weka_files_are_one_clear_error(tmp_path: Path, obj: dict, field: st
     with pytest.raises(UserError) as exc:
         weka.import_paths([path])
     assert exc.value.field == field and exc.value.fix
+
+
+def make_store(data_dir: Path, sessions: dict[str, str | None], messages: list[tuple[str, float, float]]) -> None:
+    """An opencode store with the tables and columns harness/opencode/store.py reads."""
+    import sqlite3
+    data_dir.mkdir(parents=True)
+    conn = sqlite3.connect(data_dir / "opencode.db")
+    conn.execute("CREATE TABLE session (id TEXT, parent_id TEXT, title TEXT, time_created INTEGER, version TEXT, "
+                 "tokens_input INTEGER, tokens_output INTEGER, tokens_reasoning INTEGER, tokens_cache_read INTEGER, "
+                 "tokens_cache_write INTEGER)")
+    conn.execute("CREATE TABLE message (id TEXT, session_id TEXT, data TEXT)")
+    conn.execute("CREATE TABLE part (id TEXT, message_id TEXT, session_id TEXT, data TEXT)")
+    for sid, parent in sessions.items():
+        conn.execute("INSERT INTO session (id, parent_id, title, time_created) VALUES (?, ?, 't', 0)", (sid, parent))
+    for n, (sid, created, completed) in enumerate(messages):
+        data = {"role": "assistant", "time": {"created": int((T0.timestamp() + created) * 1000),
+                                              "completed": int((T0.timestamp() + completed) * 1000)}}
+        conn.execute("INSERT INTO message VALUES (?, ?, ?)", (f"m{n}", sid, json.dumps(data)))
+    conn.commit()
+    conn.close()
+
+
+def test_the_store_names_sessions_where_growth_would_guess_wrong(tmp_path: Path) -> None:
+    # a child whose first prompt is larger than its parent's last prompt and answer: growth alone
+    # would read it as the parent going on; the store says it is the child
+    wire = [exchange(0.0, 1.0, 500, 20, 2), exchange(1.2, 2.0, 800, 20, 2), exchange(2.2, 2.6, 900, 10, 4),
+            exchange(3.0, 3.5, 1200, 10, 4)]
+    run = tmp_path / "run"
+    run.mkdir()
+    write_wire(run, wire)
+    guessed = from_wire(run / "wire.jsonl")
+    assert len(guessed.sessions) == 1
+    make_store(run / "opencode" / "xdg" / "data" / "opencode", {"ses_root": None, "ses_task": "ses_root"},
+               [("ses_root", -0.1, 1.05), ("ses_task", 1.15, 2.05), ("ses_task", 2.15, 2.65),
+                ("ses_root", 2.9, 3.6)])
+    from harness.load.agents.trace import from_run
+    trace = from_run(run)
+    root, task = trace.sessions
+    assert (root.id, task.id) == ("ses_root", "ses_task")
+    assert [t.prompt_tokens for t in root.turns] == [500, 1200]
+    assert (task.parent, task.fork_after_turn, task.rejoin_before_turn) == ("ses_root", 0, 1)
+    assert root.turns[1].think_s == pytest.approx(2.0)

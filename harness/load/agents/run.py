@@ -14,7 +14,7 @@ from harness.errors import UserError
 from harness.load.agents import aiperf, weka
 from harness.load.agents.replay import ReplayOptions, replay
 from harness.load.agents.sweep import LevelStats, Slo, SweepResult, sweep
-from harness.load.agents.trace import AgentTrace, dump, from_wire, load
+from harness.load.agents.trace import AgentTrace, dump, from_run, from_wire, load
 from harness.load.agents.watch import Watcher
 from harness.wire.openai import bearer, model_ids, models_url, root_url
 
@@ -22,8 +22,10 @@ from harness.wire.openai import bearer, model_ids, models_url, root_url
 def make_trace(source: Path, out: Path, *, block_size: int, mooncake: Path | None = None,
                weka_dir: Path | None = None) -> AgentTrace:
     """A run folder (or its wire.jsonl) -> our trace file, and AIPerf's Mooncake / Weka files if asked."""
-    wire = source / "wire.jsonl" if source.is_dir() else source
-    trace = from_wire(wire, block_size=block_size, source=source.name if source.is_dir() else str(source))
+    if source.is_dir():  # a run folder: its session tree from opencode's store when it keeps one
+        trace = from_run(source, block_size=block_size)
+    else:
+        trace = from_wire(source, block_size=block_size, source=str(source))
     dump(trace, out)
     if mooncake is not None:
         aiperf.export(trace, mooncake)

@@ -16,7 +16,8 @@ prompt text, so a turn keeps only sizes and timing:
   tightest such); one that fits none opens a child session, forked after the active
   session's last turn; when an ancestor goes on, the children above it have ended, and the
   parent's turn that resumed is where each rejoins. A compaction (a prompt that shrank)
-  therefore reads as a child. (Matching opencode's store for the real tree is not done yet.)
+  therefore reads as a child. Where the run folder keeps opencode's store, the store names
+  each exchange's session and parent instead (store_tree.py).
 
 File format (JSON Lines, `*.trace.jsonl`): a header line `{"kind": "agent-trace", ...}`
 (AgentTrace without sessions), then one line per session `{"kind": "session", ...}`.
@@ -150,12 +151,8 @@ def _grown(row: dict) -> int:
     return row["usage"]["prompt_tokens"] + (row["usage"].get("completion_tokens") or 0)
 
 
-def from_wire(wire: Path, *, block_size: int = DEFAULT_BLOCK_SIZE, source: str = "") -> AgentTrace:
-    """Each session of a wire log as turns (see the module's docstring for what is inferred)."""
-    if block_size < 1:
-        raise UserError(f"block size {block_size} is below 1", field="--block-size", fix="give 16 (vLLM's default)")
-    rows = _exchanges(wire)
-    t0 = rows[0]["_start"]
+def _by_growth(rows: list[dict]) -> list[dict]:
+    """Sessions inferred from prompt growth (see the module's docstring)."""
     open_: list[dict] = []  # the session stack, the active one last: {"id", "rows", "parent", "fork"}
     done: list[dict] = []
     for row in rows:
@@ -178,9 +175,46 @@ def from_wire(wire: Path, *, block_size: int = DEFAULT_BLOCK_SIZE, source: str =
                     child["rejoin"] = len(home["rows"])
                 done.append(child)
             home["rows"].append(row)
-    done.extend(open_)
+    return done + open_
+
+
+def _by_store(rows: list[dict], tree) -> list[dict]:
+    """Sessions as opencode's store names them; fork = the parent's last turn ended before the
+    child's first request, rejoin = the parent's first turn started after the child's last end."""
+    groups: dict[str, dict] = {}
+    for n, row in enumerate(rows):
+        sid = tree.session_of(row["_start"]) or f"x{n}"
+        groups.setdefault(sid, {"id": sid, "rows": [], "parent": None, "fork": None})["rows"].append(row)
+    for g in groups.values():
+        parent = groups.get(tree.parents.get(g["id"]) or "")
+        if parent is None:
+            continue
+        first, last = g["rows"][0], g["rows"][-1]
+        before = [i for i, r in enumerate(parent["rows"]) if r["_end"] <= first["_start"]]
+        if not before:
+            continue  # forked before the parent's first answer: a session of its own
+        g["parent"], g["fork"] = parent["id"], before[-1]
+        after = [i for i, r in enumerate(parent["rows"]) if r["_start"] >= last["_end"]]
+        g["rejoin"] = after[0] if after else None
+    return list(groups.values())
+
+
+def from_wire(wire: Path, *, block_size: int = DEFAULT_BLOCK_SIZE, source: str = "",
+              store: Path | None = None) -> AgentTrace:
+    """Each session of a wire log as turns; sessions from opencode's store at `store` (its data
+    directory) when given, else inferred from prompt growth (see the module's docstring)."""
+    if block_size < 1:
+        raise UserError(f"block size {block_size} is below 1", field="--block-size", fix="give 16 (vLLM's default)")
+    rows = _exchanges(wire)
+    t0 = rows[0]["_start"]
+    if store is not None:
+        from harness.load.agents.store_tree import read
+
+        groups = _by_store(rows, read(store))
+    else:
+        groups = _by_growth(rows)
     sessions = []
-    for s in sorted(done, key=lambda s: s["rows"][0]["_start"]):
+    for s in sorted(groups, key=lambda s: s["rows"][0]["_start"]):
         turns, prev = [], None
         for row in s["rows"]:
             reused, how = _reuse(prev, row, block_size)
@@ -198,7 +232,10 @@ def from_wire(wire: Path, *, block_size: int = DEFAULT_BLOCK_SIZE, source: str =
 
 
 def from_run(run_dir: Path, *, block_size: int = DEFAULT_BLOCK_SIZE) -> AgentTrace:
-    return from_wire(run_dir / "wire.jsonl", block_size=block_size, source=run_dir.name)
+    """A run folder's trace; its session tree from opencode's store when the folder keeps it."""
+    from harness.load.agents.store_tree import run_store
+
+    return from_wire(run_dir / "wire.jsonl", block_size=block_size, source=run_dir.name, store=run_store(run_dir))
 
 
 # ---------------------------------------------------------------- our file format
