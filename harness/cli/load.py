@@ -171,12 +171,16 @@ def load_agents(
     trace = read_trace(trace_file, mooncake_block_size=mooncake_block_size, is_weka=weka)
     slo = Slo(ttft_p99_s=ttft_p99, turn_p99_s=turn_p99)
     say(f"load-agents: {trace_file} ({len(trace.sessions)} sessions) at {base_url}; SLO: {slo.describe()}")
-    outcome, path = run_agents(trace, base_url=base_url, model=model, levels=levels, slo=slo, stagger_s=stagger,
-                               limit_s=limit, out_root=out_dir or project_root() / "bench-results",
-                               api_key=api_key_from_env(api_key_env or None), bisect=bisect,
-                               sample_interval_s=sample_interval,
-                               on_level=lambda lv: say(f"  {lv.copies} agents: {'pass' if lv.passed else 'FAIL'} "
-                                                       f"({lv.why})"))
+    try:
+        outcome, path = run_agents(trace, base_url=base_url, model=model, levels=levels, slo=slo, stagger_s=stagger,
+                                   limit_s=limit, out_root=out_dir or project_root() / "bench-results",
+                                   api_key=api_key_from_env(api_key_env or None), bisect=bisect,
+                                   sample_interval_s=sample_interval,
+                                   on_level=lambda lv: say(f"  {lv.copies} agents: {'pass' if lv.passed else 'FAIL'}"
+                                                           f" ({lv.why})"))
+    except (KeyboardInterrupt, Interrupted):
+        err.print("[bold red]interrupted[/bold red]; no sweep result written", highlight=False)
+        raise typer.Exit(130) from None
 
     def s(v: float | None) -> str:
         return "" if v is None else f"{v:.3f}"
