@@ -117,7 +117,8 @@ def load_trace(
     table = Table("session", "parent", "turns", "prompt tokens (first..last)", "think p50 s", title=f"trace: {out}")
     for s in trace.sessions:
         thinks = sorted(t.think_s for t in s.turns if t.think_s is not None)
-        table.add_row(s.id, s.parent or "", str(len(s.turns)), f"{s.turns[0].prompt_tokens}..{s.turns[-1].prompt_tokens}",
+        span = f"{s.turns[0].prompt_tokens}..{s.turns[-1].prompt_tokens}"
+        table.add_row(s.id, s.parent or "", str(len(s.turns)), span,
                       f"{thinks[len(thinks) // 2]:.3f}" if thinks else "")
     emit({"trace": str(out), "mooncake": str(mooncake) if mooncake else None, "weka": str(weka) if weka else None,
           "sessions": len(trace.sessions),
@@ -158,7 +159,8 @@ def load_agents(
     try:
         levels = sorted({int(x) for x in copies.split(",") if x.strip()})
     except ValueError:
-        raise UserError(f"--copies {copies!r} is not a list of integers", field="--copies", fix="e.g. 1,2,4,8") from None
+        raise UserError(f"--copies {copies!r} is not a list of integers", field="--copies",
+                        fix="e.g. 1,2,4,8") from None
     for name, value in {"--copies": min(levels, default=0), "--ttft-p99": ttft_p99, "--turn-p99": turn_p99,
                         "--limit": limit, "--sample-interval": sample_interval}.items():
         if value <= 0:

@@ -29,8 +29,6 @@ from harness.errors import UserError
 from harness.load.agents.trace import MAX_TURNS, AgentTrace, Session, Turn, blocks
 
 
-
-
 def to_rows(trace: AgentTrace) -> list[dict]:
     """One Mooncake row per turn, in start order (AIPerf's fixed schedule wants them sorted)."""
     rows, next_id = [], 0
