@@ -28,7 +28,7 @@ from harness import failpoint
 from harness.errors import FatalUnitLog, StackError, UserError
 from harness.paths import ProjectPaths
 from harness.record import RowKey, RunRecord, SandboxFigures, Status, Timestamps, Trial, utcnow
-from harness.sandbox import agentfs
+from harness.sandbox import agentfs, diskimage
 from harness.sandbox.secrets import scrub_files, scrub_tree
 from harness.sandbox.untrusted import escape_controls
 from harness.serving.collect import gpu_cost
@@ -148,6 +148,8 @@ class Launch:
         ctx.say(f"run {rec.run_id}" + (f" (trial {index} of {rec.trial.of})" if rec.trial else ""))
         if index == 1:
             destroy_leftovers(ctx.root, ctx.say)
+            for name in diskimage.sweep():  # a crashed launch's bounded disks
+                ctx.say(f"swept a leftover agent disk image: {name}")
             failpoint.check(FAILPOINT_STAGES, repeated=TRIAL_STAGES, trials=ctx.opts.trials)
         for stage in STAGES:
             if index > 1 and stage.name not in TRIAL_STAGES:
@@ -170,7 +172,7 @@ class Launch:
         paths = ProjectPaths(self.ctx.opts.root).run(run_id)
         self.ctx = replace(first_ctx, paths=paths, services=None, drive=None, provider_file=None, argv_base=[],
                            workspace=None, env={}, title="", result=None, untrusted=[], unclean=set(), wire_counts={},
-                           wire_decisive=[])
+                           wire_decisive=[], stays=[])
         self.record = trial_record(first, run_id, index)
         self.trials.append((self.record, self.ctx))
         paths.dir.mkdir(parents=True, exist_ok=True)
@@ -218,6 +220,10 @@ class Launch:
         problems: list[str] = []
         remove: set[Path] = set()
         changed, left = 0, []
+        for stay in ctx.stays:  # the workspace and the store kept (an unclean one is removed below)
+            keep = tuple(f for f in (ctx.paths.workspace, ctx.paths.opencode_home) if f not in ctx.unclean)
+            problems += [f"the agent's disk image: {p}" for p in stay.release_image(keep)]
+        ctx.stays.clear()
         for path in sorted(ctx.unclean):  # walked by nothing else: no scrub could vouch for it
             problems += self._remove(path, ctx)
         try:

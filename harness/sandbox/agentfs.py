@@ -196,3 +196,53 @@ def _empty(top: int, lift_at: int = MAX_DEPTH) -> None:
                 continue
             child = _open_child_dir(fd, name)
             stack.append((child, iter(_listing(child)), name))
+
+
+def copy_tree(src: Path, dst: Path, max_bytes: int) -> int:
+    """`src` (a tree the agent wrote) copied into `dst`, a new folder made here: folders made
+    fresh, regular files copied by descriptor, links recreated as links (never followed), FIFOs,
+    sockets and devices left out; bounded as `walk` is (Unclean) and by `max_bytes` copied
+    (Unclean past it). The bytes copied."""
+    os.mkdir(dst, 0o755)
+    stack: list[tuple[str, int]] = [("", open_dir(dst))]
+    copied = 0
+    try:
+        for entry in walk(src):
+            parent = entry.rel.rsplit("/", 1)[0] if "/" in entry.rel else ""
+            while stack[-1][0] != parent:
+                os.close(stack.pop()[1])
+            here = stack[-1][1]
+            if entry.is_dir:
+                os.mkdir(entry.name, 0o755, dir_fd=here)
+                stack.append((entry.rel, os.open(entry.name, _DIR, dir_fd=here)))
+            elif entry.is_link:
+                os.symlink(os.readlink(entry.name, dir_fd=entry.dir_fd), entry.name, dir_fd=here)
+            elif entry.is_file:
+                copied += _copy_file(entry, here, max_bytes - copied)
+    finally:
+        for _, fd in stack:
+            os.close(fd)
+    return copied
+
+
+def _copy_file(entry: Entry, dst_dir: int, budget: int) -> int:
+    if entry.st.st_size > budget:
+        raise Unclean(f"more than the copy's byte bound under {entry.rel.split('/')[0]}")
+    src = os.open(entry.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=entry.dir_fd)
+    try:
+        if not stat.S_ISREG(os.fstat(src).st_mode):
+            return 0
+        out = os.open(entry.name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                      entry.st.st_mode & 0o755 | 0o600, dir_fd=dst_dir)
+        copied = 0
+        try:
+            while copied <= budget and (block := os.read(src, 1 << 20)):
+                os.write(out, block)
+                copied += len(block)
+        finally:
+            os.close(out)
+        if copied > budget:
+            raise Unclean(f"more than the copy's byte bound under {entry.rel.split('/')[0]}")
+        return copied
+    finally:
+        os.close(src)

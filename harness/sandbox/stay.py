@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.record import SandboxFigures
-from harness.sandbox import agentfs
+from harness.sandbox import agentfs, diskimage
 from harness.sandbox.confine import Sandbox, View, agent_view, describe_caps, wrap
 from harness.sandbox.denials import count_denials
 from harness.sandbox.identity import AgentIdentity, agent_identity, hand_over, take_back
@@ -47,6 +47,10 @@ class StayPlan:
     cgroup_name: str
     wire_log: Path | None = None
     secrets: list[str] = field(default_factory=list)  # scrubbed out of the folders on the way out
+    # As root: the folders on a bounded image named so (None: watched only). `keep_image`: left
+    # mounted past the stay (the mission's store is read after it), released by the launch's post-run.
+    image_name: str | None = None
+    keep_image: bool = False
 
 
 class AgentStay:
@@ -59,6 +63,7 @@ class AgentStay:
         self.hits: list[str] = []  # what the caps refused (cgroup, disk watcher)
         self.unclean: dict[Path, str] = {}  # agent folders the stay could not vouch for, and why
         self.wire_counts: dict[str, int] = {}  # what the tap refused: broken, unparsed, refused
+        self.image: diskimage.AgentDisk | None = None  # the bounded filesystem under the folders (root)
         self._exit = ExitStack()
 
     # -- in
@@ -72,6 +77,7 @@ class AgentStay:
             self.view.net, self.view.who = net, self.who
             if plan.sandbox.kind == "bwrap":
                 self.view.cgroup = make_cgroup(plan.cgroup_name, self.view.caps)
+                self._bounded_disk()
             self.disk = DiskWatch(self.view.writable, self.view.caps.disk_bytes,
                                   netns=self.net.netns if self.net is not None else None)
             if plan.sandbox.kind == "bwrap":
@@ -79,10 +85,30 @@ class AgentStay:
                 if self.figures is not None:
                     self.figures.agent_user = self.who.describe
                     self.figures.limits = describe_caps(self.view)
+                    if self.image is not None:
+                        self.figures.limits["disk"] += (f"; its folders on an ext4 image of "
+                                                         f"{self.image.size / (1 << 30):.2f} GiB (a hard bound)")
         except BaseException:
             self._leave()
+            self.release_image()
             raise
         return self
+
+    def _bounded_disk(self) -> None:
+        """As root where loop devices exist: the writable folders on an image of bounded size."""
+        if self.plan.image_name is None or not diskimage.available():
+            return
+        image = diskimage.AgentDisk(self.plan.image_name, self.view.caps.disk_bytes)
+        try:
+            image.mount(self.view.writable)
+        except diskimage.Unavailable:
+            return  # the watcher alone, as for a user; describe_caps says so
+        self.image = image
+
+    def release_image(self, keep: tuple[Path, ...] = ()) -> list[str]:
+        """The bounded disk let go: `keep`'s folders copied back off it, the rest discarded."""
+        image, self.image = self.image, None
+        return image.release(keep) if image is not None else []
 
     def _network(self):
         """The agent's own network namespace, with the loopback ports among the urls forwarded
@@ -132,6 +158,9 @@ class AgentStay:
                 continue
             if left:
                 self.unclean[folder] = f"a secret could not be redacted from {len(left)} file(s)"
+        if not self.plan.keep_image:
+            for problem in self.release_image():
+                self.unclean.setdefault(view.writable[0], problem)
 
     def denials(self, events: Path) -> tuple[int, list[str]]:
         """What the sandbox refused, from opencode's events and the caps' counters."""

@@ -60,6 +60,7 @@ class LaunchContext:
     unclean: set[Path] = field(default_factory=set)  # agent folders the post-run could not vouch for: removed
     wire_counts: dict[Path, dict[str, int]] = field(default_factory=dict)  # per wire log: what the tap refused
     wire_decisive: list[str] = field(default_factory=list)  # wire/store disagreements past the tolerance
+    stays: list[AgentStay] = field(default_factory=list)  # stays whose bounded disk the post-run releases
     services: MissionServices | None = None
     drive: DriveServer | None = None  # the services' drive server (`obs drive`), kept past their stop for the gate
     provider_file: Path | None = None
@@ -105,14 +106,18 @@ class LaunchContext:
         run and removed by the post-run."""
         # One TMPDIR path for the smoke and the mission (emptied between them): opencode names it
         # in its bash tool's description, so a path of its own would split the prompt cache.
+        mission = home == self.paths.opencode_home  # its store and files are read after the stay
         plan = StayPlan(sandbox=self.sandbox, opencode=self.pf.opencode, workdir=workdir, home=home,
                         tmp=self.paths.agent_tmp, readable=[self.provider_file], urls=urls,
-                        cgroup_name=cgroup_name(self.paths.dir.name), wire_log=wire_log, secrets=self.secrets())
+                        cgroup_name=cgroup_name(self.paths.dir.name), wire_log=wire_log, secrets=self.secrets(),
+                        image_name=f"{self.paths.dir.name}-{'mission' if mission else 'smoke'}", keep_image=mission)
         stay = AgentStay(plan, record.sandbox)
         try:
             with stay:
                 yield stay
         finally:
+            if stay.image is not None:  # the mission's: its store and files are read after the stay
+                self.stays.append(stay)
             if wire_log is not None and stay.wire_counts:
                 self.wire_counts[wire_log] = stay.wire_counts
             for path, why in stay.unclean.items():

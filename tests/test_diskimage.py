@@ -1,0 +1,69 @@
+"""As root, the agent's folders on a bounded ext4 image: writes stop at its size whatever their
+form, the folders kept are copied back off it by descriptor, and a crashed launch's images
+are swept on the next start (one of a live launch never)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.sandbox import diskimage
+
+needs_mount = pytest.mark.skipif(not diskimage.available(), reason="needs root, loop devices and mkfs.ext4")
+MiB = 1 << 20
+
+
+@needs_mount
+def test_writes_stop_at_the_image_and_kept_folders_come_back(tmp_path: Path):
+    ws, tmp = tmp_path / "workspace", tmp_path / "agent-tmp"
+    ws.mkdir()
+    (ws / "template.txt").write_text("from the harness\n")
+    disk = diskimage.AgentDisk(f"test-{os.getpid()}-{tmp_path.name}", cap=32 * MiB)
+    disk.mount([ws, tmp])
+    try:
+        assert os.path.ismount(ws) and (ws / "template.txt").read_text() == "from the harness\n"
+        written, failed = 0, None
+        hidden = os.open(ws, os.O_TMPFILE | os.O_WRONLY, 0o600)  # named nowhere: the image counts it all the same
+        try:
+            while written < 200 * MiB:
+                os.write(hidden, b"x" * MiB)
+                written += MiB
+        except OSError as exc:
+            failed = exc.errno
+        finally:
+            os.close(hidden)
+        assert failed == errno.ENOSPC and written <= disk.size
+        (ws / "REPORT.md").write_text("the agent's\n")
+        (ws / "link").symlink_to("/etc/passwd")
+        (tmp / "scratch").write_text("gone\n")
+    finally:
+        problems = disk.release(keep=(ws,))
+    assert problems == []
+    assert not os.path.ismount(ws) and not os.path.ismount(tmp)
+    assert (ws / "REPORT.md").read_text() == "the agent's\n" and os.readlink(ws / "link") == "/etc/passwd"
+    assert not (tmp / "scratch").exists()  # not kept: gone with the image
+    assert not (diskimage.IMAGES / disk.name).exists()
+
+
+@needs_mount
+def test_a_crashed_launchs_image_is_swept_and_a_live_ones_is_not(tmp_path: Path):
+    live_ws, dead_ws = tmp_path / "live", tmp_path / "dead"
+    live = diskimage.AgentDisk(f"test-live-{tmp_path.name}", cap=16 * MiB)
+    live.mount([live_ws])
+    crashed = subprocess.run([sys.executable, "-c", (
+        "import sys; from pathlib import Path; from harness.sandbox import diskimage\n"
+        f"d = diskimage.AgentDisk('test-dead-{tmp_path.name}', cap=16 << 20); d.mount([Path({str(dead_ws)!r})])\n")],
+        capture_output=True, text=True, timeout=120)
+    assert crashed.returncode == 0, crashed.stderr
+    try:
+        assert os.path.ismount(dead_ws)
+        swept = diskimage.sweep()
+        assert f"test-dead-{tmp_path.name}" in swept and f"test-live-{tmp_path.name}" not in swept
+        assert not os.path.ismount(dead_ws) and os.path.ismount(live_ws)
+    finally:
+        live.release()
