@@ -241,3 +241,13 @@ def test_the_store_names_sessions_where_growth_would_guess_wrong(tmp_path: Path)
     assert [t.prompt_tokens for t in root.turns] == [500, 1200]
     assert (task.parent, task.fork_after_turn, task.rejoin_before_turn) == ("ses_root", 0, 1)
     assert root.turns[1].think_s == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("fork,rejoin,message", [(3, None, "fork_after_turn 3"), (1, 1, "rejoin_before_turn 1"),
+                                                 (0, 3, "rejoin_before_turn 3")])
+def test_fork_and_rejoin_must_be_within_the_parent(fork: int, rejoin: int | None, message: str) -> None:
+    turns = [Turn(start_s=i, prompt_tokens=20, reused_blocks=0, output_tokens=2) for i in range(3)]
+    with pytest.raises(ValueError, match=message):  # a replay would wait on a turn that never comes
+        AgentTrace(sessions=[Session(id="a", turns=turns),
+                             Session(id="b", parent="a", fork_after_turn=fork, rejoin_before_turn=rejoin,
+                                     turns=turns)])

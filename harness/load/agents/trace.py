@@ -79,6 +79,16 @@ class AgentTrace(BaseModel):
                 raise ValueError(f"session {s.id}: parent and fork_after_turn go together")
             if s.parent is not None and s.parent not in ids:
                 raise ValueError(f"session {s.id}: parent {s.parent} is not in the trace")
+            if s.parent is not None:  # a replay waits on these: out of range, it would wait forever
+                n = len(next(p for p in self.sessions if p.id == s.parent).turns)
+                if s.fork_after_turn >= n:
+                    raise ValueError(f"session {s.id}: fork_after_turn {s.fork_after_turn} but {s.parent} has {n} "
+                                     f"turns")
+                if s.rejoin_before_turn is not None and not s.fork_after_turn < s.rejoin_before_turn < n:
+                    raise ValueError(f"session {s.id}: rejoin_before_turn {s.rejoin_before_turn} is not after its "
+                                     f"fork ({s.fork_after_turn}) and within {s.parent}'s {n} turns")
+            elif s.rejoin_before_turn is not None:
+                raise ValueError(f"session {s.id}: rejoin_before_turn without a parent")
             prev = None
             for i, t in enumerate(s.turns):
                 cap = 0 if prev is None else min(prev.prompt_tokens, t.prompt_tokens) // self.block_size
