@@ -82,7 +82,10 @@ def test_sweep_stops_at_the_first_failure_and_bisects() -> None:
     out = sweep(run, [1, 2, 4], Slo(ttft_p99_s=0.5, turn_p99_s=2.0))
     assert ran == [1] and out.sustained == 0 and "TTFT p99" in out.levels[0].why
     run, ran = fake_level(0.01)
-    assert sweep(run, [1, 2, 4], Slo(ttft_p99_s=1, turn_p99_s=2.0)).sustained == 4 and ran == [1, 2, 4]
+    everything = sweep(run, [1, 2, 4], Slo(ttft_p99_s=1, turn_p99_s=2.0))
+    assert everything.sustained == 4 and ran == [1, 2, 4] and not everything.limit_found
+    assert "the most tried" in everything.headline()
+    assert out.limit_found and "the most tried" not in out.headline()
 
 
 def test_a_failed_turn_fails_its_level() -> None:

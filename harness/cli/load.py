@@ -191,7 +191,7 @@ def load_agents(
         return "" if value is None else format(value, fmt)
     table = Table("agents", "turns", "failed", "TTFT p50 s", "TTFT p99 s", "turn p50 s", "turn p99 s",
                   "decode p50 tok/s", "think err p50 ms", "prefix hit", "KV peak", "preempt", "SLO",
-                  title=f"{outcome.sustained} agents sustained under {outcome.slo}")
+                  title=outcome.headline())
     for lv in outcome.levels:
         table.add_row(str(lv.copies), str(lv.turns), str(lv.failed), s(lv.ttft_p50_s), s(lv.ttft_p99_s),
                       s(lv.turn_p50_s), s(lv.turn_p99_s), s(lv.decode_p50_tok_s),

@@ -83,10 +83,15 @@ class SweepResult:
     rule: str
     sustained: int
     levels: list[LevelStats] = field(default_factory=list)
+    limit_found: bool = False  # a level failed; else `sustained` is only the most tried, a lower bound
 
     def as_dict(self) -> dict:
-        return {"slo": self.slo, "rule": self.rule, "sustained": self.sustained,
+        return {"slo": self.slo, "rule": self.rule, "sustained": self.sustained, "limit_found": self.limit_found,
                 "levels": [asdict(level) for level in self.levels]}
+
+    def headline(self) -> str:
+        most = "" if self.limit_found else " (the most tried: the limit is higher)"
+        return f"{self.sustained} agents sustained{most} under {self.slo}"
 
 
 RULE = ("ascending levels, stop at the first failing one, bisect between the last pass and it; "
@@ -134,5 +139,5 @@ def sweep(run_level: Callable[[int], LevelStats], levels: list[int], slo: Slo, *
             else:
                 hi = mid
         last_pass = lo
-    out.sustained = last_pass
+    out.sustained, out.limit_found = last_pass, first_fail is not None
     return out
