@@ -251,3 +251,16 @@ def test_fork_and_rejoin_must_be_within_the_parent(fork: int, rejoin: int | None
         AgentTrace(sessions=[Session(id="a", turns=turns),
                              Session(id="b", parent="a", fork_after_turn=fork, rejoin_before_turn=rejoin,
                                      turns=turns)])
+
+
+def test_merged_traces_keep_their_sessions_apart() -> None:
+    from harness.load.agents.trace import merge
+    a = trace_of((100, 0), (180, 6))
+    child = AgentTrace(block_size=16, sessions=[a.sessions[0], Session(id="c", parent="s0", fork_after_turn=0,
+                                                                        turns=a.sessions[0].turns)])
+    merged = merge([a, child])
+    assert [(s.id, s.parent) for s in merged.sessions] == [("t0.s0", None), ("t1.s0", None), ("t1.c", "t1.s0")]
+    ids = block_ids(merged)
+    assert not set(ids[("t0.s0", 0)]) & set(ids[("t1.s0", 0)])  # no shared blocks across traces in a copy
+    with pytest.raises(UserError, match="block sizes differ"):
+        merge([a, AgentTrace(block_size=32, sessions=trace_of((100, 0), (180, 2)).sessions)])

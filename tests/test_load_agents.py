@@ -140,6 +140,11 @@ def test_cli_trace_then_sweep(make_timed, tmp_path: Path) -> None:  # noqa: F811
     assert two["preemptions"] == 2 and two["readings"] >= 2 and two["kv_usage_peak"] is not None
     saved = json.loads(Path(printed["results"]).read_text())
     assert saved["model"] == MODEL and len(saved["turns_by_level"]["2"]) == 4
+    # two traces at once: each copy replays both
+    both = cli("load-agents", str(tmp_path / "t.trace.jsonl"), str(tmp_path / "t.trace.jsonl"), "--base-url",
+               server.url, "--copies", "2", "--out-dir", str(tmp_path / "out"), "--json", cwd=tmp_path)
+    assert both.returncode == 0, both.stderr
+    assert len(json.loads(Path(json.loads(both.stdout)["results"]).read_text())["turns_by_level"]["2"]) == 8
     # the Mooncake export drives the same sweep
     again = cli("load-agents", str(tmp_path / "m.jsonl"), "--mooncake-block-size", "16", "--base-url", server.url,
                 "--copies", "1", "--out-dir", str(tmp_path / "out"), "--json", cwd=tmp_path)

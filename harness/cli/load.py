@@ -127,8 +127,9 @@ def load_trace(
 
 @user_errors
 def load_agents(
-    trace_file: Annotated[Path, typer.Argument(help="A *.trace.jsonl (llms-benchmark load-trace), or with "
-                                                    "--mooncake-block-size an AIPerf Mooncake trace.")],
+    trace_files: Annotated[list[Path], typer.Argument(
+        help="*.trace.jsonl files (llms-benchmark load-trace), or with --mooncake-block-size / --weka AIPerf's "
+             "formats; each copy replays them all.")],
     base_url: Annotated[str, typer.Option("--base-url", help="The OpenAI-compatible server's base URL.")],
     model: Annotated[str, typer.Option("--model", help="Served model name (default: the first /v1/models lists).")
                      ] = "",
@@ -154,6 +155,7 @@ def load_agents(
     """N concurrent copies of an agent trace; the number of agents sustained under a TTFT/turn-time SLO."""
     from harness.load.agents.run import read_trace, run_agents
     from harness.load.agents.sweep import Slo
+    from harness.load.agents.trace import merge
     from harness.probe import api_key_from_env
 
     try:
@@ -169,10 +171,11 @@ def load_agents(
         raise UserError("--stagger cannot be negative", field="--stagger", fix="give 0 or more seconds")
     if weka and mooncake_block_size is not None:
         raise UserError("give --weka or --mooncake-block-size, not both", field="--weka",
-                        fix="name the one format TRACE_FILE is in")
-    trace = read_trace(trace_file, mooncake_block_size=mooncake_block_size, is_weka=weka)
+                        fix="name the one format the trace files are in")
+    trace = merge([read_trace(f, mooncake_block_size=mooncake_block_size, is_weka=weka) for f in trace_files])
     slo = Slo(ttft_p99_s=ttft_p99, turn_p99_s=turn_p99)
-    say(f"load-agents: {trace_file} ({len(trace.sessions)} sessions) at {base_url}; SLO: {slo.describe()}")
+    say(f"load-agents: {len(trace_files)} trace(s), {len(trace.sessions)} sessions a copy, at {base_url}; "
+        f"SLO: {slo.describe()}")
     try:
         outcome, path = run_agents(trace, base_url=base_url, model=model, levels=levels, slo=slo, stagger_s=stagger,
                                    limit_s=limit, out_root=out_dir or project_root() / "bench-results",

@@ -294,3 +294,20 @@ def load(path: Path) -> AgentTrace:
 
 def blocks(prompt_tokens: int, block_size: int) -> int:
     return math.ceil(prompt_tokens / block_size)
+
+
+def merge(traces: list[AgentTrace]) -> AgentTrace:
+    """Several traces as one: each copy of a load then replays every one of them. Session ids
+    get the trace's index (`t<i>.<id>`); start times stay each trace's own (all begin together)."""
+    if len(traces) == 1:
+        return traces[0]
+    sizes = {t.block_size for t in traces}
+    if len(sizes) > 1:
+        raise UserError(f"the traces' block sizes differ ({sorted(sizes)})", field="block_size",
+                        fix="make every trace with the same --block-size")
+    sessions = []
+    for i, t in enumerate(traces):
+        for s in t.sessions:
+            sessions.append(s.model_copy(update={"id": f"t{i}.{s.id}",
+                                                 "parent": None if s.parent is None else f"t{i}.{s.parent}"}))
+    return AgentTrace(source=",".join(t.source for t in traces), block_size=sizes.pop(), sessions=sessions)
