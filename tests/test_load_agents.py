@@ -39,6 +39,9 @@ def test_copies_keep_think_times_order_forks_and_distinct_content(make_timed) ->
     result = replay(TRACE, ReplayOptions(base_url=server.url, model=MODEL, copies=3, stagger_s=0.05, limit_s=60))
     assert not result.timed_out and len(result.turns) == 3 * 5 and all(t.ok for t in result.turns)
     by = {(t.copy, t.session, t.turn): t for t in result.turns}
+    # staggered starts: copy c's first request no sooner than c x 0.05 s after copy 0's
+    firsts = [by[(c, "s0", 0)].start_s for c in range(3)]
+    assert all(firsts[c] - firsts[0] >= c * 0.05 - 1e-3 for c in range(3))
     for c in range(3):
         # turn order within each session, and each request waited at least its think time
         for sid, n in (("s0", 3), ("s1", 2)):
