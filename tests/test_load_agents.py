@@ -174,3 +174,11 @@ def test_cli_bad_input_is_one_clear_error(tmp_path: Path, args: list[str], field
 def test_cli_missing_trace_is_one_clear_error(tmp_path: Path) -> None:
     out = cli("load-agents", str(tmp_path / "none.trace.jsonl"), "--base-url", "http://127.0.0.1:9", cwd=tmp_path)
     assert out.returncode == 2 and "no trace file" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_level_past_its_limit_is_cut_and_fails(make_timed) -> None:  # noqa: F811
+    server = make_timed("--ttft", "0.02", "--itl", "0.002")
+    result = replay(TRACE, ReplayOptions(base_url=server.url, model=MODEL, copies=2, stagger_s=0, limit_s=0.4))
+    assert result.timed_out and len(result.turns) < 2 * 5 and result.wall_s < 5
+    stats = LevelStats.of(result).judge(Slo(ttft_p99_s=10, turn_p99_s=10))
+    assert not stats.passed and "timed out" in stats.why

@@ -99,9 +99,15 @@ class _Copy:
         first = min(s.turns[0].start_s for s in roots)
         self.tasks = [asyncio.ensure_future(self.session(s, start_at + s.turns[0].start_s - first, None))
                       for s in roots]
-        while self.tasks:  # children add themselves as they fork
-            task = self.tasks.pop()
-            await task
+        try:
+            done = 0
+            while done < len(self.tasks):  # children append themselves as they fork
+                await self.tasks[done]
+                done += 1
+        finally:  # cancelled at the run's limit: no session of this copy is left running
+            for task in self.tasks:
+                task.cancel()
+            await asyncio.gather(*self.tasks, return_exceptions=True)
 
     async def session(self, s: Session, start_at: float, after: float | None) -> None:
         try:
