@@ -39,9 +39,9 @@ def test_copies_keep_think_times_order_forks_and_distinct_content(make_timed) ->
     result = replay(TRACE, ReplayOptions(base_url=server.url, model=MODEL, copies=3, stagger_s=0.05, limit_s=60))
     assert not result.timed_out and len(result.turns) == 3 * 5 and all(t.ok for t in result.turns)
     by = {(t.copy, t.session, t.turn): t for t in result.turns}
-    # staggered starts: copy c's first request no sooner than c x 0.05 s after copy 0's
-    firsts = [by[(c, "s0", 0)].start_s for c in range(3)]
-    assert all(firsts[c] - firsts[0] >= c * 0.05 - 1e-3 for c in range(3))
+    # staggered starts: copy c's first request never before its slot, c x 0.05 s after the run's
+    # first (0.05 s after the run's start); late is allowed (a busy loop), early never
+    assert all(by[(c, "s0", 0)].start_s >= 0.05 + c * 0.05 - 1e-3 for c in range(3))
     for c in range(3):
         # turn order within each session, and each request waited at least its think time
         for sid, n in (("s0", 3), ("s1", 2)):
@@ -182,3 +182,11 @@ def test_a_level_past_its_limit_is_cut_and_fails(make_timed) -> None:  # noqa: F
     assert result.timed_out and len(result.turns) < 2 * 5 and result.wall_s < 5
     stats = LevelStats.of(result).judge(Slo(ttft_p99_s=10, turn_p99_s=10))
     assert not stats.passed and "timed out" in stats.why
+
+
+def test_a_dead_server_fails_the_level_by_error_type(tmp_path: Path) -> None:
+    # port 9 (discard) on loopback: nothing listens, every turn is refused
+    result = replay(TRACE, ReplayOptions(base_url="http://127.0.0.1:9", model=MODEL, copies=1, limit_s=30))
+    stats = LevelStats.of(result).judge(Slo(ttft_p99_s=10, turn_p99_s=10))
+    assert stats.failed == stats.turns == 5 and stats.errors == {"ConnectionRefusedError": 5}
+    assert not stats.passed and "ConnectionRefusedError: 5" in stats.why

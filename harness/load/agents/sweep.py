@@ -48,6 +48,7 @@ class LevelStats:
     decode_p50_tok_s: float | None
     think_error_p50_s: float | None  # |kept - recorded| think time, median over turns that had one
     timed_out: bool = False
+    errors: dict[str, int] = field(default_factory=dict)  # failed turns by the client's error type
     server: dict | None = None  # the server's /metrics over the level (watch.py): prefix hit, KV peak, ...
     passed: bool = False
     why: str = ""
@@ -60,7 +61,11 @@ class LevelStats:
         dec = [t.decode_tok_s for t in ok if t.decode_tok_s is not None]
         think = [abs(t.think_s - t.think_target_s) for t in ok
                  if t.think_s is not None and t.think_target_s is not None]
-        return cls(copies=result.copies, turns=len(result.turns), failed=len(result.turns) - len(ok),
+        errors: dict[str, int] = {}
+        for t in result.turns:
+            if not t.ok:
+                errors[t.error or "unknown"] = errors.get(t.error or "unknown", 0) + 1
+        return cls(copies=result.copies, turns=len(result.turns), failed=len(result.turns) - len(ok), errors=errors,
                    ttft_p50_s=_pct(ttft, 50), ttft_p99_s=_pct(ttft, 99), turn_p50_s=_pct(turn, 50),
                    turn_p99_s=_pct(turn, 99), decode_p50_tok_s=_pct(dec, 50), think_error_p50_s=_pct(think, 50),
                    timed_out=result.timed_out)
@@ -68,7 +73,9 @@ class LevelStats:
     def judge(self, slo: Slo) -> LevelStats:
         faults = []
         if self.failed or self.timed_out or not self.turns:
-            faults.append(f"{self.failed} failed turns" + (", timed out" if self.timed_out else ""))
+            kinds = ", ".join(f"{k}: {v}" for k, v in sorted(self.errors.items()))
+            faults.append(f"{self.failed} failed turns" + (f" ({kinds})" if kinds else "")
+                          + (", timed out" if self.timed_out else ""))
         if self.ttft_p99_s is None or self.ttft_p99_s > slo.ttft_p99_s:
             faults.append(f"TTFT p99 {self.ttft_p99_s} s > {slo.ttft_p99_s:g} s")
         if self.turn_p99_s is None or self.turn_p99_s > slo.turn_p99_s:
