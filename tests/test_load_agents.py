@@ -48,14 +48,14 @@ def test_copies_keep_think_times_order_forks_and_distinct_content(make_timed) ->
             starts = [by[(c, sid, i)].start_s for i in range(n)]
             assert starts == sorted(starts)
         for t in (by[(c, "s0", 1)], by[(c, "s1", 1)]):
-            assert t.think_s >= t.think_target_s - 1e-4 and t.think_s - t.think_target_s < 0.25
+            assert t.think_s >= t.think_target_s - 1e-4 and t.think_s - t.think_target_s < 1.0
         # the child starts after the parent's fork turn ends; the parent's third turn after the child ends
         assert by[(c, "s1", 0)].start_s >= by[(c, "s0", 0)].end_s
         assert by[(c, "s0", 2)].start_s >= by[(c, "s1", 1)].end_s
         # the third turn's wait is the recorded gap after the child's end (1.0 - (0.9 + 0.05))
         assert by[(c, "s0", 2)].think_target_s == pytest.approx(0.05)
     errors = sorted(abs(t.think_s - t.think_target_s) for t in result.turns if t.think_target_s is not None)
-    assert errors[len(errors) // 2] < 0.05  # p50; bench/agents_think.py measures the real figure
+    assert errors[len(errors) // 2] < 0.1  # p50; bench/agents_think.py measures the real figure (< 1 ms)
     # the server saw every copy's prompts at the trace's lengths, each copy under its own tag
     seen: dict[str, list[int]] = defaultdict(list)
     for row in server.log():
@@ -98,16 +98,16 @@ def test_a_failed_turn_fails_its_level() -> None:
 
 
 def test_sweep_against_a_server_that_queues(make_timed) -> None:  # noqa: F811
-    # one request at a time: a second agent's request waits a whole answer (~0.43 s) for its first token,
-    # so 2 agents miss a 0.25 s TTFT p99 that 1 meets (each side has 0.2 s to spare on a loaded machine)
-    server = make_timed("--ttft", "0.03", "--itl", "0.01", "--max-running", "1")
+    # one request at a time: a second agent's request waits a whole answer (~0.83 s) for its first token,
+    # so 2 agents miss a 0.45 s TTFT p99 that 1 meets (each side has ~0.4 s to spare on a loaded machine)
+    server = make_timed("--ttft", "0.03", "--itl", "0.02", "--max-running", "1")
     one = AgentTrace(block_size=16, sessions=[Session(id="s0", turns=[turn(0, 64, 0, 40, None),
                                                                       turn(0.5, 120, 4, 40, 0.05)])])
 
     def level(n: int) -> LevelStats:
         return LevelStats.of(replay(one, ReplayOptions(base_url=server.url, model=MODEL, copies=n, stagger_s=0,
                                                        limit_s=60)))
-    out = sweep(level, [1, 2, 4], Slo(ttft_p99_s=0.25, turn_p99_s=5.0))
+    out = sweep(level, [1, 2, 4], Slo(ttft_p99_s=0.45, turn_p99_s=5.0))
     assert [lv.copies for lv in out.levels] == [1, 2] and out.sustained == 1
     assert out.levels[1].ttft_p99_s > out.levels[0].ttft_p99_s
 
