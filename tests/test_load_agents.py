@@ -190,3 +190,17 @@ def test_a_dead_server_fails_the_level_by_error_type(tmp_path: Path) -> None:
     stats = LevelStats.of(result).judge(Slo(ttft_p99_s=10, turn_p99_s=10))
     assert stats.failed == stats.turns == 5 and stats.errors == {"ConnectionRefusedError": 5}
     assert not stats.passed and "ConnectionRefusedError: 5" in stats.why
+
+
+def test_a_rejoin_waits_for_the_later_of_its_own_think_and_the_child(make_timed) -> None:  # noqa: F811
+    # the child ends early; the parent's own think (0.7 s) outlasts the gap after the child (0.6 s)
+    trace = AgentTrace(block_size=16, sessions=[
+        Session(id="s0", turns=[turn(0.0, 100, 0, 4, None), turn(0.8, 140, 6, 4, 0.7)]),
+        Session(id="s1", parent="s0", fork_after_turn=0, rejoin_before_turn=1,
+                turns=[turn(0.15, 40, 0, 4, None, dur=0.05)])])
+    server = make_timed("--ttft", "0.01", "--itl", "0.002")
+    result = replay(trace, ReplayOptions(base_url=server.url, model=MODEL, copies=1, limit_s=30))
+    by = {(t.session, t.turn): t for t in result.turns}
+    rejoin = by[("s0", 1)]
+    assert rejoin.think_target_s == pytest.approx(0.7) and rejoin.think_s >= 0.7 - 1e-4
+    assert rejoin.start_s >= by[("s0", 0)].end_s + 0.7 - 1e-4 and rejoin.start_s >= by[("s1", 0)].end_s

@@ -5,7 +5,8 @@ order, one request in flight, and waits the recorded think time after each answe
 next request (measured from the answer's last byte to the next request's start, on the
 loop's monotonic clock; timers on harness/replay/precise_loop.py's loop, so microseconds,
 not epoll's milliseconds). A child session starts after its parent's fork turn ends (plus the
-recorded gap); the parent's rejoin turn waits for the child to end (plus the recorded gap).
+recorded gap); the parent's rejoin turn waits for the later of its own think after its previous
+answer and the recorded gap after the child's end.
 Each copy's prompts come from its own `Synth` (distinct words, same block structure).
 
 Bounded: every request has an idle timeout, and the whole run a wall-clock limit after which
@@ -110,20 +111,20 @@ class _Copy:
             await asyncio.gather(*self.tasks, return_exceptions=True)
 
     async def session(self, s: Session, start_at: float, after: float | None) -> None:
+        prev_end = after
         try:
             await sleep_until(self.loop, start_at)
-            prev_end = after
             for i, t in enumerate(s.turns):
-                target = t.think_s if i > 0 else None
-                wait_from = prev_end
+                # each wait is (from, how long): the own think after the previous answer, and for every
+                # child that rejoins here the recorded gap after its end; the latest deadline binds
+                waits = [(prev_end, t.think_s)] if i > 0 and prev_end is not None and t.think_s is not None else []
                 for child in self.joins.get((s.id, i), []):
                     await self.done[child.id].wait()
-                    child_end = self.session_end.get(child.id, prev_end)
                     rec = self._recorded_end(child, len(child.turns) - 1)
-                    target = _gap(rec, t.start_s)
-                    wait_from = max(wait_from or 0.0, child_end or 0.0)
+                    waits.append((self.session_end[child.id], _gap(rec, t.start_s)))
+                wait_from, target = max(waits, key=lambda w: w[0] + w[1], default=(None, None))
                 request = self.prepare(s, i)  # built before the wait, so the wait is the whole delay
-                if wait_from is not None and target is not None:
+                if wait_from is not None:
                     await sleep_until(self.loop, wait_from + target)
                 prev_end = await self.request(s, i, request, target, wait_from)
                 for child in self.forked.get((s.id, i), []):
@@ -131,7 +132,7 @@ class _Copy:
                     delay = _gap(rec, child.turns[0].start_s)
                     self.tasks.append(asyncio.ensure_future(self.session(child, prev_end + delay, prev_end)))
         finally:
-            self.session_end[s.id] = self.loop.time()
+            self.session_end[s.id] = prev_end if prev_end is not None else self.loop.time()
             self.done[s.id].set()
 
     def prepare(self, s: Session, i: int) -> bytes:
