@@ -59,6 +59,14 @@ def test_turns_think_times_and_reuse_from_a_wire_log(tmp_path: Path) -> None:
     assert parent.turns[0].duration_s == pytest.approx(1.0)
 
 
+def test_a_tools_own_model_calls_are_not_agent_turns(tmp_path: Path) -> None:
+    from harness.sandbox.wirelog import TOOL_ORIGIN
+    wire = [exchange(0, 1, 100, 5, 2, origin="opencode"), exchange(1.2, 1.5, 50, 5, 1, origin=TOOL_ORIGIN),
+            exchange(2, 3, 130, 5, 4, origin="opencode")]
+    trace = from_wire(write_wire(tmp_path, wire))
+    assert [[t.prompt_tokens for t in s.turns] for s in trace.sessions] == [[100, 130]]
+
+
 def test_overlapping_exchanges_are_separate_sessions(tmp_path: Path) -> None:
     trace = from_wire(write_wire(tmp_path, [exchange(0, 2, 100, 5, 2), exchange(1, 3, 120, 5, 2)]))
     assert len(trace.sessions) == 2 and trace.sessions[1].parent == "s0"

@@ -34,6 +34,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from harness.errors import UserError
+from harness.sandbox.wirelog import TOOL_ORIGIN
 
 FORMAT = "llms-benchmark/agent-trace"
 VERSION = 1
@@ -134,8 +135,8 @@ def _exchanges(wire: Path) -> list[dict]:
                 raise UserError(f"{wire} line {n}: not a JSON object", file=wire, line=n, fix="give wire.jsonl")
             usage = row.get("usage") or {}
             if (not str(row.get("path", "")).endswith("/chat/completions") or row.get("status") != 200
-                    or not row.get("ended") or not usage.get("prompt_tokens")):
-                continue  # model listings, failed or cut exchanges: not a turn the agent completed
+                    or not row.get("ended") or not usage.get("prompt_tokens") or row.get("origin") == TOOL_ORIGIN):
+                continue  # listings, failed or cut exchanges, a tool's own calls: not a turn the agent made
             started, ended = _ts(row.get("started"), f"{wire} line {n}"), _ts(row.get("ended"), f"{wire} line {n}")
             rows.append({**row, "_start": started, "_end": ended, "_line": n})
     if not rows:
