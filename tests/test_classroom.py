@@ -470,9 +470,8 @@ def test_cli_refuses_bad_input_with_one_error_and_writes_nothing(tmp_path: Path,
 # ---------------------------------------------------------------- issue 35: the seed's command line
 
 
-def test_the_seeds_flags_over_https_with_a_private_ca(tmp_path: Path) -> None:
-    """Seed 002's own command line: --base-url, --api-keys-file, --cacert (a private CA), --users,
-    --duration, --yes; the scenario defaults to java. The old names stay aliases."""
+def _private_ca(tmp_path: Path):
+    """A server TLS context signed by a private CA, the CA's PEM and a keys file (seed 002's)."""
     import ssl
 
     import trustme
@@ -484,6 +483,13 @@ def test_the_seeds_flags_over_https_with_a_private_ca(tmp_path: Path) -> None:
     ca.cert_pem.write_to_path(str(pem))
     keys = tmp_path / "api-keys.csv"
     keys.write_text("alice,k1\nbob,k2\n")
+    return server_tls, pem, keys
+
+
+def test_the_seeds_flags_over_https_with_a_private_ca(tmp_path: Path) -> None:
+    """Seed 002's own command line: --base-url, --api-keys-file, --cacert (a private CA), --users,
+    --duration, --yes; the scenario defaults to java. The old names stay aliases."""
+    server_tls, pem, keys = _private_ca(tmp_path)
     common = ["--model", MODEL, "--users", "2", "--max-turns", "1", "--ramp-up", "0", "--time-scale", "0.001",
               "--duration", "60", "--json"]
     with FakeOpenAI(tls=server_tls) as fake:
@@ -533,17 +539,7 @@ def test_the_student_runs_from_the_standard_library_alone(tmp_path: Path) -> Non
     """Seed 002: the simulator needs only Python. A bare interpreter (-S: no site-packages, so no
     httpx, numpy, rich or typer) runs the seed's own command line over HTTPS with a private CA,
     naming no model (the one the server lists is used)."""
-    import ssl
-
-    import trustme
-
-    ca = trustme.CA()
-    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ca.issue_cert("127.0.0.1").configure_cert(server_tls)
-    pem = tmp_path / "ca.pem"
-    ca.cert_pem.write_to_path(str(pem))
-    keys = tmp_path / "api-keys.csv"
-    keys.write_text("alice,k1\nbob,k2\n")
+    server_tls, pem, keys = _private_ca(tmp_path)
     probe = ("import sys; sys.path.insert(0, sys.argv.pop(1)); import runpy; "
              "assert not any(m.split('.')[0] in ('httpx', 'numpy', 'rich', 'typer', 'pydantic') for m in sys.modules); "
              "runpy.run_module('harness.load.classroom_standalone', run_name='__main__')")
