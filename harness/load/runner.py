@@ -379,7 +379,7 @@ class Runner:
 
             if extra_of(exc) is None:
                 raise
-            self.reporter.note(f"no plots: matplotlib is not installed (pip install -e '.[plots]')")
+            self.reporter.note("no plots: matplotlib is not installed (pip install -e '.[plots]')")
             return
         plot(self.results.rows, self.results.path, f"{self.target.model} at {self.target.base_url}")
 

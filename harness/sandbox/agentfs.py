@@ -74,6 +74,14 @@ def open_under(root: Path | str, parts: list[str]) -> int:
     return fd
 
 
+def lstat_at(dir_fd: int, name: str) -> os.stat_result | None:
+    """The entry `name` of an open folder as it is (a link is a link); None when it is gone."""
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
 def _listing(fd: int) -> list[str]:
     return sorted(os.listdir(fd))
 
@@ -105,9 +113,8 @@ def walk(root: Path | str, max_depth: int = MAX_DEPTH, max_entries: int = MAX_EN
             seen += 1
             if seen > max_entries:
                 raise Unclean(f"more than {max_entries:,} entries under {Path(root).name}/")
-            try:
-                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-            except FileNotFoundError:
+            st = lstat_at(fd, name)
+            if st is None:
                 continue
             child_rel = f"{rel}/{name}" if rel else name
             yield Entry(fd, name, st, child_rel, len(stack))
@@ -148,9 +155,8 @@ def remove(path: Path) -> None:
     path = Path(path)
     parent = open_dir(path.parent)
     try:
-        try:
-            st = os.stat(path.name, dir_fd=parent, follow_symlinks=False)
-        except FileNotFoundError:
+        st = lstat_at(parent, path.name)
+        if st is None:
             return
         if not stat.S_ISDIR(st.st_mode):
             os.unlink(path.name, dir_fd=parent)

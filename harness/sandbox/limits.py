@@ -26,6 +26,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.sandbox import agentfs
+from harness.sandbox.peers import pids_in
+
 GiB = 1 << 30
 MiB = 1 << 20
 
@@ -198,8 +201,6 @@ def allocated_bytes(roots: list[Path]) -> int:
     """Blocks allocated under `roots` (a sparse file counts what it holds), walked by directory
     descriptor (links not followed, no PATH_MAX limit); a tree past `_MAX_ENTRIES` entries or
     nested past agentfs's bound counts as full (inodes are disk too)."""
-    from harness.sandbox import agentfs
-
     total = 0
     for root in roots:
         try:
@@ -217,12 +218,8 @@ def hidden_bytes(netns: int, devices: set[int]) -> int:
     """Blocks held by files no folder names (O_TMPFILE, or deleted while open) on `devices`,
     open in a process of the sandbox's network namespace `netns`: the walk cannot see them."""
     total, seen = 0, set()
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
+    for name in pids_in(netns):
         try:
-            if os.stat(f"/proc/{name}/ns/net").st_ino != netns:
-                continue
             fds = os.listdir(f"/proc/{name}/fd")
         except OSError:
             continue

@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 
 from harness.sandbox.identity import AgentIdentity, agent_identity, hand_over
 from harness.sandbox.inside import ACK, CONTROL
+from harness.sandbox.peers import netns_of
 from harness.sandbox.wirelog import Tap, WireLog
 
 # Where the bridge's sockets appear inside the sandbox.
@@ -154,8 +155,6 @@ class Bridge:
 
     def netns(self) -> int | None:
         """The inode of the sandbox's network namespace (once its listeners are handed over)."""
-        from harness.sandbox.peers import netns_of
-
         return netns_of(self._listeners[0]) if self._listeners and self.handed.is_set() else None
 
     def adopt(self, listener: socket.socket, port: int) -> None:

@@ -35,7 +35,8 @@ def netns_of(sock: socket.socket) -> int | None:
         os.close(fd)
 
 
-def _pids_in(netns: int | None) -> list[int]:
+def pids_in(netns: int | None) -> list[int]:
+    """The processes in the network namespace `netns` (every process where None)."""
     pids = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -88,7 +89,7 @@ def client_pid(conn: socket.socket) -> int | None:
         client, server = conn.getpeername()[:2], conn.getsockname()[:2]
     except OSError:
         return None
-    pids = _pids_in(netns_of(conn))
+    pids = pids_in(netns_of(conn))
     inode = next((i for pid in pids[:8] if (i := _socket_inode(pid, client, server))), None)
     return _holder(pids, inode) if inode else None
 

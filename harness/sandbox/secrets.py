@@ -554,11 +554,8 @@ def scrub_files(paths: Iterable[Path], secrets: list[str]) -> tuple[int, list[st
         except OSError:
             continue
         try:
-            try:
-                st = os.stat(path.name, dir_fd=parent, follow_symlinks=False)
-            except FileNotFoundError:
-                continue
-            if not stat.S_ISREG(st.st_mode):
+            st = agentfs.lstat_at(parent, path.name)
+            if st is None or not stat.S_ISREG(st.st_mode):
                 continue
             did, holds = _scrub_at(parent, path.name, st, encoded)
             changed += did

@@ -352,28 +352,25 @@ TOKEN_TOLERANCE = 0.01  # a share of the wire's figure: the store and the wire r
 TURN_TOLERANCE = 1  # a turn cut off by the harness's own stop may reach one of them only
 
 
-def decisive(wire: dict, store: dict) -> list[str]:
-    """The disagreements past the tolerance on input, output and turns: no row stands on a run
-    whose store and wire tell two stories (a store rewritten, or calls the wire never saw)."""
-    out = []
-    for what, seen, stored, slack in (
-            ("input tokens", wire["tokens"]["input"], store.get("input"), TOKEN_TOLERANCE * wire["tokens"]["input"]),
-            ("output tokens", wire["tokens"]["output"], store.get("output"), TOKEN_TOLERANCE * wire["tokens"]["output"]),
-            ("model turns", wire["turns"], store.get("turns"), TURN_TOLERANCE)):
-        if stored is not None and abs(seen - stored) > slack:
-            out.append(f"{what}: the store says {stored:,}, the wire {seen:,}")
-    return out
+def _compared(wire: dict, store: dict) -> list[tuple[str, int, int | None, float | None]]:
+    """(what, the wire's figure, the store's, the slack that voids past it; None: named only)."""
+    tokens = wire["tokens"]
+    return [("input tokens", tokens["input"], store.get("input"), TOKEN_TOLERANCE * tokens["input"]),
+            ("output tokens", tokens["output"], store.get("output"), TOKEN_TOLERANCE * tokens["output"]),
+            ("cache-read tokens", tokens["cache"], store.get("cache_read"), None),
+            ("model turns", wire["turns"], store.get("turns"), TURN_TOLERANCE)]
 
 
 def disagreements(wire: dict, store: dict) -> list[str]:
     """Where opencode's store (`input`, `output`, `cache`, `turns`) departs from the wire's figures:
     an agent that rewrote its store, or a store that missed a call, is named here."""
-    out = []
-    pairs = [("input tokens", wire["tokens"]["input"], store.get("input")),
-             ("output tokens", wire["tokens"]["output"], store.get("output")),
-             ("cache-read tokens", wire["tokens"]["cache"], store.get("cache_read")),
-             ("model turns", wire["turns"], store.get("turns"))]
-    for what, seen, stored in pairs:
-        if stored is not None and seen != stored:
-            out.append(f"{what}: the store says {stored:,}, the wire {seen:,}")
-    return out
+    return [f"{what}: the store says {stored:,}, the wire {seen:,}"
+            for what, seen, stored, _ in _compared(wire, store) if stored is not None and seen != stored]
+
+
+def decisive(wire: dict, store: dict) -> list[str]:
+    """The disagreements past the tolerance on input, output and turns: no row stands on a run
+    whose store and wire tell two stories (a store rewritten, or calls the wire never saw)."""
+    return [f"{what}: the store says {stored:,}, the wire {seen:,}"
+            for what, seen, stored, slack in _compared(wire, store)
+            if stored is not None and slack is not None and abs(seen - stored) > slack]
