@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from harness.sandbox.net import Bridge
-from harness.sandbox.wirelog import WireLog, disagreements, figures, read_log
+from harness.sandbox.wirelog import WireLog, decisive, disagreements, figures, read_log, settled_entries
 from fakes.openai_server import Answer, FakeOpenAI
 
 
@@ -145,6 +145,32 @@ def test_a_store_that_departs_from_the_wire_is_named():
     forged = {**honest, "input": 501_000, "turns": 2}
     assert disagreements(wire, forged) == ["input tokens: the store says 501,000, the wire 1,000",
                                            "model turns: the store says 2, the wire 4"]
+
+
+def _turn(ended: float | None, prompt: int, completion: int) -> dict:
+    from datetime import UTC, datetime
+    return {"path": "/v1/chat/completions", "status": 200,
+            "ended": datetime.fromtimestamp(ended, UTC).isoformat() if ended else None,
+            "usage": {"prompt_tokens": prompt, "completion_tokens": completion}}
+
+
+def test_a_turn_the_harness_stop_cut_off_may_be_missing_from_the_store_and_nothing_else():
+    stop = 1_000_000.0
+    entries = [_turn(stop - 60, 10_240, 64), _turn(stop - 1, 10_420, 20)]  # the 2nd ended as the stop came
+    wire, settled = figures(entries), figures(settled_entries(entries, stop))
+    assert settled["turns"] == 1 and settled["tokens"]["input"] == 10_240
+    lost_last = {"input": 10_240, "output": 64, "cache_read": 0, "turns": 1}  # opencode died before saving it
+    kept_last = {"input": 20_660, "output": 84, "cache_read": 0, "turns": 2}
+    assert decisive(wire, lost_last) != []  # without the stop's time: two stories
+    assert decisive(wire, lost_last, settled) == [] and decisive(wire, kept_last, settled) == []
+    # The stop excuses only the cut-off turn: a store short of a settled one, or over the wire, is void.
+    short = {"input": 5_000, "output": 64, "cache_read": 0, "turns": 1}
+    assert decisive(wire, short, settled) == [
+        "input tokens: the store says 5,000, the wire 20,660 (10,240 before the harness's stop)"]
+    inflated = {**kept_last, "output": 900}
+    assert decisive(wire, inflated, settled) == ["output tokens: the store says 900, the wire 84 (64 before the harness's stop)"]
+    # A turn that ended well before the stop settled; one still open at it did not.
+    assert len(settled_entries([_turn(stop - 6, 1, 1), _turn(None, 1, 1)], stop)) == 1
 
 
 def test_a_head_sent_in_parts_past_16k_is_read_and_one_past_the_cap_is_closed(tmp_path: Path):

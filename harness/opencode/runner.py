@@ -51,6 +51,7 @@ class RunResult:
     errors: list[str] = field(default_factory=list)
     started: float = 0.0
     ended: float = 0.0
+    stopped_at: float | None = None  # wall clock when the harness ended it (ended_by), None if it ended itself
 
 
 def error_signature(text: str) -> str:
@@ -237,6 +238,7 @@ def run_opencode(
             else:  # e.g. the sandbox's disk cap: the reason it gives ends the run
                 result.ended_by = next((why for guard in guards if (why := guard())), None)
             if result.ended_by:
+                result.stopped_at = time.time()
                 _end_group(proc)
                 break
             time.sleep(POLL_S)
@@ -244,6 +246,7 @@ def run_opencode(
         # Ctrl-C, SIGTERM or a crash in here: the run's process group never outlives us.
         if proc.poll() is None:
             result.ended_by = result.ended_by or "interrupted"
+            result.stopped_at = result.stopped_at or time.time()
             _end_group(proc)
         else:
             try:

@@ -368,9 +368,31 @@ def disagreements(wire: dict, store: dict) -> list[str]:
             for what, seen, stored, _ in _compared(wire, store) if stored is not None and seen != stored]
 
 
-def decisive(wire: dict, store: dict) -> list[str]:
+def decisive(wire: dict, store: dict, settled: dict | None = None) -> list[str]:
     """The disagreements past the tolerance on input, output and turns: no row stands on a run
-    whose store and wire tell two stories (a store rewritten, or calls the wire never saw)."""
+    whose store and wire tell two stories (a store rewritten, or calls the wire never saw).
+
+    `settled`: for a run the harness itself ended, the wire's figures without the turns its stop
+    cut off (`settled_entries`). Opencode may or may not have persisted those, so the store may
+    hold anything from `settled` to `wire`; past either end, by the slack, it is decisive."""
+    low = {what: seen for what, seen, _, _ in _compared(settled or wire, {})}
     return [f"{what}: the store says {stored:,}, the wire {seen:,}"
+            + (f" ({low[what]:,} before the harness's stop)" if low[what] != seen else "")
             for what, seen, stored, slack in _compared(wire, store)
-            if stored is not None and slack is not None and abs(seen - stored) > slack]
+            if stored is not None and slack is not None
+            and not low[what] - slack <= stored <= seen + slack]
+
+
+STOP_GRACE_S = 5.0  # opencode persists a turn's message once its stream ends: allow it this long
+
+
+def settled_entries(entries: list[dict], stopped_at: float, grace: float = STOP_GRACE_S) -> list[dict]:
+    """The exchanges that ended `grace` seconds before the harness stopped the run: each of
+    them must be in opencode's store; a later or unfinished one may have died with opencode."""
+    def ended(entry: dict) -> float | None:
+        try:
+            return datetime.fromisoformat(entry["ended"]).timestamp()
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    return [e for e in entries if (t := ended(e)) is not None and t <= stopped_at - grace]

@@ -45,7 +45,8 @@ def _wire(rec: RunRecord, ctx: LaunchContext) -> None:
     path = ctx.paths.wire_log
     if not path.is_file():
         return
-    seen = wirelog.figures(wirelog.read_log(path))
+    entries = wirelog.read_log(path)
+    seen = wirelog.figures(entries)
     rec.wire = WireFigures(**seen, **ctx.wire_counts.get(path, {}))  # the same fields (pydantic builds its Tokens)
     rec.artifacts.wire_log = str(path)
     if rec.session is not None:
@@ -53,7 +54,12 @@ def _wire(rec: RunRecord, ctx: LaunchContext) -> None:
         store = {"input": t.input, "output": t.output, "cache_read": rec.session.cache_read,
                  "turns": rec.session.turns}
         rec.wire.store_disagrees = wirelog.disagreements(seen, store)
-        ctx.wire_decisive = wirelog.decisive(seen, store)
+        stopped_at = ctx.result.stopped_at if ctx.result is not None else None
+        settled = wirelog.figures(wirelog.settled_entries(entries, stopped_at)) if stopped_at else None
+        ctx.wire_decisive = wirelog.decisive(seen, store, settled)
+        if settled and rec.wire.store_disagrees and settled["turns"] != seen["turns"] and not ctx.wire_decisive:
+            rec.wire.store_disagrees.append(
+                f"{seen['turns'] - settled['turns']} turn(s) the harness's stop cut off may reach the wire only")
     else:
         rec.wire.store_disagrees = ["opencode's store could not be read"]
     for problem in rec.wire.store_disagrees:
