@@ -73,3 +73,31 @@ def test_preflight_refuses_an_opencode_that_is_not_the_pinned_version(tmp_path):
     assert "make setup" in caught.value.fix and "LLMS_BENCHMARK_OPENCODE" in caught.value.fix
     fake.write_text(f"#!/bin/sh\necho {PINNED_VERSION}\n")
     assert opencode_version(fake) == PINNED_VERSION
+
+
+def test_the_version_is_asked_once_per_installed_file_and_again_when_it_changes(tmp_path, monkeypatch):
+    """`opencode --version` costs a node and a bun start each launch: cached by the file's identity,
+    never trusted past a reinstall (another inode, size or mtime), never caching a refused one."""
+    import os
+
+    import pytest
+
+    from harness.errors import PreflightError
+    from harness.opencode.binary import PINNED_VERSION, opencode_version
+
+    monkeypatch.setenv("LLMS_BENCHMARK_CACHE", str(tmp_path / "cache"))
+    asked = tmp_path / "asked"
+    fake = tmp_path / "opencode"
+    fake.write_text(f"#!/bin/sh\necho x >> {asked}\necho {PINNED_VERSION}\n")
+    fake.chmod(0o755)
+    assert opencode_version(fake) == PINNED_VERSION and opencode_version(fake) == PINNED_VERSION
+    assert asked.read_text().count("x") == 1
+    # A reinstall of another version: the new file is asked, and refused.
+    replacement = tmp_path / "new"
+    replacement.write_text(f"#!/bin/sh\necho x >> {asked}\necho 1.18.32\n")
+    replacement.chmod(0o755)
+    os.replace(replacement, fake)
+    for _ in range(2):
+        with pytest.raises(PreflightError):
+            opencode_version(fake)
+    assert asked.read_text().count("x") == 3  # the refused version is never cached
