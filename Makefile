@@ -41,7 +41,7 @@ ripgrep:
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,azure,plots]'
+	$(BIN)/pip install --quiet -e '.[dev,azure,plots,observability,api]'
 	touch $@
 
 # The embedded CPU default: llama.cpp's server built from source with the CPU variants machines
@@ -81,8 +81,8 @@ demo: demo-setup
 	-$(BIN)/llms-benchmark launch local cpu cpu-qwen2-5-coder-1-5b --mission hello
 	$(BIN)/llms-benchmark launch local replay replay-hello --mission hello
 
-# `vllm` first: tests/test_vllm_real.py serves the real vLLM CPU build (make vllm: ~7 min once, then a
-# check).
+# `vllm` first: tests/test_vllm_real.py serves the real vLLM CPU build (make vllm: 302 s once, measured
+# in the README's cpu-vllm section; then a check).
 # One worker per CPU the machine gives this process (xdist's `auto`): on a 2-core box four
 # workers made the timing-sensitive tests race each other for the CPU they measure.
 # `loadgroup`: the test files tests/conftest.py names in ONE_WORKER (the real-vLLM ones: one server

@@ -102,7 +102,8 @@ def preflight(stack, env: Environment, preset: ResolvedPreset) -> GpuCell:
     if not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
         raise PreflightError(f"vLLM's CPU build is not installed ({exe} is missing)", file=env.path,
                              field="config.vllm" if env.config.get("vllm") else "config.device",
-                             fix="run `make vllm` (its own venv, ~2-5 min), or set config.vllm to a vllm executable")
+                             fix="run `make vllm` (its own venv, once: 302 s measured on 2 cores, see the README), "
+                                 "or set config.vllm to a vllm executable")
     if preset.model in embedded.MODELS and model_folder(preset) is None:
         raise PreflightError(f"{preset.model} has no converted HF folder (vLLM does not load GGUF)",
                              file=preset.path, field="model", fix="run `make vllm` (it converts the embedded GGUFs)")
