@@ -11,14 +11,15 @@ from __future__ import annotations
 import typer
 
 from harness.cli import (
-    classroom, collect, launch, load, metrics, mission, preflight, probe, render, rule, score, stop, units, validate, wait,
+    classroom, collect, launch, load, matrix, metrics, mission, preflight, probe, render, rule, score, stop, units,
+    validate, wait,
 )
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Serve a preset, run a coding agent on a mission against it, measure what holds up.")
 
 # The order of `--help`.
-VERBS = (launch, wait, stop, mission, score, validate, preflight, units, probe, collect, rule, render, classroom, load, metrics)
+VERBS = (launch, matrix, wait, stop, mission, score, validate, preflight, units, probe, collect, rule, render, classroom, load, metrics)
 for verb in VERBS:
     verb.register(app)
 

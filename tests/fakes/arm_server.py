@@ -8,6 +8,9 @@ a stand-in `az` on PATH) talks to it exactly as it talks to Azure:
   GET, DELETE (202 + Azure-AsyncOperation; 204 when missing), listSecrets,
   getAuthtoken, revisions, replicas;
 - the console log stream (`.../logstream?follow=true&tailLines=N`, its own token);
+- Container Apps usages (of the location and of the environment): the GPU quota
+  "Managed Environment Consumption NCA100 GPUs", its limit and what the live apps use;
+  a create past it (or scripted for one app) is refused with 409 QuotaExceeded;
 - ARM's error shapes: 401 (a token it did not issue), 404 (ResourceNotFound), 409
   (an operation already in progress; a refused create), 429 with Retry-After (scripted
   throttling rules) and a create whose provisioning fails.
@@ -79,6 +82,13 @@ class Behaviour:
     environments: list[dict] | None = None  # None: one `vot-env` with the gpu-a100 profile
     offered_types: tuple[str, ...] = ("Consumption", GPU_TYPE, "Consumption-GPU-NC8as-T4")
     storages: tuple[str, ...] = ()
+    # The GPU quota the usages API reports ("Managed Environment Consumption NCA100 GPUs"): its
+    # limit, and GPUs in use by apps this server does not hold (each live gpu-a100 app uses one).
+    gpu_quota: int = 100
+    gpu_used_elsewhere: int = 0
+    enforce_quota: bool = False  # a create past the quota is refused (409 QuotaExceeded), as Azure does
+    quota_refusals: dict[str, int] = field(default_factory=dict)  # app -> its next N creates refused for quota
+    boot_by_app: dict[str, str] = field(default_factory=dict)  # app -> its own `boot` (the rest: `boot`)
 
 
 def gpu_environment(name: str = ENV_NAME, profiles: list[dict] | None = None, location: str = "Sweden Central") -> dict:
@@ -203,6 +213,8 @@ class FakeArm:
         self.created: list[str] = []
         self.issued_keys: list[str] = []  # every `vllm-api-key` a PUT carried (for leak scans)
         self.requests: list[dict] = []
+        # Every app's life as the server saw it: (monotonic time, "created" | "deleted", name).
+        self.app_log: list[tuple[float, str, str]] = []
         self.ops: dict[str, Operation] = {}
         self.lock = threading.RLock()
         self.stopping = threading.Event()
@@ -257,7 +269,22 @@ class FakeArm:
         """The app disappears behind the harness's back (the portal, vllm-on-tap's /vot-destroy)."""
         with self.lock:
             app = self.apps.pop(name)
+            self.app_log.append((time.monotonic(), "deleted", name))
         self._kill(app)
+
+    def peak_apps(self) -> int:
+        """The most apps alive at once, from `app_log` (a create counts from its PUT, a delete
+        once it finished)."""
+        alive = peak = 0
+        for _, what, _name in sorted(self.app_log):
+            alive += 1 if what == "created" else -1
+            peak = max(peak, alive)
+        return peak
+
+    def gpus_in_use(self) -> int:
+        with self.lock:
+            return self.behaviour.gpu_used_elsewhere + sum(
+                1 for a in self.apps.values() if a.body.get("properties", {}).get("workloadProfileName") == "gpu-a100")
 
     def calls(self, method: str, fragment: str) -> list[dict]:
         return [r for r in self.requests if r["method"] == method and fragment in r["path"]]
@@ -303,6 +330,7 @@ class FakeArm:
                 self._kill(app)
                 self.apps.pop(app.name, None)
                 self.deleted.append(app.name)
+                self.app_log.append((time.monotonic(), "deleted", app.name))
 
     def _spawn(self, target, *args) -> None:
         thread = threading.Thread(target=target, args=args, daemon=True)
@@ -324,7 +352,8 @@ class FakeArm:
         app.running = "Running"
         app.say(f"INFO vLLM API server version 0.30.0 serving {app.args[0]}",
                 f"INFO non-default args: model={app.args[0]!r}, served_model_name={app.arg('--served-model-name')!r}")
-        if b.boot == "ok":
+        boot = b.boot_by_app.get(app.name, b.boot)
+        if boot == "ok":
             if stop(b.boot_s):
                 return
             traj = load_trajectory(b.trajectory) if b.trajectory else _empty_trajectory(self.workdir)
@@ -334,19 +363,19 @@ class FakeArm:
             self._spawn(app.vllm.serve_forever, 0.05)
             app.ready = True
             app.say("INFO:     Started server process [1]", "INFO:     Application startup complete.")
-        elif b.boot == "never":
+        elif boot == "never":
             for i in range(MAX_LOG_LINES // 2):
                 app.say(f"INFO Loading safetensors checkpoint shards: {i % 100}% Completed")
                 if stop(0.3):
                     return
-        elif b.boot == "fatal":
+        elif boot == "fatal":
             if stop(b.boot_s):
                 return
             app.say("ERROR Engine core initialization failed. See root cause above.",
                     "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}",
                     "ERROR EngineCore failed to start.")
             app.running, app.restarts = "Terminated", 1
-        elif b.boot == "crashloop":
+        elif boot == "crashloop":
             for _ in range(50):
                 if stop(0.3):
                     return
@@ -412,6 +441,9 @@ ROUTES = [
      "profile_types"),
     ("GET", PREFIX + r"/providers/Microsoft\.App/locations/(?P<loc>[^/]+)/containerappOperationStatuses/(?P<op>[^/]+)$",
      "operation"),
+    ("GET", PREFIX + r"/providers/Microsoft\.App/locations/(?P<loc>[^/]+)/usages$", "usages"),
+    ("GET", PREFIX + r"/resourceGroups/(?P<rg>[^/]+)/providers/Microsoft\.App/managedEnvironments/(?P<env>[^/]+)"
+            r"/usages$", "usages"),
     ("PUT", APPS + "$", "put_app"),
     ("GET", APPS + "$", "get_app"),
     ("DELETE", APPS + "$", "delete_app"),
@@ -569,6 +601,16 @@ class _ArmHandler(BaseHTTPRequestHandler):
                 "(quota).")["error"]}, None
         return 200, {**doc, "status": "Succeeded"}, None
 
+    def _usages(self, arm, g, body):
+        """Container Apps usages (of a location, or of one environment): the GPU quota and its use."""
+        return 200, {"value": [
+            {"unit": "Count", "currentValue": arm.gpus_in_use(), "limit": arm.behaviour.gpu_quota,
+             "name": {"value": "ManagedEnvironmentConsumptionNCA100Gpus",
+                      "localizedValue": "Managed Environment Consumption NCA100 GPUs"}},
+            {"unit": "Count", "currentValue": 1, "limit": 15,
+             "name": {"value": "ManagedEnvironmentCount", "localizedValue": "Managed Environment Count"}},
+        ]}, None
+
     def _put_app(self, arm, g, body):
         b = arm.behaviour
         existing = arm.apps.get(g["app"])
@@ -578,6 +620,13 @@ class _ArmHandler(BaseHTTPRequestHandler):
         if b.create == "conflict":
             return 409, _error("Conflict", "The managed environment's workload profile 'gpu-a100' cannot take "
                                            "another replica (quota)."), None
+        if b.quota_refusals.get(g["app"], 0) > 0 or (
+                b.enforce_quota and existing is None and arm.gpus_in_use() >= b.gpu_quota):
+            if b.quota_refusals.get(g["app"], 0) > 0:
+                b.quota_refusals[g["app"]] -= 1
+            return 409, _error("QuotaExceeded", f"Operation would exceed the quota 'Managed Environment Consumption "
+                                                f"NCA100 GPUs' of the environment (limit {b.gpu_quota}, in use "
+                                                f"{arm.gpus_in_use()}): request more on its Quota page."), None
         props = body["properties"]
         secrets = {s["name"]: s["value"] for s in props["configuration"].get("secrets", [])}
         stored = copy.deepcopy(body)
@@ -586,6 +635,7 @@ class _ArmHandler(BaseHTTPRequestHandler):
         arm.issued_keys.extend(v for n, v in secrets.items() if n == "vllm-api-key")
         arm.apps[app.name] = app
         arm.created.append(app.name)
+        arm.app_log.append((time.monotonic(), "created", app.name))
         op = Operation("create", app, time.monotonic() + b.provision_s, outcome=b.create)
         url = self._operation_url(arm, op)
         return 201, arm.app_view(app), {"Azure-AsyncOperation": url}

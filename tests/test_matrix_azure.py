@@ -1,0 +1,207 @@
+"""`llms-benchmark matrix` on the azure stack: the real console script, the real Azure SDK
+against the loopback ARM server (tests/fakes/arm_server.py), each cell a real `launch local`
+process (its serve, trials, destroy, ledger, records and signals) with the agent's stages
+stood in (tests/fakes/matrix_cell.py: no opencode here; tests/test_matrix_e2e.py runs it).
+
+A 4-preset × 2-trial plan with --parallel 3: never more than 3 apps at once (from the server's
+own log of app lives), a quota refusal queued then served, one cell faulting while the rest
+finish, a budget that stops the last cell before it serves, and Ctrl-C mid-matrix leaving no
+app, then a resume that finishes the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO, Project, stop
+from fakes.arm_server import FakeArm
+from test_azure_stack import PRESET, arm  # noqa: F401 - the fake ARM fixture
+from test_launch_e2e import dump
+
+ENV = "azure-sweden"
+PRESETS = ["mx-a", "mx-b", "mx-c", "mx-d"]
+CELL = REPO / "tests" / "fakes" / "matrix_cell.py"
+
+
+@pytest.fixture
+def plan(project: Project, arm: FakeArm) -> Project:  # noqa: F811
+    """Four azure presets (copies of PRESET), a mission `quick` (cap 0.01 min: a cell's bound
+    is $1.20 at the test price of $3600/GPU-h), and the plan `four` (2 trials, --parallel 3)."""
+    base = yaml.safe_load((REPO / ".vot" / "presets" / f"{PRESET}.yaml").read_text())
+    for name in PRESETS:
+        project.add_preset(name, yaml.safe_dump({**base, "name": name, "served_model_name": name}, sort_keys=False))
+    env = yaml.safe_load((REPO / ".vot" / "environments" / f"{ENV}.yaml").read_text())
+    env["gpu_hourly_usd"] = 3600.0  # $1 a GPU-second: a few seconds of serve read as dollars
+    project.add_environment(ENV, yaml.safe_dump(env, sort_keys=False))
+    project.add_mission("quick", time_cap_minutes=0.01)
+    write_plan(project)
+    project.env["LLMS_BENCHMARK_MATRIX_CELL"] = str(CELL)
+    project.env["MATRIX_CELL_TRIAL_S"] = "1.0"
+    return project
+
+
+def write_plan(project: Project, **changes) -> None:
+    data = {"environment": ENV, "presets": PRESETS, "efforts": ["medium"], "mission": "quick", "trials": 2,
+            "parallel": 3, "no_sandbox": True, "retry": {"backoff_s": 1, "backoff_max_s": 2, "max_attempts": 4},
+            **changes}
+    folder = project.root / ".vot" / "matrices"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "four.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def state_of(project: Project) -> dict:
+    return json.loads((project.root / ".llms-benchmark" / "matrices" / "four" / "state.json").read_text())
+
+
+def cells(state: dict) -> dict[str, dict]:
+    return {c["preset"]: c for c in state["cells"]}
+
+
+def assert_no_app_left(project: Project, arm: FakeArm) -> None:  # noqa: F811
+    assert not arm.apps, f"apps left in the fake ARM: {list(arm.apps)}"
+    assert project.ledger() == {}, f"the ledger still holds {project.ledger()}"
+
+
+def assert_records_of(project: Project, cell: dict, trials: int = 2) -> list[dict]:
+    run_ids = cell["attempts"][-1]["run_ids"]
+    assert len(run_ids) == trials, cell
+    records = [json.loads((project.runs_dir / r / "run.json").read_text()) for r in run_ids]
+    assert all(r["status"] == "ok" and r["stack"] == "azure" and r["unit"] == f"vot-{cell['preset']}"
+               for r in records), [r["reason"] for r in records]
+    assert [r["trial"]["index"] for r in records] == list(range(1, trials + 1))
+    assert {r["trial"]["group"] for r in records} == {run_ids[0]}
+    return records
+
+
+@pytest.mark.timeout(300)
+def test_four_presets_two_trials_never_more_than_three_apps(plan: Project, arm: FakeArm):  # noqa: F811
+    code, out, err = plan.run_cli(["matrix", "four", "--json"], timeout=240)
+    assert code == 0, dump(out, err)
+    state = json.loads(out)
+    assert state == state_of(plan)
+    assert state["parallel"] == 3 and "100 of 100 A100 GPUs free" in state["parallel_why"], state["parallel_why"]
+    for cell in state["cells"]:
+        assert cell["status"] == "done" and len(cell["attempts"]) == 1, cell
+        assert_records_of(plan, cell)
+    # From the server's own log of app lives: each app once, never more than three alive at once.
+    assert sorted(arm.created) == [f"vot-{p}" for p in PRESETS] and sorted(arm.deleted) == sorted(arm.created)
+    assert 2 <= arm.peak_apps() <= 3, arm.app_log
+    assert arm.calls("GET", "/usages"), "the GPU quota was never read"
+    assert_no_app_left(plan, arm)
+    report = (plan.root / ".llms-benchmark" / "matrices" / "four" / "report.md").read_text()
+    rows = [line for line in report.splitlines() if line.startswith("| `mx-")]
+    assert len(rows) == 4 and all("| done |" in r and "2 of 2 with a row" in r for r in rows), report
+    assert "at most 3 cells at once" in report
+
+
+@pytest.mark.timeout(300)
+def test_the_quota_caps_parallelism_and_a_quota_refusal_is_queued_then_served(plan: Project, arm: FakeArm):  # noqa: F811
+    arm.behaviour.gpu_quota, arm.behaviour.gpu_used_elsewhere = 3, 1  # two GPUs free: the cap, not --parallel 3
+    arm.behaviour.quota_refusals = {"vot-mx-b": 1}
+    code, out, err = plan.run_cli(["matrix", "four", "--json"], timeout=240)
+    assert code == 0, dump(out, err)
+    state = json.loads(out)
+    assert state["parallel"] == 2 and "2 of 3 A100 GPUs free" in state["parallel_why"], state["parallel_why"]
+    b = cells(state)["mx-b"]
+    assert b["status"] == "done" and len(b["attempts"]) == 2, b
+    first = b["attempts"][0]
+    assert first["exit_code"] == 3 and first["reason"].startswith("quota:") and "QuotaExceeded" in first["reason"]
+    assert_records_of(plan, b)
+    assert "queued: Azure refused it for quota or capacity" in err, dump(out, err)
+    puts = [c["status"] for c in arm.calls("PUT", "containerApps/vot-mx-b")]
+    assert puts == [409, 201], puts
+    assert all(c["status"] == "done" for c in state["cells"])
+    assert arm.peak_apps() <= 2, arm.app_log
+    assert_no_app_left(plan, arm)
+
+
+@pytest.mark.timeout(300)
+def test_a_faulting_cell_never_stops_the_others(plan: Project, arm: FakeArm):  # noqa: F811
+    arm.behaviour.boot_by_app = {"vot-mx-c": "fatal"}
+    code, out, err = plan.run_cli(["matrix", "four", "--json"], timeout=240)
+    assert code == 1, dump(out, err)
+    by = cells(json.loads(out))
+    assert by["mx-c"]["status"] == "fault" and "EngineCore failed" in by["mx-c"]["reason"], by["mx-c"]
+    assert by["mx-c"]["attempts"][0]["exit_code"] == 3 and len(by["mx-c"]["attempts"]) == 1
+    for name in ("mx-a", "mx-b", "mx-d"):
+        assert by[name]["status"] == "done", by[name]
+        assert_records_of(plan, by[name])
+    assert "vot-mx-c" in arm.deleted
+    assert_no_app_left(plan, arm)
+    report = (plan.root / ".llms-benchmark" / "matrices" / "four" / "report.md").read_text()
+    row = next(line for line in report.splitlines() if line.startswith("| `mx-c`"))
+    assert "| fault |" in row and "EngineCore failed" in row
+
+
+@pytest.mark.timeout(300)
+def test_a_budget_stops_the_last_cell_before_it_serves(plan: Project, arm: FakeArm):  # noqa: F811
+    plan.env["MATRIX_CELL_TRIAL_S"] = "2.0"  # each serve lasts > 4 s: over $4 spent once one cell ends
+    # Each cell's bound: 0.01 min × 2 trials × $3600/h = $1.20. Three fit at once ($3.60 of $4.20);
+    # the fourth needs what is spent (at least one cell's serve) + $1.20 to fit: it cannot.
+    code, out, err = plan.run_cli(["matrix", "four", "--budget-usd", "4.2", "--json"], timeout=240)
+    assert code == 1, dump(out, err)
+    state = json.loads(out)
+    by = cells(state)
+    assert [by[p]["status"] for p in PRESETS] == ["done", "done", "done", "over-budget"], state
+    assert by["mx-d"]["attempts"] == [] and "exceeds the budget $4.20" in by["mx-d"]["reason"]
+    assert "vot-mx-d" not in arm.created, "the over-budget cell was served"
+    assert state["budget_usd"] == 4.2 and state["gpu_hourly_usd"] == 3600.0
+    spent = sum(a["gpu_hours"] for c in state["cells"] for a in c["attempts"]) * 3600
+    assert spent > 4.2 - 1.2, spent
+    assert_no_app_left(plan, arm)
+
+
+@pytest.mark.timeout(400)
+def test_ctrl_c_leaves_no_app_and_a_resume_finishes_the_rest(plan: Project, arm: FakeArm):  # noqa: F811
+    plan.env["MATRIX_CELL_TRIAL_S"] = "4.0"
+    proc = plan.popen(["matrix", "four"])
+    try:
+        arm.wait_for(lambda: sum(1 for a in list(arm.apps.values()) if a.ready) >= 2, timeout_s=120)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            stop(proc)
+    assert proc.returncode == 128 + signal.SIGINT, dump(out, err)
+    assert_no_app_left(plan, arm)
+    state = state_of(plan)
+    assert state["interrupted"] == "SIGINT"
+    statuses = [c["status"] for c in state["cells"]]
+    assert statuses.count("interrupted") >= 2 and "running" not in statuses, statuses
+    assert set(statuses) <= {"interrupted", "pending", "done"}, statuses
+    assert "forwarded to its launch" in err, dump(out, err)
+    before = {c["preset"]: len(c["attempts"]) for c in state["cells"]}
+
+    code, out, err = plan.run_cli(["matrix", "four", "--json"], timeout=240)
+    assert code == 0, dump(out, err)
+    assert "resuming matrix four" in err
+    state = json.loads(out)
+    for cell in state["cells"]:
+        assert cell["status"] == "done", cell
+        assert_records_of(plan, cell)
+        assert len(cell["attempts"]) == before[cell["preset"]] + (0 if before[cell["preset"]] and
+                                                                  cell["attempts"][0]["exit_code"] == 0 else 1)
+    assert state["runs"] == 2 and state["interrupted"] is None
+    assert arm.peak_apps() <= 3
+    assert_no_app_left(plan, arm)
+
+
+def test_a_changed_plan_is_refused_until_fresh(plan: Project, arm: FakeArm):  # noqa: F811
+    state_dir = plan.root / ".llms-benchmark" / "matrices" / "four"
+    state_dir.mkdir(parents=True)
+    (state_dir / "state.json").write_text(json.dumps({
+        "name": "four", "identity": "0" * 16, "environment": ENV, "mission": "quick", "trials": 1, "cells": []}))
+    code, out, err = plan.run_cli(["matrix", "four"], timeout=60)
+    flat = " ".join(err.split())
+    assert code == 2 and "the plan four changed" in flat and "--fresh" in flat and "Traceback" not in err, \
+        dump(out, err)
+    assert not arm.created
+    shutil.rmtree(state_dir)
