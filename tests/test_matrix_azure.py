@@ -128,7 +128,7 @@ def test_a_faulting_cell_never_stops_the_others(plan: Project, arm: FakeArm):  #
     code, out, err = plan.run_cli(["matrix", "four", "--json"], timeout=240)
     assert code == 1, dump(out, err)
     by = cells(json.loads(out))
-    assert by["mx-c"]["status"] == "fault" and "EngineCore failed" in by["mx-c"]["reason"], by["mx-c"]
+    assert by["mx-c"]["status"] == "fault" and "Engine core initialization failed" in by["mx-c"]["reason"], by["mx-c"]
     assert by["mx-c"]["attempts"][0]["exit_code"] == 3 and len(by["mx-c"]["attempts"]) == 1
     for name in ("mx-a", "mx-b", "mx-d"):
         assert by[name]["status"] == "done", by[name]
@@ -137,7 +137,7 @@ def test_a_faulting_cell_never_stops_the_others(plan: Project, arm: FakeArm):  #
     assert_no_app_left(plan, arm)
     report = (plan.root / ".llms-benchmark" / "matrices" / "four" / "report.md").read_text()
     row = next(line for line in report.splitlines() if line.startswith("| `mx-c`"))
-    assert "| fault |" in row and "EngineCore failed" in row
+    assert "| fault |" in row and "Engine core initialization failed" in row
 
 
 @pytest.mark.timeout(300)
