@@ -3,7 +3,8 @@
 Preflight → Serve → Wait-ready → Probe → Configure → Smoke → Mission-setup → Run → Collect → Destroy
 
 With `--trials K` the stages from Configure (less the smoke) run again K−1 times on the same
-unit before the destroy, each trial its own record (`record.trial`).
+unit before the destroy, each trial its own record (`record.trial`). With `--capacity` the
+agents sweep (harness/stages/capacity.py) then runs on that unit, still before the destroy.
 
 Each stage is a function `(record, context)`: it reads what earlier stages recorded and
 writes its result into the record; what must never be recorded (the key, the log
@@ -34,6 +35,7 @@ from harness.sandbox.untrusted import escape_controls
 from harness.serving.collect import gpu_cost
 from harness.stages import agent, collect, serving
 from harness.stages.agent import SmokeFailed
+from harness.stages.capacity import CapacityOptions, run_capacity
 from harness.stages.context import LaunchContext, LaunchOptions, Say
 from harness.units import Interrupted, UnitLife, destroy_leftovers, lifetime
 
@@ -77,7 +79,8 @@ class Launch:
     """One serve, and on it the mission once, or K times (`opts.trials`): each trial its own
     run record and run folder. `record` and `ctx` are the trial running now."""
 
-    def __init__(self, opts: LaunchOptions, say: Say) -> None:
+    def __init__(self, opts: LaunchOptions, say: Say, capacity: CapacityOptions | None = None) -> None:
+        self.capacity = capacity  # `--capacity`: the agents sweep on the unit after the trials
         run_id = new_run_id(opts.preset, opts.effort)
         paths = ProjectPaths(opts.root).run(run_id)
         # Names and texts from the agent reach the terminal escaped (a file name may carry OSC 52).
@@ -113,6 +116,9 @@ class Launch:
                 self._stages()
                 for index in range(2, self.ctx.opts.trials + 1):
                     self._next_trial(index)
+                if self.capacity is not None:  # on the same serve, before the destroy
+                    self.stage = "capacity"
+                    run_capacity(self.capacity, self.trials)
             except UserError as exc:  # SmokeFailed included: the model cannot drive the mission
                 self._end(Status.refused, exc.render())
             except Interrupted as exc:

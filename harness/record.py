@@ -13,6 +13,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from harness.atomic import write_atomic
+from harness.load.agents.figures import CapacityFigures
 from harness.verdicts.drive import DriveFigures
 from harness.serving.engine import EngineInfo
 from harness.serving.figures import ServingFigures
@@ -229,6 +230,7 @@ class RunRecord(BaseModel):
     files_read_before_drive: list[str] = Field(default_factory=list)
     sandbox: SandboxFigures | None = None
     serving: ServingFigures | None = None  # what the serving did while the agent worked
+    capacity: CapacityFigures | None = None  # `launch --capacity`: agents the serve sustained (the serve's)
     versions: dict[str, str] = Field(default_factory=dict)
     artifacts: Artifacts = Field(default_factory=Artifacts)
 

@@ -122,6 +122,17 @@ def launch_local_cmd(
     trials: Annotated[int, typer.Option(
         min=1, max=MAX_TRIALS, help="Run the mission K times on one serve (probed and smoked once), each trial "
                                     "on a fresh workspace, store and mission stack, each its own run record.")] = 1,
+    capacity: Annotated[bool, typer.Option(
+        "--capacity", help="After the trials, before the destroy: how many concurrent agents the serve sustains "
+                           "(the run's own sessions replayed as load, `load-agents`' sweep); on the record and "
+                           "the results page.")] = False,
+    capacity_copies: Annotated[str, typer.Option(help="--capacity: agents per level, comma-separated.")] = "1,2,4,8",
+    capacity_ttft_p99: Annotated[float, typer.Option(help="--capacity SLO: TTFT p99 at most this (s).")] = 10.0,
+    capacity_turn_p99: Annotated[float, typer.Option(help="--capacity SLO: turn time p99 at most this (s).")] = 120.0,
+    capacity_stagger: Annotated[float, typer.Option(help="--capacity: seconds between copies' starts.")] = 1.0,
+    capacity_limit: Annotated[float, typer.Option(help="--capacity: wall-clock limit of one level (s).")] = 900.0,
+    capacity_trace: Annotated[Path | None, typer.Option(
+        help="--capacity: replay this *.trace.jsonl instead of the run's own wire log.")] = None,
     detach: Annotated[bool, typer.Option(
         "--detach", help="Start the launch in the background; print its run id and record path at once "
                          "(then `llms-benchmark wait RUN`).")] = False,
@@ -130,6 +141,14 @@ def launch_local_cmd(
     """Serve PRESET on ENVIRONMENT once, probe it, run the mission with opencode, destroy, record."""
     root = project_root()
     check_launch_inputs(root, environment, preset, effort, mission)
+    cap = None
+    if capacity:
+        from harness.stages.capacity import CapacityOptions, check_options, parse_copies
+
+        cap = CapacityOptions(copies=parse_copies(capacity_copies), ttft_p99_s=capacity_ttft_p99,
+                              turn_p99_s=capacity_turn_p99, stagger_s=capacity_stagger, limit_s=capacity_limit,
+                              trace=capacity_trace.resolve() if capacity_trace else None)
+        check_options(cap)
     note = effort_note(root, environment, preset, effort)
     if note:
         say(note)
@@ -137,6 +156,11 @@ def launch_local_cmd(
         argv = [environment, preset, effort, "--mission", mission, "--probe-long-tokens", str(probe_long_tokens),
                 "--stop-after-report", str(stop_after_report), "--trials", str(trials),
                 *(["--no-sandbox"] if no_sandbox else [])]
+        if cap is not None:
+            argv += ["--capacity", "--capacity-copies", ",".join(map(str, cap.copies)), "--capacity-ttft-p99",
+                     str(cap.ttft_p99_s), "--capacity-turn-p99", str(cap.turn_p99_s), "--capacity-stagger",
+                     str(cap.stagger_s), "--capacity-limit", str(cap.limit_s),
+                     *(["--capacity-trace", str(cap.trace)] if cap.trace else [])]
         _detach(root, argv, as_json)
         return
 
@@ -146,7 +170,7 @@ def launch_local_cmd(
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     launch = Launch(LaunchOptions(root, environment, preset, effort, mission, probe_long_tokens or None,
                                   sandbox=not no_sandbox, stop_after_report=stop_after_report or None,
-                                  trials=trials), say)
+                                  trials=trials), say, capacity=cap)
     _announce(launch.record.run_id)
     launch.run()
     records = launch.records

@@ -66,6 +66,8 @@ class Column:
     best: Literal["min", "max"] | None = None  # the headline's best value is bold (ties all; — never)
     parse: Callable[[str], float] | None = None  # the cell as a number, to find the best
     cell: Callable[[Row, int], str] | None = None  # (row, rank) → cell; default: the attribute as written
+    # In the detail table only when some row has it (not —): a figure few runs measure
+    optional: bool = False
 
     def header_for(self, kind: Kind, hand: bool = False) -> str:
         if kind == "local" and hand and self.hand_header:
@@ -174,15 +176,20 @@ COLUMNS: tuple[Column, ...] = (
     # What the serving did (harness/results/serving_columns.py reads them from the record).
     *(Column(f"serving[{i}]", c.header, detail=True, kinds=("local",), cell=_serving(i))
       for i, c in enumerate(SERVING_COLUMNS)),
+    # `launch --capacity`: concurrent agents the same serve sustained, its SLO and the trace replayed
+    Column("capacity", "Agents sustained", detail=True, kinds=("local",), optional=True),
 )
 
 
-def columns(kind: Kind, table: Literal["headline", "detail"]) -> list[Column]:
-    return [c for c in COLUMNS if kind in c.kinds and getattr(c, table)]
+def columns(kind: Kind, table: Literal["headline", "detail"], rows: list[Row] | None = None) -> list[Column]:
+    """The table's columns; an optional one only where one of `rows` has it."""
+    return [c for c in COLUMNS if kind in c.kinds and getattr(c, table)
+            and (not c.optional or any(c.text(r, i + 1) != DASH for i, r in enumerate(rows or [])))]
 
 
-def headers(kind: Kind, table: Literal["headline", "detail"], hand: bool = False) -> list[str]:
-    return [c.header_for(kind, hand) for c in columns(kind, table)]
+def headers(kind: Kind, table: Literal["headline", "detail"], hand: bool = False,
+            rows: list[Row] | None = None) -> list[str]:
+    return [c.header_for(kind, hand) for c in columns(kind, table, rows)]
 
 
 # The remote rows file: its keys in order, and those a row must give.

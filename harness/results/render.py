@@ -62,7 +62,7 @@ def table_cells(rows: list[Row], hand: bool = False) -> tuple[list[list[str]], l
     local rows oddyssey measured (their detail has no cells only a run record gives)."""
     rows = sort_rows(rows)
     kind = "remote" if rows and rows[0].kind == "remote" else "local"
-    head_cols, detail_cols = columns(kind, "headline"), columns(kind, "detail")
+    head_cols, detail_cols = columns(kind, "headline"), columns(kind, "detail", rows)
     if hand:
         detail_cols = HAND_LOCAL_DETAIL_COLUMNS
     bolded = {c.attr: _best(rows, c) for c in head_cols if c.best}
@@ -130,7 +130,9 @@ def render_results(root: Path, include_scripted: bool = False, left_out: list[Us
     list that collects the runs whose record or rulings cannot be read (None: the first is raised)."""
     root = Path(root)
     remote_head, remote_detail = table_cells(load_remote_rows(root))
-    local_head, local_detail = table_cells(load_local_rows(root, include_scripted, left_out))
+    local_rows = load_local_rows(root, include_scripted, left_out)
+    local_head, local_detail = table_cells(local_rows)
+    local_detail_headers = headers("local", "detail", rows=local_rows)  # with an optional column a row has
     hand_head, hand_detail = table_cells(load_oddyssey_local_rows(root), hand=True)
     paths = ProjectPaths(root)
     body = _environment().get_template("results.md.j2").render(
@@ -141,7 +143,7 @@ def render_results(root: Path, include_scripted: bool = False, left_out: list[Us
         scoring=scoring_terms(),
         remote_headers=REMOTE_HEADERS, remote_detail_headers=REMOTE_DETAIL_HEADERS,
         remote_rows=remote_head, remote_detail_rows=remote_detail,
-        local_headers=LOCAL_HEADERS, local_detail_headers=LOCAL_DETAIL_HEADERS,
+        local_headers=LOCAL_HEADERS, local_detail_headers=local_detail_headers,
         local_rows=local_head, local_detail_rows=local_detail,
         non_conclusive_headers=NON_CONCLUSIVE_HEADERS,
         non_conclusive_rows=_non_conclusive_cells(load_non_conclusive(root)),

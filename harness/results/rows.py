@@ -103,6 +103,7 @@ class Row:
     gpu_hours: str = DASH  # local: GPU-hours the unit billed
     gpu_price: str = DASH  # local: the environment's hourly price and its source
     trials: str = DASH  # local: "1", or K trials on one serve: the median trial and the spread
+    capacity: str = DASH  # local: `launch --capacity`'s agents sustained, SLO and trace
     median_of: int | None = None  # local: the row is the median of this many trials with a row
     run_id: str | None = None
     unsandboxed: bool = False  # local only: the agent ran with --no-sandbox
@@ -174,6 +175,7 @@ def local_row(record: RunRecord, rulings: Rulings) -> Row:
         gpu_hours=DASH if record.gpu_hours is None else f"{record.gpu_hours:.2f}",
         gpu_price=gpu_price_cell(record),
         trials="1",
+        capacity=record.capacity.cell() if record.capacity else DASH,
     )
 
 

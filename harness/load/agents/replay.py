@@ -54,6 +54,9 @@ class ReplayOptions:
     api_key: str | None = None
     request_timeout_s: float = 600.0
     limit_s: float = 3600.0
+    # Prompt lengths exact on the server's own tokenizer (exact.py), measured before the run starts;
+    # False (or a server with no tokenizer endpoint): Synth's words, one a token
+    exact_tokens: bool = False
 
 
 @dataclass
@@ -62,9 +65,11 @@ class ReplayResult:
     turns: list[TurnResult] = field(default_factory=list)
     timed_out: bool = False
     wall_s: float = 0.0
+    exact_tokens: bool | None = None  # None: not asked; False: the server offers no tokenizer endpoint
 
     def as_dict(self) -> dict:
         return {"copies": self.copies, "timed_out": self.timed_out, "wall_s": self.wall_s,
+                "exact_tokens": self.exact_tokens,
                 "turns": [asdict(t) for t in self.turns]}
 
 
@@ -77,6 +82,7 @@ class _Copy:
                  loop: asyncio.AbstractEventLoop, t0: float, out: list[TurnResult]) -> None:
         self.trace, self.copy, self.opts, self.client, self.loop, self.t0 = trace, copy, opts, client, loop, t0
         self.synth = Synth(trace, copy, opts.salt)
+        self.texts: dict[tuple[str, int], str] | None = None  # exact-length prompts (exact.py), if measured
         self.out = out
         self.ends: dict[tuple[str, int], float] = {}  # (session, turn) -> answer's end (loop clock)
         self.done: dict[str, asyncio.Event] = {s.id: asyncio.Event() for s in trace.sessions}
@@ -136,7 +142,8 @@ class _Copy:
             self.done[s.id].set()
 
     def prepare(self, s: Session, i: int) -> bytes:
-        payload = chat_payload(self.opts.model, self.synth.prompt(s.id, i), s.turns[i].output_tokens)
+        text = self.texts[(s.id, i)] if self.texts is not None else self.synth.prompt(s.id, i)
+        payload = chat_payload(self.opts.model, text, s.turns[i].output_tokens)
         return self.client.request_bytes("POST", CHAT_PATH, json.dumps(payload).encode())
 
     async def request(self, s: Session, i: int, request: bytes, target: float | None,
@@ -162,8 +169,18 @@ async def _run(trace: AgentTrace, opts: ReplayOptions) -> ReplayResult:
     result = ReplayResult(copies=opts.copies)
     # loop.time() and perf_counter_ns() read the same monotonic clock on Linux (CLOCK_MONOTONIC)
     t0 = time.perf_counter()
-    base = loop.time() + 0.05
     copies = [_Copy(trace, c, opts, client, loop, t0, result.turns) for c in range(opts.copies)]
+    if opts.exact_tokens:
+        from harness.load.agents.exact import counter, exact_prompts
+
+        count = await loop.run_in_executor(None, counter, opts.base_url, opts.model, opts.api_key)
+        result.exact_tokens = count is not None
+        for c in copies if count is not None else []:
+            c.texts = await loop.run_in_executor(None, exact_prompts, trace, c.synth, count)
+        t0 = time.perf_counter()  # the run starts once the prompts are measured
+        for c in copies:
+            c.t0 = t0
+    base = loop.time() + 0.05
     tasks = [asyncio.ensure_future(c.run(base + c.copy * opts.stagger_s)) for c in copies]
     try:
         _, pending = await asyncio.wait(tasks, timeout=opts.limit_s)

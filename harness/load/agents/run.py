@@ -61,26 +61,31 @@ def served_model(base_url: str, api_key: str | None) -> str:
 def run_agents(trace: AgentTrace, *, base_url: str, model: str, levels: list[int], slo: Slo, stagger_s: float,
                limit_s: float, out_root: Path, api_key: str | None = None, bisect: bool = True,
                on_level: Callable[[LevelStats], None] | None = None,
-               sample_interval_s: float = 1.0) -> tuple[SweepResult, Path]:
-    """The sweep; every level's turns and figures written to out_root/<UTC>/agents.json."""
+               sample_interval_s: float = 1.0, exact_tokens: bool = False,
+               folder: Path | None = None) -> tuple[SweepResult, Path]:
+    """The sweep; every level's turns and figures written to out_root/<UTC>-agents/agents.json
+    (or `folder`/agents.json)."""
     model = model or served_model(base_url, api_key)
-    folder = out_root / datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ-agents")
+    folder = folder or out_root / datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ-agents")
     folder.mkdir(parents=True, exist_ok=True)
     turns: dict[int, list] = {}
+    measured: dict[int, bool | None] = {}  # whether the level's prompts were sized on the server's tokenizer
 
     def level(n: int) -> LevelStats:
         with Watcher(base_url, api_key=api_key, interval_s=sample_interval_s) as watcher:
             result = replay(trace, ReplayOptions(base_url=base_url, model=model, copies=n, stagger_s=stagger_s,
-                                                 api_key=api_key, limit_s=limit_s))
+                                                 api_key=api_key, limit_s=limit_s, exact_tokens=exact_tokens,
+                                                 salt=n))  # no level reads a cache an earlier one left
         turns[n] = result.as_dict()["turns"]
+        measured[n] = result.exact_tokens
         stats = LevelStats.of(result)
         stats.server = asdict(watcher.figures())
         return stats
 
     outcome = sweep(level, levels, slo, bisect=bisect, on_level=on_level)
     path = folder / "agents.json"
-    path.write_text(json.dumps({"trace": trace.source, "sessions": len(trace.sessions),
+    path.write_text(json.dumps({"trace": trace.source, "sessions": len(trace.sessions), "exact_tokens": exact_tokens,
                                 "turns_per_copy": sum(len(s.turns) for s in trace.sessions), "model": model,
                                 "base_url": base_url, "stagger_s": stagger_s, **outcome.as_dict(),
-                                "turns_by_level": turns}, indent=1) + "\n")
+                                "exact_tokens_by_level": measured, "turns_by_level": turns}, indent=1) + "\n")
     return outcome, path

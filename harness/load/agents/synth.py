@@ -57,11 +57,15 @@ class Synth:
             self._blocks[hid] = [WORDS[b % len(WORDS)] for b in raw[:self.trace.block_size]]
         return self._blocks[hid]
 
-    def prompt(self, session: str, turn: int) -> str:
+    def words(self, session: str, turn: int) -> list[str]:
+        """The turn's prompt_tokens words, the session's tag first."""
         t = self.trace.session(session).turns[turn]
         words: list[str] = []
         for hid in self.ids[(session, turn)]:
             words += self._block(hid)
         words = words[:t.prompt_tokens]
         words[0] = f"[a{self.copy}-{session}]"
-        return " ".join(words)
+        return words
+
+    def prompt(self, session: str, turn: int) -> str:
+        return " ".join(self.words(session, turn))

@@ -1,0 +1,135 @@
+"""`launch … --capacity`: how many concurrent agents the serve sustains, measured on the unit
+the mission ran on, after its trials and before the destroy — one serve gives the quality
+row and the capacity.
+
+The trace replayed is the run's own (the first trial's wire log, its session tree from
+opencode's store where the folder keeps it: harness/load/agents/trace.py), or a trace file
+given with `--capacity-trace`. The sweep is `load-agents`' (harness/load/agents/sweep.py:
+ascending levels of N copies, stop at the first failing one, bisect; each copy's prompts
+sized on the server's own tokenizer where it offers one, exact.py). What it found goes on
+every trial's record (`capacity`: the serve's, as GPU-hours are) and every turn of every
+level into the first trial's `capacity/` folder (trace.jsonl, agents.json).
+
+The capacity is a figure beside the row, never part of it: a sweep that cannot run (no wire
+log, a fault in the sweep) records why in `capacity.error` and leaves the status alone; an
+interrupt still ends the launch.
+"""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.errors import UserError
+from harness.load.agents.figures import CapacityFigures, CapacityLevel
+from harness.load.agents.trace import AgentTrace
+from harness.record import RunRecord, utcnow
+from harness.stages.context import LaunchContext
+from harness.units import Interrupted
+
+FOLDER = "capacity"  # in the first trial's run folder
+MAX_COPIES = 256
+
+
+@dataclass(frozen=True)
+class CapacityOptions:
+    copies: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
+    ttft_p99_s: float = 10.0
+    turn_p99_s: float = 120.0
+    stagger_s: float = 1.0
+    limit_s: float = 900.0  # one level's wall clock
+    trace: Path | None = None  # None: the run's own wire log
+
+    def describe(self) -> str:
+        return (f"copies {','.join(map(str, self.copies))}, TTFT p99 <= {self.ttft_p99_s:g} s, turn p99 <= "
+                f"{self.turn_p99_s:g} s, trace {self.trace or 'the run’s own wire log'}")
+
+
+def parse_copies(text: str) -> list[int]:
+    try:
+        levels = sorted({int(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        raise UserError(f"--capacity-copies {text!r} is not a list of integers", field="--capacity-copies",
+                        fix="e.g. 1,2,4,8") from None
+    if not levels or levels[0] < 1 or levels[-1] > MAX_COPIES:
+        raise UserError(f"--capacity-copies {text!r}: each level must be 1..{MAX_COPIES}", field="--capacity-copies",
+                        fix="e.g. 1,2,4,8")
+    return levels
+
+
+def check_options(opts: CapacityOptions) -> None:
+    """Refused before anything is served: a bad number, or a trace file that does not read."""
+    for name, value in {"--capacity-ttft-p99": opts.ttft_p99_s, "--capacity-turn-p99": opts.turn_p99_s,
+                        "--capacity-limit": opts.limit_s}.items():
+        if not value > 0:
+            raise UserError(f"{name} must be positive (got {value})", field=name, fix=f"give {name} above 0")
+    if opts.stagger_s < 0:
+        raise UserError("--capacity-stagger cannot be negative", field="--capacity-stagger",
+                        fix="give 0 or more seconds")
+    if opts.trace is not None:
+        from harness.load.agents.trace import load
+
+        load(opts.trace)
+
+
+def _trace(opts: CapacityOptions, trials: list[tuple[RunRecord, LaunchContext]]) -> tuple[AgentTrace, str]:
+    from harness.load.agents.trace import from_run, load
+
+    if opts.trace is not None:
+        return load(opts.trace), str(opts.trace)
+    for rec, ctx in trials:
+        if (ctx.paths.dir / "wire.jsonl").is_file():
+            trace = from_run(ctx.paths.dir)
+            return trace, f"run {rec.run_id}'s own wire log"
+    raise UserError("no trial kept a wire log to replay", field="--capacity",
+                    fix="run with the sandbox (its bridge writes wire.jsonl), or give --capacity-trace FILE")
+
+
+def run_capacity(opts: CapacityOptions, trials: list[tuple[RunRecord, LaunchContext]]) -> CapacityFigures:
+    """The sweep on the unit the trials ran on; its figures on every trial's record (and saved)."""
+    from harness.load.agents.run import run_agents
+    from harness.load.agents.sweep import Slo
+    from harness.load.agents.trace import dump
+
+    first, ctx = trials[0]
+    folder = ctx.paths.dir / FOLDER
+    figures = CapacityFigures(started=utcnow())
+    ctx.say(f"capacity: the agents sweep on {ctx.unit.name} ({opts.describe()})")
+    try:
+        trace, named = _trace(opts, trials)
+        folder.mkdir(parents=True, exist_ok=True)
+        dump(trace, folder / "trace.jsonl")
+        slo = Slo(ttft_p99_s=opts.ttft_p99_s, turn_p99_s=opts.turn_p99_s)
+        figures.trace, figures.sessions, figures.own_trace = named, len(trace.sessions), opts.trace is None
+        figures.ttft_p99_s, figures.turn_p99_s = opts.ttft_p99_s, opts.turn_p99_s
+        figures.turns_per_copy = sum(len(s.turns) for s in trace.sessions)
+        outcome, path = run_agents(
+            trace, base_url=ctx.unit.base_url, model=ctx.unit.served_name, levels=opts.copies, slo=slo,
+            stagger_s=opts.stagger_s, limit_s=opts.limit_s, out_root=folder, folder=folder, api_key=ctx.api_key,
+            exact_tokens=True,
+            on_level=lambda lv: ctx.say(f"capacity: {lv.copies} agents {'pass' if lv.passed else 'FAIL'} ({lv.why})"))
+        figures.sustained, figures.limit_found, figures.slo, figures.rule = (
+            outcome.sustained, outcome.limit_found, outcome.slo, outcome.rule)
+        figures.levels = [CapacityLevel(copies=lv.copies, passed=lv.passed, turns=lv.turns, failed=lv.failed,
+                                        ttft_p99_s=lv.ttft_p99_s, turn_p99_s=lv.turn_p99_s, why=lv.why)
+                          for lv in outcome.levels]
+        figures.results = str(path.relative_to(ctx.paths.dir))
+        import json
+
+        figures.exact_tokens = (json.loads(path.read_text()).get("exact_tokens_by_level") or {}).get(
+            str(min(opts.copies)))
+    except (Interrupted, KeyboardInterrupt):
+        raise
+    except UserError as exc:
+        figures.error = exc.render()
+    except Exception as exc:  # noqa: BLE001 - the quality row stands; the fault is kept beside it
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "fault.txt").write_text(traceback.format_exc())
+        figures.error = f"{type(exc).__name__}: {exc} (traceback in {FOLDER}/fault.txt)"
+    figures.ended = utcnow()
+    ctx.say(f"capacity: {figures.headline()}")
+    for rec, trial_ctx in trials:
+        rec.capacity = figures
+        rec.save(trial_ctx.paths.dir)
+    return figures
