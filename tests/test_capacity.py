@@ -1,0 +1,86 @@
+"""`launch … --capacity`: the agents sweep on the served unit after the mission, before the
+destroy (harness/stages/capacity.py), end to end with the real opencode CLI on the replay
+stack; its figure on the run record and the results page's optional detail column."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+import pytest
+
+from conftest import TEST_TRAJECTORIES, Project
+from harness.load.agents.figures import CapacityFigures
+from harness.results.columns import DASH, columns, headers
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_launch_capacity_runs_the_sweep_on_the_serve_before_the_destroy(project: Project):
+    project.add_trajectory("hello", TEST_TRAJECTORIES / "hello-timed.yaml")
+    code, out, err = project.run_cli(
+        ["launch", "local", "replay", "replay-hello", "--mission", "hello", "--probe-long-tokens", "2000",
+         "--capacity", "--capacity-copies", "1,2", "--capacity-ttft-p99", "30", "--capacity-turn-p99", "60",
+         "--capacity-stagger", "0.2", "--capacity-limit", "60", "--json"], timeout=280)
+    assert code == 0, f"\n--- stdout\n{out[-3000:]}\n--- stderr\n{err[-3000:]}"
+    assert "Traceback" not in err
+    run_dir, rec = project.only_run()
+    assert rec["status"] == "ok"
+    cap = rec["capacity"]
+    assert cap is not None and cap["error"] is None, cap
+    # the run's own sessions: the hello mission's 3 turns, one session
+    assert cap["own_trace"] and rec["run_id"] in cap["trace"] and cap["sessions"] == 1 and cap["turns_per_copy"] == 3
+    assert [lv["copies"] for lv in cap["levels"]] == [1, 2] and all(lv["passed"] for lv in cap["levels"])
+    assert cap["sustained"] == 2 and cap["limit_found"] is False  # no level failed: the most tried
+    assert cap["ttft_p99_s"] == 30 and "TTFT p99 <= 30 s" in cap["slo"]
+    # on the serve: after the mission's end, before the destroy
+    times = {k: datetime.fromisoformat(v) for k, v in rec["times"].items() if v}
+    assert times["mission_end"] <= datetime.fromisoformat(cap["started"]) <= datetime.fromisoformat(cap["ended"]) \
+        <= times["destroyed"]
+    results = json.loads((run_dir / cap["results"]).read_text())
+    assert (run_dir / "capacity" / "trace.jsonl").is_file()
+    turns = results["turns_by_level"]["2"]
+    assert len(turns) == 6 and all(t["ok"] for t in turns) and {t["copy"] for t in turns} == {0, 1}
+    # what the replay server served after the mission: the sweep's 3 + 6 turns, as its fallback (no scenario),
+    # each asking for the recorded turn's output tokens
+    served = [json.loads(line) for line in (run_dir / "served.jsonl").read_text().splitlines() if line.strip()]
+    after = [s for s in served if s["started"] >= datetime.fromisoformat(cap["started"]).timestamp()]
+    assert [s["kind"] for s in after] == ["fallback"] * 9, after
+    recorded = [t["output_tokens"] for line in (run_dir / "capacity" / "trace.jsonl").read_text().splitlines()[1:]
+                for t in json.loads(line)["turns"]]
+    assert sorted(s["usage"]["completion_tokens"] for s in after) == sorted(recorded * 3)
+    assert project.ledger() == {}
+
+
+def test_the_capacity_column_shows_only_where_a_row_has_it():
+    from harness.results.rows import Row
+
+    def row(capacity: str) -> Row:
+        return Row(kind="local", name="p", effort="medium", cli="opencode", where="CPU", oddyssey="llms-benchmark 1",
+                   confirmed_reported="0 / 0", by_kind="0 / 0 / 0", total="1m00s", accuracy="0%",
+                   seconds_per_confirmed=DASH, capacity=capacity)
+    assert "Agents sustained" not in headers("local", "detail")
+    assert "Agents sustained" not in headers("local", "detail", rows=[row(DASH)])
+    figures = CapacityFigures(sustained=3, limit_found=True, slo="s", ttft_p99_s=2, turn_p99_s=60, own_trace=True)
+    cell = figures.cell()
+    assert cell == "3 (TTFT p99 ≤ 2s, turn p99 ≤ 60s; own sessions)" and "|" not in cell
+    shown = headers("local", "detail", rows=[row(DASH), row(cell)])
+    assert shown[-1] == "Agents sustained" and len(shown) == len(columns("local", "detail")) + 1
+    lower = CapacityFigures(sustained=8, limit_found=False, ttft_p99_s=2, turn_p99_s=60, own_trace=False,
+                            trace="/x/y/agentx.trace.jsonl")
+    assert lower.cell() == "≥ 8 (TTFT p99 ≤ 2s, turn p99 ≤ 60s; trace agentx.trace.jsonl)"
+    assert CapacityFigures(error="boom").cell() == "— (sweep failed)"
+
+
+def test_capacity_options_refused_before_anything_is_served(project: Project, tmp_path):
+    bad = tmp_path / "bad.trace.jsonl"
+    bad.write_text("{not json\n")
+    for extra, field in ((["--capacity-copies", "0,2"], "--capacity-copies"),
+                         (["--capacity-copies", "a"], "--capacity-copies"),
+                         (["--capacity-ttft-p99", "0"], "--capacity-ttft-p99"),
+                         (["--capacity-trace", str(bad)], "bad.trace.jsonl")):
+        code, out, err = project.run_cli(["launch", "local", "replay", "replay-hello", "--mission", "hello",
+                                          "--capacity", *extra], timeout=60)
+        assert code == 2, (extra, out, err)
+        assert "Traceback" not in err and field in err, (extra, err)
+        assert project.run_dirs() == []
