@@ -4,15 +4,16 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo-setup demo test clean sandbox ripgrep embedded fitness-data controls vllm
+.PHONY: setup demo-setup demo test clean sandbox ripgrep embedded fitness-data fitness-tools controls vllm
 
 # What `make demo` needs. npm's download overlaps the llama.cpp build (which overlaps the
 # models' own download inside `embedded`): the compiler takes the cores, the downloads don't.
 demo-setup: $(VENV)/.installed sandbox ripgrep
 	@$(MAKE) --no-print-directory -j2 node_modules/.installed embedded
 
-# What the tests need besides: the fitness data and the observability mission's control stores.
-setup: demo-setup fitness-data controls
+# What the tests need besides: the fitness data, the fitness tools (lm-eval) and the observability
+# mission's control stores.
+setup: demo-setup fitness-data fitness-tools controls
 
 # The agent runs under bubblewrap on Linux (sandbox-exec ships with macOS). Installed
 # from the distribution when missing; without it a launch refuses unless --no-sandbox.
@@ -63,6 +64,11 @@ fitness-data: $(VENV)/.installed
 # defect fixed (key/fixes.yaml). `rule` counts a cited query only where it reads differently
 # with the defect fixed. Cached in ~/.cache/llms-benchmark/controls/, keyed by the mission's
 # hash: rebuilt only when the mission changes (measured: see README).
+# seed 003's lm-eval (`lm-eval[api]`, pinned) in its own venv, ~/.cache/llms-benchmark/fitness-tools
+# (~760 MB, no torch: the guardrail checks it): the capability phase's lm-eval lane and its test.
+fitness-tools: $(VENV)/.installed
+	$(BIN)/llms-benchmark fitness tools
+
 controls: $(VENV)/.installed
 	$(BIN)/python -m harness.verdicts.controls build --mission observability
 

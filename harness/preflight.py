@@ -14,6 +14,7 @@ from pathlib import Path
 
 from harness.errors import PreflightError
 from harness.sandbox.confine import Sandbox, detect
+from harness.extras import require_mission
 from harness.mission import Mission, load_mission
 from harness.opencode.binary import find_opencode, opencode_version
 from harness.serving.preflight_fit import kv_fit, refuse_unless_fits
@@ -69,6 +70,8 @@ def run_preflight(root: Path, env_name: str, preset_name: str, mission_name: str
         )
     mission = load_mission(root, mission_name) if mission_name else None
     check_preset_for_agent(preset, mission)
+    if mission is not None:  # its system under test is an extra (harness/extras.py), checked before serving
+        require_mission(mission.name, mission.dir)
     # Weights + KV at --max-model-len against the GPU memory: before the stack's own checks
     # when the environment names its GPU, after them (from the GPU found) otherwise.
     fit = kv_fit(env, preset)

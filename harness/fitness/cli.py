@@ -189,6 +189,19 @@ def data_cmd(
     checkers.prepare(checkers_venv or checkers.default_dir(), say=lambda m: out.print(m, highlight=False))
 
 
+@fitness_app.command("tools", cls=FitnessCommand)
+@pipeline_errors
+def tools_cmd(
+    tools_venv: Annotated[Path | None, typer.Option(help="Where the tools' venv goes (default "
+                                                         "~/.cache/llms-benchmark/fitness-tools).")] = None,
+) -> None:
+    """Once, online (PyPI only): seed 003's lm-eval (`lm-eval[api]`, pinned) in a venv of its own, checked
+    by the torch guardrail; `capability.lmeval: true` then runs it over the frozen files."""
+    from harness.fitness import lmeval
+
+    lmeval.prepare(tools_venv or lmeval.default_dir(), say=lambda m: out.print(m, highlight=False))
+
+
 @fitness_app.command("history", cls=FitnessCommand)
 @pipeline_errors
 def history_cmd(
@@ -273,7 +286,14 @@ def serve_cmd(
 ) -> None:
     """The HTTP API: POST /api/runs, GET /api/runs/<id> and its /report, POST /api/runs/<id>/cancel, GET /api/health."""
     from harness.cli.common import project_root
-    from harness.fitness.api import serve
 
+    try:
+        from harness.fitness.api import serve
+    except ImportError as exc:  # FastAPI/uvicorn are the `api` extra
+        from harness.extras import extra_of, missing
+
+        if extra_of(exc, among=("api",)) is None:
+            raise
+        raise missing("api", "`fitness serve` (the HTTP API)", exc) from None
     serve(project_root(), host=host, port=port, token_env=token_env or None,
           runs_dir=runs_dir or project_root() / "bench-results" / "fitness-api", say=say)

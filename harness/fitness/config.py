@@ -81,6 +81,9 @@ class CapabilityCfg(_Strict):
     data_dir: Path | None = None  # default: ~/.cache/llms-benchmark/fitness-data
     exec_timeout_s: float = Field(default=10.0, gt=0, le=120)
     workers: int = Field(default=2, ge=1, le=16)
+    # seed 003's lm-eval lane beside our own scorers: lm-eval[api] (the tools venv, `fitness tools`)
+    # over the same frozen files, /v1/completions, greedy; the suites it has a task for (gsm8k)
+    lmeval: bool = False
 
     @field_validator("suites")
     @classmethod
@@ -186,6 +189,7 @@ class FitnessConfig(_Strict):
     thresholds: Path = DEFAULT_THRESHOLDS
     request_timeout_s: float = Field(default=900.0, gt=0)
     checkers_venv: Path | None = None  # default: ~/.cache/llms-benchmark/fitness-checkers
+    tools_venv: Path | None = None  # lm-eval's venv; default: ~/.cache/llms-benchmark/fitness-tools
     throughput: ThroughputCfg = Field(default_factory=ThroughputCfg)
     capacity: CapacityCfg = Field(default_factory=CapacityCfg)
     tooluse: ToolUseCfg = Field(default_factory=ToolUseCfg)
@@ -211,6 +215,11 @@ class FitnessConfig(_Strict):
         from harness.fitness.checkers import default_dir
 
         return self.checkers_venv or default_dir()
+
+    def tools(self) -> Path:
+        from harness.fitness.lmeval import default_dir
+
+        return self.tools_venv or default_dir()
 
     def enabled(self) -> list[str]:
         """The phases that run, in the pipeline's order."""
@@ -248,7 +257,7 @@ def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> F
         data = raw
         # a relative thresholds / data path is relative to the config file
         base = Path(path).resolve().parent
-        for key in ("thresholds", "checkers_venv"):
+        for key in ("thresholds", "checkers_venv", "tools_venv"):
             if isinstance(data.get(key), str) and not Path(data[key]).is_absolute():
                 data[key] = str(base / data[key])
         for section, key in (("capability", "data_dir"), ("judge", "tasks"), ("kl", "prompts"), ("history", "log")):

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.atomic import write_atomic
+from harness.fitness import host_checks
 
 
 def _kl_summary(phases: dict[str, Any]) -> dict[str, Any] | None:
@@ -43,6 +44,8 @@ def summary(doc: dict[str, Any], report_dir: Path | None = None) -> dict[str, An
     metrics = doc.get("metrics", {})
     model = doc.get("model") or doc.get("target")
     ran = {s: v for s, v in caps.items() if v.get("status") == "ran"}
+    lme_doc = phases.get("capability", {}).get("details", {}).get("lmeval") or {}
+    lme, lme_version = lme_doc.get("suites") or {}, (lme_doc.get("versions") or {}).get("lm_eval", "?")
     row = {
         "model": model,
         "throughput_by_ctx": {k: {"gen_tps": v.get("decode_tps"), "prefill_tps": v.get("prefill_tps"),
@@ -52,8 +55,10 @@ def summary(doc: dict[str, Any], report_dir: Path | None = None) -> dict[str, An
                      "carried_n": metrics.get("capacity.carried_concurrency"),
                      "levels": [{k: lv[k] for k in ("n", "aggregate_tps", "ttft_ms_p95", "itl_ms_p95")}
                                 for lv in capd.get("levels", [])]} if cap.get("status") == "ran" else None,
-        # the seed's name for the capability accuracies (ours are scored by this harness, not lm-eval)
-        "lmeval": {s: v.get("accuracy") for s, v in ran.items()},
+        # the seed's name for the capability accuracies: lm-eval's own where its lane ran
+        # (capability.lmeval), this harness's scorers' for the rest (`lmeval_scored_by` says which)
+        "lmeval": {s: v.get("accuracy") for s, v in ran.items()} | {s: v.get("accuracy") for s, v in lme.items()},
+        "lmeval_scored_by": {s: "harness" for s in ran} | {s: f"lm-eval {lme_version}" for s in lme},
         "tooluse": {k.split(".", 1)[1]: v for k, v in metrics.items() if k.startswith("tooluse.")},
         "capability": {s: {"accuracy": v.get("accuracy"), "se": v.get("se"), "n": v.get("n")} for s, v in ran.items()},
         "warmup_s": metrics.get("warmup.first_answer_s"),
@@ -185,6 +190,15 @@ def markdown(doc: dict[str, Any], folder: Path | None = None) -> str:
         for s, d in (doc.get("baseline") or {}).get("deltas", {}).items():
             lines.append(f"\n{s}: {d['delta']:+.3f} vs baseline {d['baseline']} (2·SE {2 * d['se']:.3f})"
                          + (" — **noise**" if d["noise"] else ""))
+        lme = ca["details"].get("lmeval")
+        if lme:
+            lines += ["", f"lm-eval {(lme.get('versions') or {}).get('lm_eval', '?')} over the same frozen files "
+                          "(/v1/completions, greedy, no chat template):", "",
+                      "| suite | task | n | exact match ± SE |", "|---|---|---:|---|"]
+            for s, v in lme.get("suites", {}).items():
+                lines.append(f"| {s} | {v['task']} | {v['n']} | {_fmt(v['accuracy'])} ± {_fmt(v.get('se'))} |")
+            for s, why in (lme.get("skipped") or {}).items():
+                lines.append(f"| {s} | — | — | not by lm-eval here: {why} |")
         lines.append("\nRead some transcripts (capability/*.jsonl) before believing a delta.")
     ju = by.get(("judge", 1))
     if ju and ju["status"] == "ran":
@@ -238,6 +252,12 @@ def markdown(doc: dict[str, Any], folder: Path | None = None) -> str:
         lines += ["", "## Repeats that disagree (> 10 %)", ""]
         for d in doc["repeats"]["disagreements"]:
             lines.append(f"- {d['metric']}: passes {d['passes']} ({d['difference']:.0%} apart; the worse one counts)")
+    checks = folder / host_checks.FILE if folder is not None else None
+    if checks is not None and checks.is_file():  # folded in by host_checks.py (seed 003's host-side companion)
+        try:
+            lines += ["", host_checks.render_markdown(json.loads(checks.read_text(encoding="utf-8"))).rstrip("\n")]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            lines += ["", "## Host checks", "", f"`{host_checks.FILE}` could not be read: {exc}"]
     lines += ["", "## Reproducibility", "", "```json", json.dumps({k: v for k, v in r.items() if k != "config"},
                                                                   indent=2, default=str), "```",
               "", f"Percentiles: {doc['percentiles']}.", ""]

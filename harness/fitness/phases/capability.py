@@ -12,6 +12,10 @@ by this harness's own checkers, with a binomial standard error per accuracy.
   of the subset, by instruction id, before anything is asked: 265 are scored.
 
 Transcripts go to `<report>/capability/<suite>.jsonl`: read some before believing a delta.
+
+`capability.lmeval: true` adds seed 003's lm-eval lane over the same frozen files
+(harness/fitness/lmeval.py: lm-eval[api] in its own venv, /v1/completions, greedy): GSM8K as
+`capability.lmeval_gsm8k_accuracy`, its samples in `<report>/capability/lmeval/`.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from harness.fitness import checkers, data, scorers
+from harness.fitness import checkers, data, lmeval, scorers
 from harness.fitness.config import FitnessConfig
 from harness.fitness.endpoint import PhaseError
 from harness.fitness.phases import Ctx, Skip
@@ -48,6 +52,10 @@ def check_offline(cfg: FitnessConfig) -> str:
         checkers.require(cfg.checkers(), "capability.suites")
     if "humaneval" in cfg.capability.suites and confinement() is None:
         notes.append("humaneval: no bubblewrap here: the suite will be skipped (its code runs only sandboxed)")
+    if cfg.capability.lmeval:
+        lmeval.require(cfg.tools(), "capability.lmeval")
+        tasks = [s for s in cfg.capability.suites if s in lmeval.TASKS]
+        notes.append(f"lm-eval {lmeval.LM_EVAL}: {', '.join(tasks) or 'no suite it has a task for'}")
     return "; ".join(notes)
 
 
@@ -94,8 +102,32 @@ def run(ctx: Ctx) -> tuple[dict[str, float | None], dict[str, Any]]:
         metrics[f"capability.{suite}_accuracy"] = suites[suite]["accuracy"]
     if not any(s["status"] == "ran" for s in suites.values()):
         raise Skip("; ".join(f"{k}: {v['reason']}" for k, v in suites.items()) or "cancelled")
-    return metrics, {"suites": suites, "manifest": data.manifest(data_dir(ctx.cfg), list(cfg.suites)),
-                     "max_tokens": cfg.max_tokens, "limit": cfg.limit}
+    details = {"suites": suites, "manifest": data.manifest(data_dir(ctx.cfg), list(cfg.suites)),
+               "max_tokens": cfg.max_tokens, "limit": cfg.limit}
+    if cfg.lmeval and not ctx.cancelled():
+        details["lmeval"] = _lmeval(ctx, folder / "lmeval")
+        for suite, got in details["lmeval"]["suites"].items():
+            metrics[f"capability.lmeval_{suite}_accuracy"] = got["accuracy"]
+    return metrics, details
+
+
+def _lmeval(ctx: Ctx, work_dir) -> dict[str, Any]:
+    """lm-eval over the frozen files it has a task for; its failure fails the phase (a lane asked for)."""
+    cfg = ctx.cfg.capability
+    try:
+        doc = lmeval.run(ctx.endpoint.base_url.rstrip("/") + "/v1", ctx.endpoint.model, list(cfg.suites),
+                         data_dir=data_dir(ctx.cfg), venv=ctx.cfg.tools(), work_dir=work_dir, limit=cfg.limit,
+                         max_tokens=cfg.max_tokens, seed=ctx.cfg.seed, api_key=ctx.endpoint.api_key,
+                         timeout_s=ctx.endpoint.timeout_s * max(1, cfg.limit or 100))
+    except RuntimeError as exc:
+        raise PhaseError(str(exc)) from None
+    for got in doc["suites"].values():
+        n, acc = got["n"], got["accuracy"]
+        se = binomial_se(round(acc * n), n) if acc is not None and n else None
+        got["se"] = round(se, 4) if se is not None else None
+        if acc is not None:
+            got["accuracy"] = round(acc, 4)
+    return doc
 
 
 def _ask(ctx: Ctx, text: str) -> str:

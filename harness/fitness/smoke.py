@@ -1,0 +1,309 @@
+#!/usr/bin/env python3
+"""Seed 003's bare-stdlib smoke path: any box with python3, nothing installed, this one file.
+
+    python3 harness/fitness/smoke.py --base-url http://127.0.0.1:8000 \\
+        [--phases telemetry,warmup,tooluse,throughput,judge] [--model M] [--api-key-env NAME] \\
+        [--prompt-tokens 512] [--out smoke.json] [--json]
+
+The phases of the seed's smoke command (`run_bench.py --smoke --phases
+telemetry,warmup,tooluse,throughput,judge`), each a small, single-request version of the full
+pipeline's (`llms-benchmark fitness run`, the tools environment):
+
+    telemetry   GET /metrics before any load: the server's request and KV gauges (vLLM, llama.cpp)
+    warmup      seconds to the first complete answer (a swap-in lands here)
+    tooluse     one streamed ask with a tool: a call with the tool's name and JSON-object arguments
+                holding its required key (the --jinja trap: prose or a call written as text fails)
+    throughput  one streamed request of ~--prompt-tokens seeded, uniquely tagged words: TTFT,
+                prefill tok/s (prompt tokens / TTFT), decode tok/s (tokens after the first / time)
+    judge       judge generation: the served model answers the first --judge-items judge tasks
+                (judge_tasks.jsonl beside this file); grading them is the full pipeline's second pass
+
+KL needs a second (reference) server and its native logprob API: the full pipeline's `kl` phase.
+
+Exit codes (the seed's contract): 0 every phase passed, 2 a phase failed (no tool call, empty
+answers), 3 a pipeline error (usage, the endpoint unreachable, a phase that could not measure).
+Standard library only (a test runs it with `python -I -S` from a copy of the file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+PHASES = ("telemetry", "warmup", "tooluse", "throughput", "judge")
+PASS, FAIL, PIPELINE_ERROR = 0, 2, 3
+TOOL = {"type": "function", "function": {
+    "name": "read_file", "description": "Read a text file of the workspace and return its contents.",
+    "parameters": {"type": "object", "properties": {"path": {"type": "string", "description": "the file's path"}},
+                   "required": ["path"]}}}
+TOOL_ASK = "Read the file src/app.py with the read_file tool. Call the tool; do not answer in prose."
+GAUGES = re.compile(r"^(vllm:num_requests_running|vllm:num_requests_waiting|vllm:kv_cache_usage_perc|"
+                    r"llamacpp:requests_processing|llamacpp:requests_deferred|llamacpp:kv_cache_usage_ratio)"
+                    r"(\{[^}]*\})?\s+(\S+)", re.M)
+WORDS = ("river stone lamp quiet orbit maple signal copper window garden thunder pencil harbor velvet "
+         "canyon lantern meadow silver rocket candle forest marble ribbon island").split()
+
+
+class Failed(Exception):
+    """The phase measured, and what it measured fails the smoke."""
+
+
+class Broken(Exception):
+    """The phase could not measure (the endpoint, the wire): a pipeline error."""
+
+
+class Client:
+    def __init__(self, base_url: str, api_key: str | None, timeout_s: float) -> None:
+        self.root = re.sub(r"/v1/?$", "", base_url.rstrip("/"))
+        self.api_key, self.timeout_s = api_key, timeout_s
+
+    def _request(self, method: str, path: str, body: dict | None = None) -> urllib.request.Request:
+        headers = {"Content-Type": "application/json"} if body is not None else {}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        data = json.dumps(body).encode() if body is not None else None
+        return urllib.request.Request(self.root + path, data=data, headers=headers, method=method)
+
+    def get(self, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(self._request("GET", path), timeout=self.timeout_s) as resp:
+                return resp.status, resp.read().decode("utf-8", "replace")
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode("utf-8", "replace")[:300]
+        except (urllib.error.URLError, OSError) as exc:
+            raise Broken(f"GET {self.root}{path}: {getattr(exc, 'reason', exc)}") from None
+
+    def stream_chat(self, body: dict) -> dict:
+        """One streamed chat completion: text, reasoning, tool calls, usage and the times of the
+        first and last content token (monotonic seconds from the request)."""
+        body = {**body, "stream": True, "stream_options": {"include_usage": True}}
+        t0 = time.monotonic()
+        out = {"text": "", "reasoning": "", "calls": {}, "usage": None, "first_s": None, "last_s": None,
+               "chunks": 0, "finish": None}
+        try:
+            resp = urllib.request.urlopen(self._request("POST", "/v1/chat/completions", body), timeout=self.timeout_s)
+        except urllib.error.HTTPError as exc:
+            raise Broken(f"POST /v1/chat/completions: HTTP {exc.code}: "
+                         f"{exc.read().decode('utf-8', 'replace')[:300]}") from None
+        except (urllib.error.URLError, OSError) as exc:
+            raise Broken(f"POST {self.root}/v1/chat/completions: {getattr(exc, 'reason', exc)}") from None
+        with resp:
+            for raw in resp:
+                line = raw.decode("utf-8", "replace").strip()
+                if not line.startswith("data:"):
+                    continue
+                payload = line[5:].strip()
+                if payload == "[DONE]":
+                    break
+                try:
+                    doc = json.loads(payload)
+                except ValueError:
+                    raise Broken(f"a streamed chunk is not JSON: {payload[:200]}") from None
+                if doc.get("usage"):
+                    out["usage"] = doc["usage"]
+                for choice in doc.get("choices") or []:
+                    delta = choice.get("delta") or {}
+                    now = time.monotonic() - t0
+                    piece = delta.get("content") or ""
+                    thought = delta.get("reasoning_content") or delta.get("reasoning") or ""
+                    if piece or thought or delta.get("tool_calls"):
+                        out["chunks"] += 1
+                        out["first_s"] = now if out["first_s"] is None else out["first_s"]
+                        out["last_s"] = now
+                    out["text"] += piece
+                    out["reasoning"] += thought
+                    for call in delta.get("tool_calls") or []:
+                        slot = out["calls"].setdefault(call.get("index", 0), {"name": "", "arguments": ""})
+                        fn = call.get("function") or {}
+                        slot["name"] += fn.get("name") or ""
+                        slot["arguments"] += fn.get("arguments") or ""
+                    out["finish"] = choice.get("finish_reason") or out["finish"]
+        out["calls"] = [out["calls"][k] for k in sorted(out["calls"])]
+        out["wall_s"] = time.monotonic() - t0
+        return out
+
+
+def telemetry(client: Client, args) -> dict:
+    status, text = client.get("/metrics")
+    if status == 404:
+        return {"status": "skipped", "reason": "the server publishes no /metrics"}
+    if status != 200:
+        raise Broken(f"GET /metrics answered HTTP {status}: {text[:200]}")
+    gauges = {}
+    for name, _labels, value in GAUGES.findall(text):
+        try:
+            gauges[name] = gauges.get(name, 0.0) + float(value)
+        except ValueError:
+            continue
+    busy = gauges.get("vllm:num_requests_running", 0) + gauges.get("llamacpp:requests_processing", 0)
+    return {"metrics": {"telemetry.requests_running": busy}, "gauges": gauges,
+            "note": "idle" if not busy else f"{busy:g} request(s) already running before the smoke"}
+
+
+def warmup(client: Client, args) -> dict:
+    got = client.stream_chat({"model": args.model, "messages": [{"role": "user", "content": "Reply with the single "
+                                                                   "word: ready"}], "max_tokens": 8, "temperature": 0})
+    if not (got["text"] or got["reasoning"]).strip():
+        raise Failed("the first answer was empty")
+    return {"metrics": {"warmup.first_answer_s": round(got["wall_s"], 3)}, "answer": (got["text"] or got["reasoning"])[:200]}
+
+
+def tooluse(client: Client, args) -> dict:
+    got = client.stream_chat({"model": args.model, "messages": [{"role": "user", "content": TOOL_ASK}],
+                              "tools": [TOOL], "tool_choice": "auto", "max_tokens": args.max_tokens, "temperature": 0})
+    detail = {"calls": got["calls"], "text": got["text"][:300], "finish": got["finish"]}
+    if not got["calls"]:
+        written = "read_file" in got["text"] and "{" in got["text"]
+        raise Failed("no structured tool call" + (" (a call written as text: the server's tool parser or chat "
+                                                  "template is not on, e.g. llama.cpp without --jinja)" if written
+                                                  else f" (answered in prose: {got['text'][:120]!r})"))
+    call = got["calls"][0]
+    try:
+        arguments = json.loads(call["arguments"] or "null")
+    except ValueError:
+        raise Failed(f"the tool call's arguments are not JSON: {call['arguments'][:200]!r}") from None
+    if call["name"] != "read_file" or not isinstance(arguments, dict) or "path" not in arguments:
+        raise Failed(f"the tool call is not read_file with a path: {call['name']!r} {call['arguments'][:200]!r}")
+    return {"metrics": {"tooluse.smoke_ok": 1.0}, **detail}
+
+
+def prompt_of(tokens: int, seed: int) -> str:
+    """~`tokens` seeded words, uniquely tagged (no prefix-cache flattery across runs)."""
+    rng = random.Random(seed)
+    tag = f"[smoke {os.getpid()}-{time.time_ns()}]"
+    words = " ".join(rng.choice(WORDS) for _ in range(max(1, tokens - 40)))
+    return f"{tag} {words}\nCount to twenty in words, separated by spaces."
+
+
+def throughput(client: Client, args) -> dict:
+    got = client.stream_chat({"model": args.model, "messages": [{"role": "user", "content":
+                                                                    prompt_of(args.prompt_tokens, args.seed)}],
+                              "max_tokens": args.output_tokens, "temperature": 0, "ignore_eos": True})
+    if got["first_s"] is None:
+        raise Failed("the answer streamed no token")
+    usage = got["usage"] or {}
+    prompt_tokens = usage.get("prompt_tokens")
+    out_tokens = usage.get("completion_tokens") or got["chunks"]
+    decode_s = (got["last_s"] or 0) - got["first_s"]
+    return {"metrics": {"throughput.ttft_s": round(got["first_s"], 4),
+                        "throughput.prefill_tps": round(prompt_tokens / got["first_s"], 2)
+                        if prompt_tokens and got["first_s"] > 0 else None,
+                        "throughput.decode_tps": round((out_tokens - 1) / decode_s, 2)
+                        if out_tokens and out_tokens > 1 and decode_s > 0 else None},
+            "prompt_tokens": prompt_tokens, "output_tokens": out_tokens,
+            "tokens_from": "usage" if usage.get("completion_tokens") else "streamed chunks"}
+
+
+def judge(client: Client, args) -> dict:
+    path = Path(args.judge_tasks)
+    try:
+        tasks = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except (OSError, ValueError) as exc:
+        raise Broken(f"cannot read the judge tasks {path}: {exc}") from None
+    answers, empty = [], 0
+    for task in tasks[:args.judge_items]:
+        prompt = task.get("prompt") or task.get("question") or ""
+        got = client.stream_chat({"model": args.model, "messages": [{"role": "user", "content": prompt}],
+                                  "max_tokens": args.max_tokens, "temperature": 0})
+        empty += not got["text"].strip()
+        answers.append({"id": task.get("id"), "answer": got["text"], "reasoning_chars": len(got["reasoning"])})
+    if answers and empty * 4 > len(answers):
+        raise Failed(f"{empty} of {len(answers)} judge answers were empty")
+    return {"metrics": {"judge.answers": float(len(answers))}, "answers": answers,
+            "note": "generation only: the judge's grading is the full pipeline's second pass"}
+
+
+RUN = {"telemetry": telemetry, "warmup": warmup, "tooluse": tooluse, "throughput": throughput, "judge": judge}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # a usage error is a pipeline error (3): the contract reads 2 as FAIL
+        self.print_usage(sys.stderr)
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(PIPELINE_ERROR)
+
+
+def first_model(client: Client) -> str:
+    status, text = client.get("/v1/models")
+    try:
+        ids = [m["id"] for m in json.loads(text)["data"]] if status == 200 else []
+    except (ValueError, KeyError, TypeError):
+        ids = []
+    if not ids:
+        raise Broken(f"GET /v1/models listed no model (HTTP {status}): name one with --model")
+    return ids[0]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = _Parser(prog="smoke.py", description="seed 003's bare-stdlib fitness smoke")
+    p.add_argument("--base-url", required=True, help="the server's URL (with or without /v1)")
+    p.add_argument("--model", default="", help="served model (default: the first /v1/models lists)")
+    p.add_argument("--phases", default=",".join(PHASES), help=f"comma-separated, from {','.join(PHASES)}")
+    p.add_argument("--api-key-env", default="", help="NAME of the variable holding the API key")
+    p.add_argument("--prompt-tokens", type=int, default=512)
+    p.add_argument("--output-tokens", type=int, default=64)
+    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--judge-items", type=int, default=2)
+    p.add_argument("--judge-tasks", default=str(Path(__file__).with_name("judge_tasks.jsonl")))
+    p.add_argument("--seed", type=int, default=20260929)
+    p.add_argument("--timeout", type=float, default=600, help="seconds per request")
+    p.add_argument("--out", default="", help="write the results JSON here")
+    p.add_argument("--json", action="store_true", help="print the results JSON on stdout")
+    args = p.parse_args(argv)
+    phases = [x.strip() for x in args.phases.split(",") if x.strip()]
+    unknown = [x for x in phases if x not in PHASES]
+    if unknown or not phases:
+        p.error(f"unknown phase {unknown[0]!r}" if unknown else "no phase named")  # exits 3
+    if not re.match(r"^https?://", args.base_url):
+        p.error(f"--base-url {args.base_url!r} is not an http(s) URL")
+    key = None
+    if args.api_key_env:
+        key = os.environ.get(args.api_key_env)
+        if not key:
+            p.error(f"--api-key-env {args.api_key_env}: that variable is not set (export it first)")
+    client = Client(args.base_url, key, args.timeout)
+    results = {"tool": "llms-benchmark fitness smoke (stdlib)", "python": sys.version.split()[0],
+               "base_url": client.root, "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+               "phases": []}
+    code = PASS
+    try:
+        args.model = args.model or first_model(client)
+    except Broken as exc:
+        results["phases"].append({"name": "discover", "status": "error", "reason": str(exc)})
+        print(f"smoke: error: {exc}", file=sys.stderr)
+        phases, code = [], PIPELINE_ERROR
+    results["model"] = args.model
+    for name in phases:
+        t0 = time.monotonic()
+        try:
+            doc = RUN[name](client, args)
+            entry = {"name": name, "status": doc.pop("status", "ran"), **doc}
+        except Failed as exc:
+            entry, code = {"name": name, "status": "fail", "reason": str(exc)}, max(code, FAIL)
+        except Broken as exc:
+            entry, code = {"name": name, "status": "error", "reason": str(exc)}, PIPELINE_ERROR
+        entry["wall_s"] = round(time.monotonic() - t0, 3)
+        results["phases"].append(entry)
+        print(f"smoke {name}: {entry['status']} {entry['wall_s']:.1f}s"
+              + (f" - {entry['reason']}" if entry.get("reason") else "")
+              + "".join(f" {k}={v}" for k, v in (entry.get("metrics") or {}).items()), file=sys.stderr)
+    results["exit_code"] = code
+    results["verdict"] = {PASS: "PASS", FAIL: "FAIL"}.get(code)  # the seed's set: null on a pipeline error
+    text = json.dumps(results, indent=2)
+    if args.out:
+        Path(args.out).write_text(text + "\n", encoding="utf-8")
+    if args.json:
+        print(text)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
