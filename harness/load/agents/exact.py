@@ -11,9 +11,10 @@ its own). Here the server is asked, before the replay starts (never during its t
 - neither (the replay servers): None, and Synth's word counts stand.
 
 For each turn the number of the copy's words is moved by the difference between the count
-and the recorded prompt tokens until they agree (at most `MAX_STEPS` tries; a word that
-tokenises as several tokens may leave it one or two off: the closest is kept and the replay's
-own usage then says what the server counted). Words are cut only at the end, so a turn's
+and the recorded prompt tokens until they agree (at most `MAX_STEPS` tries); where a word of
+several tokens leaves it a few off, the text is cut a word or more earlier and made up with short
+filler words, one token each (`FILLERS`); failing that the closest is kept, and the replay's own
+usage then says what the server counted. Words are cut only at the end, so a turn's
 text still starts with the blocks it shares with the previous turn (its prefix reuse holds).
 """
 
@@ -27,7 +28,10 @@ from harness.load.agents.synth import Synth
 from harness.load.agents.trace import AgentTrace
 from harness.wire.openai import bearer, root_url
 
-MAX_STEPS = 8  # tokenizer calls per turn
+MAX_STEPS = 8  # tokenizer calls per turn to find the word count
+# Then, where a word of several tokens leaves the count a few off, what it lacks is made up with
+# one of these short words, repeated (one token each on common vocabularies)
+FILLERS = ("the", "of", "and", "to", "in", "is", "it", "on")
 Counter = Callable[[str], int]  # a user message's text -> prompt tokens the server would count
 
 
@@ -83,6 +87,23 @@ def exact_prompts(trace: AgentTrace, synth: Synth, count: Counter) -> dict[tuple
                 if nxt == n:
                     break
                 n = nxt
+            text = " ".join(words[:best[0]])
+            if best[1] != t.prompt_tokens:
+                text = _swap_tail(words, best[0], t.prompt_tokens, count) or text
             guess = best[1] - best[0]
-            out[(s.id, i)] = " ".join(words[:best[0]])
+            out[(s.id, i)] = text
     return out
+
+
+def _swap_tail(words: list[str], n: int, target: int, count: Counter) -> str | None:
+    """A text of the first k words (k at most n) and then as many short fillers as the count
+    lacks, that counts exactly `target`, if one does."""
+    for k in range(min(n, len(words)), max(0, n - 4), -1):
+        lack = target - count(" ".join(words[:k]))
+        if not 0 < lack <= 8:
+            continue
+        for filler in FILLERS[:3]:
+            text = " ".join([*words[:k], *[filler] * lack])
+            if count(text) == target:
+                return text
+    return None
