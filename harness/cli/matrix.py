@@ -13,6 +13,7 @@ import typer
 
 from harness.cli.common import JsonOpt, err, out, project_root, say, user_errors
 from harness.errors import UserError
+from harness.mission import DEFAULT_MISSION
 
 
 @user_errors
@@ -23,7 +24,7 @@ def matrix(
     = None,
     preset: Annotated[list[str] | None, typer.Option("--preset", "-p", help="A preset (repeat for several).")] = None,
     effort: Annotated[list[str] | None, typer.Option("--effort", help="An effort (repeat; default medium).")] = None,
-    mission: Annotated[str | None, typer.Option(help="Mission under missions/ (default hello).")] = None,
+    mission: Annotated[str | None, typer.Option(help=f"Mission under missions/ (default {DEFAULT_MISSION}).")] = None,
     trials: Annotated[int | None, typer.Option(min=1, max=20, help="Trials per cell, on one serve.")] = None,
     parallel: Annotated[int | None, typer.Option(
         min=1, max=16, help="Cells at once (also capped by the GPU quota on Azure).")] = None,

@@ -143,10 +143,19 @@ def check_plan(root: Path, plan: MatrixPlan, path: Path | None) -> None:
             raise UserError(exc.message, file=path or exc.file,
                             field={"ENVIRONMENT": "environment", "PRESET": "presets",
                                    "--mission": "mission"}.get(exc.field or "", exc.field), fix=exc.fix) from None
-    env = load_environment(root, plan.environment)
+    def named(field: str, load):
+        """A file the plan names that is missing: said with the plan's file and field."""
+        try:
+            return load()
+        except UserError as exc:
+            if exc.field is not None or path is None:
+                raise
+            raise UserError(f"{exc.message} ({exc.file})", file=path, field=field, fix=exc.fix) from None
+
+    env = named("environment", lambda: load_environment(root, plan.environment))
     for preset in plan.presets:
-        load_preset(root, preset).resolve(env.stack)
-    load_mission(root, plan.mission)
+        named("presets", lambda: load_preset(root, preset).resolve(env.stack))  # noqa: B023 - called at once
+    named("mission", lambda: load_mission(root, plan.mission))
     if plan.budget_usd is not None and not env.gpu_hourly_usd:
         raise UserError(f"a budget needs a GPU price, and environment {env.name} has none", file=env.path,
                         field="gpu_hourly_usd",
