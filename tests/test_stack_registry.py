@@ -1,16 +1,18 @@
-"""A stack is declared once (its SPEC); the registry, the environment schema, ports and
-preset overrides follow from the declarations."""
+"""A stack is declared once (its spec in harness/stacks/catalog.py); the registry, the environment
+schema, ports and preset overrides follow from the declarations."""
 
 from __future__ import annotations
 
-import json
 import importlib
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from harness.errors import UserError
-from harness.stacks import registry
+from harness.stacks import catalog, registry
 from harness.vot.loader import SCHEMA_DIR, load_schema, schema_errors
 
 REPO = Path(__file__).resolve().parents[1]
@@ -19,24 +21,36 @@ REPO = Path(__file__).resolve().parents[1]
 def test_schema_stack_enum_is_the_registry():
     enum = load_schema("environment")["properties"]["stack"]["enum"]
     assert enum == ["local-vllm", "local-vllm-metal", "local-vllm-docker", "azure", "aca", "local-llamacpp", "replay"]
-    assert [registry.canonical(n) for n in enum] == [
+    assert [catalog.canonical(n) for n in enum] == [
         "local-vllm", "local-vllm-metal", "local-vllm-docker", "azure", "azure", "local-llamacpp", "replay"]
     # The file itself names no stack: a second list could drift from the declarations.
     assert "enum" not in json.loads((SCHEMA_DIR / "environment.schema.json").read_text())["properties"]["stack"]
 
 
-@pytest.mark.parametrize("spec", registry.SPECS, ids=lambda s: s.name)
+@pytest.mark.parametrize("spec", catalog.SPECS, ids=lambda s: s.name)
 def test_each_spec_names_its_own_implementation(spec):
     module, _, cls = spec.implementation.partition(":")
     stack_cls = getattr(importlib.import_module(module), cls)
     assert stack_cls.name == spec.name
 
 
+def test_the_catalog_the_schema_reads_imports_neither_the_stacks_nor_the_schema():
+    """The stacks import harness.vot; harness.vot reads the catalog: were the catalog to import a
+    stack module (or harness.vot), the two packages would import each other again."""
+    code = ("import sys, harness.stacks.catalog; "
+            "print(sorted(m for m in sys.modules if m.startswith(('harness.vot', 'harness.stacks'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
+    assert out.stdout.split() == ["['harness.stacks',", "'harness.stacks.azure_spec',", "'harness.stacks.catalog',",
+                                  "'harness.stacks.spec']"]
+    # The registry still loads the stack itself, and only when asked.
+    assert registry.get_stack("replay", REPO).name == "replay"
+
+
 def test_preset_override_stacks_match_the_preset_schema():
     """preset.schema.json is vllm-on-tap's own file; the stacks it lets a preset override are
     the ones declared `preset_override` (plus azure's old name)."""
     allowed = set(json.loads((SCHEMA_DIR / "preset.schema.json").read_text())["properties"]["stacks"]["properties"])
-    assert allowed == {*registry.override_stacks(), "aca"}
+    assert allowed == {*catalog.override_stacks(), "aca"}
 
 
 def test_a_stack_config_is_checked_by_its_own_declaration():

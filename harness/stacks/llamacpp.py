@@ -27,16 +27,9 @@ from harness.errors import PreflightError
 from harness.stacks.base import GpuCell, Unit
 from harness.stacks.key_handover import key_fifo
 from harness.stacks.local_process import API_KEY_ENV, LocalProcessStack
-from harness.stacks.spec import ANY_PORT_SCHEMA, StackSpec, config_schema
 from harness.vot.environment import Environment
 from harness.vot.preset import ResolvedPreset
 
-SPEC = StackSpec("local-llamacpp", "harness.stacks.llamacpp:LlamaCppStack", default_port=0, config=config_schema(
-    port=ANY_PORT_SCHEMA,
-    threads={"type": "integer", "minimum": 1},
-    server={"type": "string", "minLength": 1,
-            "description": "A llama-server binary of your own (default: the portable one `make setup` builds)."},
-))
 
 TEMPLATES = Path(__file__).parent / "templates"
 # Tool-call parsers whose format a Hermes-style template reproduces in llama.cpp.

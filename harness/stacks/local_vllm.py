@@ -11,20 +11,10 @@ from harness.serving.vllm_log import kv_facts
 from harness.stacks import local_vllm_cpu as cpu
 from harness.stacks.base import GpuCell, Unit
 from harness.stacks.local_process import LocalProcessStack
-from harness.stacks.spec import VLLM_PORT_SCHEMA, StackSpec, config_schema
 from harness.vot import render
 from harness.vot.environment import Environment
 from harness.vot.preset import ResolvedPreset
 
-SPEC = StackSpec("local-vllm", "harness.stacks.local_vllm:LocalVllmStack", default_port=8000,
-                 config=config_schema(
-                     port=VLLM_PORT_SCHEMA,
-                     device={"enum": ["cuda", "cpu"], "description": "Default cuda. cpu: vLLM's CPU build from `make vllm`."},
-                     vllm={"type": "string", "minLength": 1,
-                           "description": "The vllm executable (default: `vllm` on PATH; on cpu, the `make vllm` venv's)."},
-                     kv_cache_gib={"type": "integer", "minimum": 1,
-                                   "description": "cpu only: the KV cache in GiB (VLLM_CPU_KVCACHE_SPACE). Default 2."},
-                 ), preset_override=True)
 
 
 def nvidia_gpu_cell(env: Environment) -> GpuCell:

@@ -34,20 +34,14 @@ from pathlib import Path
 from harness.errors import PreflightError, StackError
 from harness.serving.vllm_log import kv_facts
 from harness.stacks.base import GpuCell, Unit
+from harness.stacks.catalog import DOCKER_DEFAULT_IMAGE as DEFAULT_IMAGE
 from harness.stacks.ledger import Ledger
 from harness.stacks.local_process import LocalProcessStack
 from harness.stacks.local_vllm import nvidia_gpu_cell
-from harness.stacks.spec import VLLM_PORT_SCHEMA, StackSpec, config_schema
 from harness.vot import render
 from harness.vot.environment import Environment
 from harness.vot.preset import ResolvedPreset
 
-DEFAULT_IMAGE = "vllm/vllm-openai:v0.30.0"
-
-SPEC = StackSpec("local-vllm-docker", "harness.stacks.local_vllm_docker:LocalVllmDockerStack", default_port=8000,
-                 config=config_schema(port=VLLM_PORT_SCHEMA, image={"type": "string", "minLength": 1,
-                                                              "description": f"Default {DEFAULT_IMAGE}."}),
-                 preset_override=True)
 CONTAINER_PORT = 8000
 CONTAINER_HF_CACHE = "/root/.cache/huggingface"
 LABEL = "llms-benchmark.unit"

@@ -23,12 +23,9 @@ import subprocess
 from harness.errors import PreflightError
 from harness.stacks.base import GpuCell
 from harness.stacks.local_vllm import LocalVllmStack
-from harness.stacks.spec import VLLM_PORT_SCHEMA, StackSpec, config_schema
 from harness.vot.environment import Environment
 from harness.vot.preset import ResolvedPreset
 
-SPEC = StackSpec("local-vllm-metal", "harness.stacks.local_vllm_metal:LocalVllmMetalStack", default_port=8000,
-                 config=config_schema(port=VLLM_PORT_SCHEMA), preset_override=True)
 
 MACOS_MIN_MAJOR = 15
 MACOS_HEADROOM_MIN_GB = 8.0

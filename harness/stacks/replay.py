@@ -14,11 +14,9 @@ from harness.errors import PreflightError
 from harness.replay.trajectory import load_trajectory
 from harness.stacks.base import GpuCell
 from harness.stacks.local_process import API_KEY_ENV, LocalProcessStack
-from harness.stacks.spec import StackSpec
 from harness.vot.environment import Environment
 from harness.vot.preset import ResolvedPreset
 
-SPEC = StackSpec("replay", "harness.stacks.replay:ReplayStack", default_port=0)
 
 REPLAY_LABEL = "replay (scripted trajectory, no GPU)"
 

@@ -1,10 +1,10 @@
 """What a stack declares about itself, so that nothing else lists stacks.
 
-Each stack file ends its header with one `SPEC = StackSpec(...)`: its name, the port its
+Each stack has one `StackSpec(...)` in harness/stacks/catalog.py: its name, the port its
 server listens on unless the environment says otherwise, the JSON Schema of its
 environment `config:` block, and whether a preset may override it (`stacks.<name>:`).
-The registry collects the specs; the environment schema's stack enum and per-stack
-config checks, `Environment.port` and preset resolution all read them from there.
+The environment schema's stack enum and per-stack config checks, `Environment.port` and
+preset resolution all read them from the catalog; the registry loads the stack itself.
 
 Deliberately free of imports from the rest of the harness: `harness.vot` reads specs
 while the stack modules themselves import `harness.vot`.
