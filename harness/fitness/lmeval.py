@@ -58,10 +58,12 @@ TASKS: dict[str, dict[str, Any]] = {
 }
 # the frozen suites lm-eval cannot score here, and why (measured in the tools venv, offline)
 OFFLINE_WHY = {
-    "humaneval": "lm-eval's humaneval task scores with evaluate.load('code_eval'), a metric script fetched "
-                 "from the Hugging Face hub when the task loads",
-    "ifbench": "lm-eval ships IFEval, not IFBench (IFBench's instruction ids are not in its registry); its "
-               "IFEval checker downloads NLTK's punkt_tab when imported",
+    "humaneval": "lm-eval's humaneval task reads openai/openai_humaneval from the hub and scores with "
+                 "evaluate.load('code_eval'), a metric script fetched from the hub when the task loads (offline: "
+                 "\"Couldn't find a module script ... code_eval.py\"); the capability phase runs HumanEval sandboxed",
+    "ifbench": "lm-eval ships IFEval (google/IFEval, from the hub), not IFBench: its registry lacks IFBench's "
+               "instruction ids, it needs lm-eval's `ifeval` extra (langdetect) and downloads NLTK's punkt_tab "
+               "when imported; the capability phase scores IFBench with if-verifiable's checkers",
 }
 
 
