@@ -135,3 +135,31 @@ def test_the_core_alone_runs_the_cli_and_imports_the_launch(tmp_path: Path):
     assert failed == {"harness.fitness.api": "fastapi", "harness.load.plots": "matplotlib",
                       "harness.stacks.azure": "azure", "harness.stacks.azure_arm": "azure",
                       "harness.stacks.azure_logs": "azure"}, failed
+
+
+def test_the_missions_own_setup_refuses_before_starting_anything(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """Controls and `mission check` start the shop stack without a preflight: its setup checks the extra first."""
+    import importlib.util
+    from importlib import metadata
+
+    from harness import extras
+    from harness.errors import PreflightError
+
+    real = metadata.version
+
+    def version(dist: str) -> str:
+        if dist == "mcp":
+            raise metadata.PackageNotFoundError(dist)
+        return real(dist)
+
+    monkeypatch.setattr(extras.metadata, "version", version)
+    setup = Path(__file__).resolve().parents[1] / "missions" / "observability" / "infra" / "setup.py"
+    spec = importlib.util.spec_from_file_location("obs_setup_under_test", setup)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    started = []
+    monkeypatch.setattr(module, "start_store", lambda *a, **k: started.append(a))
+    with pytest.raises(PreflightError) as caught:
+        module.start(tmp_path / "ws", tmp_path / "run")
+    assert "needs the `observability` extra" in caught.value.message and "mcp is not installed" in caught.value.message
+    assert started == []

@@ -17,6 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from stack import start_stack  # noqa: E402  (a sibling file, not a package)
 
+from harness.extras import require_mission  # noqa: E402
 from harness.mission_services import service_env  # noqa: E402
 from harness.verdicts.drive_server import DriveServer  # noqa: E402
 from harness.verdicts.drive_server import Refused as DriveRefused  # noqa: E402
@@ -91,6 +92,9 @@ def start_store(db: Path, log: Path, ingest_token: str | None = None) -> tuple[s
 def start(workspace: Path, run_dir: Path, src: Path | None = None) -> MissionServices:
     """`src`: the services' sources; the mission's own unless a control store is made (a copy
     with one defect fixed, `harness.verdicts.controls`)."""
+    # The shop stack is the `observability` extra (requirements.txt beside mission.yaml): say so
+    # before anything starts (a launch checked it at preflight; controls and `mission check` did not).
+    require_mission("observability", Path(__file__).resolve().parents[1])
     token = secrets.token_urlsafe(32)  # in memory and in the services' environments only
     store, url, query_url = start_store(run_dir / "telemetry.duckdb", run_dir / "telemetry-store.log", token)
     try:
