@@ -205,3 +205,38 @@ def test_a_changed_plan_is_refused_until_fresh(plan: Project, arm: FakeArm):  # 
         dump(out, err)
     assert not arm.created
     shutil.rmtree(state_dir)
+
+
+@pytest.mark.timeout(300)
+def test_two_efforts_of_one_preset_never_serve_at_once(plan: Project, arm: FakeArm):  # noqa: F811
+    """One unit name per preset (`vot-<preset>`): its cells run one after the other, whatever --parallel."""
+    write_plan(plan, presets=["mx-a"], efforts=["low", "high"], trials=1)
+    code, out, err = plan.run_cli(["matrix", "four", "--json"], timeout=240)
+    assert code == 0, dump(out, err)
+    assert [c["status"] for c in json.loads(out)["cells"]] == ["done", "done"]
+    assert arm.created == ["vot-mx-a", "vot-mx-a"] and arm.peak_apps() == 1, arm.app_log
+    assert "already served" not in err
+    assert_no_app_left(plan, arm)
+
+
+@pytest.mark.timeout(400)
+def test_a_killed_matrix_takes_its_launches_down_and_a_resume_finishes(plan: Project, arm: FakeArm):  # noqa: F811
+    """SIGKILL leaves the matrix no chance to forward anything: its launches get SIGTERM from the
+    kernel (PR_SET_PDEATHSIG) and destroy their apps; the next run finds the cells it left `running`."""
+    plan.env["MATRIX_CELL_TRIAL_S"] = "4.0"
+    proc = plan.popen(["matrix", "four"])
+    try:
+        arm.wait_for(lambda: sum(1 for a in list(arm.apps.values()) if a.ready) >= 2, timeout_s=120)
+        proc.kill()
+        proc.communicate(timeout=30)
+        arm.wait_for(lambda: not arm.apps, timeout_s=90)
+    finally:
+        if proc.poll() is None:
+            stop(proc)
+    arm.wait_for(lambda: plan.ledger() == {}, timeout_s=30)
+    assert "running" in [c["status"] for c in state_of(plan)["cells"]]
+    code, out, err = plan.run_cli(["matrix", "four", "--json"], timeout=240)
+    assert code == 0, dump(out, err)
+    assert "its launch ended with the matrix that started it" in err
+    assert all(c["status"] == "done" for c in json.loads(out)["cells"])
+    assert_no_app_left(plan, arm)
