@@ -35,11 +35,12 @@ def _tool_model(body: dict) -> Answer:
 
 
 def _smoke(tmp_path: Path, *args: str, env: dict | None = None) -> tuple[int, dict | None, str]:
-    """The file copied away from the package (with the judge tasks beside it, as the seed ships them)."""
+    """The file copied away from the package (with the judge tasks and KL prompts beside it)."""
     folder = tmp_path / "bare"
     folder.mkdir(exist_ok=True)
     shutil.copy(SMOKE, folder / "smoke.py")
-    shutil.copy(SMOKE.with_name("judge_tasks.jsonl"), folder / "judge_tasks.jsonl")
+    for name in ("judge_tasks.jsonl", "kl_prompts.jsonl"):
+        shutil.copy(SMOKE.with_name(name), folder / name)
     out = tmp_path / "smoke.json"
     done = subprocess.run([sys.executable, "-I", "-S", str(folder / "smoke.py"), *args, "--out", str(out)],
                           capture_output=True, text=True, timeout=120, cwd=folder, env=env or {"PATH": "/usr/bin:/bin"})
@@ -93,3 +94,71 @@ def test_pipeline_and_usage_errors_exit_3(tmp_path: Path, args: list[str], said:
     assert code == 3 and said in err and "Traceback" not in err, err
     if doc is not None:
         assert doc["verdict"] is None and doc["exit_code"] == 3
+
+
+@pytest.mark.parametrize("cand_api, ref_api", [("llamacpp", "vllm"), ("vllm", "llamacpp")])
+def test_kl_reads_the_known_divergence(tmp_path: Path, cand_api: str, ref_api: str):
+    """The stdlib KL against the KL test's stand-ins (a 4-token vocabulary, known in full): the
+    figures computed independently there, and the harness's own divergence.py, agree with it."""
+    from test_fitness_kl import PROMPTS, Native, expected
+
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"p{i}", "text": t}) + "\n" for i, t in enumerate(PROMPTS)))
+    cand, ref = Native(cand_api, shift=0.8), Native(ref_api, shift=0.0)
+    try:
+        code, doc, err = _smoke(tmp_path, "--base-url", cand.url, "--kl-reference", ref.url, "--phases", "kl",
+                                "--kl-prompts", str(prompts), "--kl-positions", "6", "--kl-skip", "2",
+                                "--kl-top-k", "4")
+    finally:
+        cand.close()
+        ref.close()
+    assert code == 0, err
+    got = doc["phases"][0]
+    want = expected(0.0, 0.8, positions=6, skip=2)
+    assert got["positions"] == want["n"] and got["apis"] == {"served": cand_api, "reference": ref_api}
+    assert got["metrics"]["kl.sym_kl_mean"] == pytest.approx(want["sym"], rel=1e-6) and want["sym"] > 0.01
+    assert got["metrics"]["kl.js_mean"] == pytest.approx(want["js"], rel=1e-6)
+    assert got["metrics"]["kl.top1_agreement"] == pytest.approx(want["top1"])
+
+
+def test_kl_completes_truncated_lists_as_divergence_py_does():
+    import importlib.util
+
+    from harness.fitness.divergence import compare
+
+    spec = importlib.util.spec_from_file_location("smoke_under_test", SMOKE)
+    smoke = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(smoke)
+    ref = {1: -0.3, 2: -1.9, 3: -3.0}
+    cand = {1: -0.5, 4: -1.2, 2: -2.4}
+    sym, js, top1 = smoke.divergence(ref, cand)
+    want = compare(ref, cand)
+    assert (sym, js, top1) == (pytest.approx(want.sym_kl, rel=1e-12), pytest.approx(want.js, rel=1e-12), want.top1_agree)
+
+
+def test_kl_refuses_different_tokenizers_and_is_skipped_without_a_reference(tmp_path: Path):
+    from test_fitness_kl import Native
+
+    cand, ref = Native("llamacpp"), Native("llamacpp", offset=1)
+    try:
+        code, doc, err = _smoke(tmp_path, "--base-url", cand.url, "--kl-reference", ref.url, "--phases", "kl")
+        assert code == 3 and "tokenize it differently" in err, err
+        code, doc, err = _smoke(tmp_path, "--base-url", cand.url, "--phases", "kl")
+        assert code == 0 and doc["phases"][0]["status"] == "skipped" and "--kl-reference" in doc["phases"][0]["reason"]
+    finally:
+        cand.close()
+        ref.close()
+
+
+def test_the_harness_runs_the_same_file(tmp_path: Path):
+    """`llms-benchmark fitness smoke` is the same code (the seed's two run modes, no branching)."""
+    out = tmp_path / "smoke.json"
+    with FakeOpenAI(reply=_tool_model) as server:
+        done = subprocess.run([str(REPO / ".venv" / "bin" / "llms-benchmark"), "fitness", "smoke", "--base-url",
+                               server.url, "--phases", "warmup,tooluse", "--out", str(out)], capture_output=True,
+                              text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert [p["status"] for p in json.loads(out.read_text())["phases"]] == ["ran", "ran"]
+    done = subprocess.run([str(REPO / ".venv" / "bin" / "llms-benchmark"), "fitness", "smoke", "--phases", "x"],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 3 and "required: --base-url" in done.stderr and "Traceback" not in done.stderr

@@ -189,6 +189,16 @@ def data_cmd(
     checkers.prepare(checkers_venv or checkers.default_dir(), say=lambda m: out.print(m, highlight=False))
 
 
+@fitness_app.command("smoke", cls=FitnessCommand, add_help_option=False,
+                     context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def smoke_cmd(ctx: typer.Context) -> None:
+    """Seed 003's bare-stdlib smoke (the same file python3 runs alone: harness/fitness/smoke.py): telemetry,
+    warmup, tooluse, throughput, judge generation[, kl]; exit 0 PASS, 2 FAIL, 3 error. `--help` for its options."""
+    from harness.fitness import smoke
+
+    raise typer.Exit(smoke.main(list(ctx.args)))
+
+
 @fitness_app.command("tools", cls=FitnessCommand)
 @pipeline_errors
 def tools_cmd(

@@ -17,8 +17,12 @@ pipeline's (`llms-benchmark fitness run`, the tools environment):
                 prefill tok/s (prompt tokens / TTFT), decode tok/s (tokens after the first / time)
     judge       judge generation: the served model answers the first --judge-items judge tasks
                 (judge_tasks.jsonl beside this file); grading them is the full pipeline's second pass
-
-KL needs a second (reference) server and its native logprob API: the full pipeline's `kl` phase.
+    kl          with --kl-reference URL (a second server: another quant of the same weights):
+                teacher-forced top-k next-token logprobs from each server's native API (llama.cpp
+                /completion n_probs, vLLM /v1/completions prompt_logprobs) over the first --kl-limit
+                prompts of kl_prompts.jsonl; symmetric KL, JS, top-1 agreement, completed over the
+                union of both top-k lists as harness/fitness/divergence.py does (a test checks they
+                agree); refused when the two tokenize a prompt differently. Not in the default list.
 
 Exit codes (the seed's contract): 0 every phase passed, 2 a phase failed (no tool call, empty
 answers), 3 a pipeline error (usage, the endpoint unreachable, a phase that could not measure).
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import re
@@ -38,7 +43,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-PHASES = ("telemetry", "warmup", "tooluse", "throughput", "judge")
+PHASES = ("telemetry", "warmup", "tooluse", "throughput", "judge", "kl")
+DEFAULT_PHASES = PHASES[:5]  # the seed's smoke command; kl when --kl-reference is given
+EPS = 1e-10
 PASS, FAIL, PIPELINE_ERROR = 0, 2, 3
 TOOL = {"type": "function", "function": {
     "name": "read_file", "description": "Read a text file of the workspace and return its contents.",
@@ -71,6 +78,17 @@ class Client:
             headers["Authorization"] = f"Bearer {self.api_key}"
         data = json.dumps(body).encode() if body is not None else None
         return urllib.request.Request(self.root + path, data=data, headers=headers, method=method)
+
+    def post_json(self, path: str, body: dict) -> dict:
+        try:
+            with urllib.request.urlopen(self._request("POST", path, body), timeout=self.timeout_s) as resp:
+                return json.loads(resp.read().decode("utf-8", "replace"))
+        except urllib.error.HTTPError as exc:
+            raise Broken(f"POST {self.root}{path}: HTTP {exc.code}: {exc.read().decode('utf-8', 'replace')[:300]}") from None
+        except (urllib.error.URLError, OSError) as exc:
+            raise Broken(f"POST {self.root}{path}: {getattr(exc, 'reason', exc)}") from None
+        except ValueError:
+            raise Broken(f"POST {self.root}{path} did not answer JSON") from None
 
     def get(self, path: str) -> tuple[int, str]:
         try:
@@ -221,7 +239,107 @@ def judge(client: Client, args) -> dict:
             "note": "generation only: the judge's grading is the full pipeline's second pass"}
 
 
-RUN = {"telemetry": telemetry, "warmup": warmup, "tooluse": tooluse, "throughput": throughput, "judge": judge}
+def _api(client: Client) -> str:
+    status, text = client.get("/props")
+    if status == 200 and '"build_info"' in text:
+        return "llamacpp"
+    status, text = client.get("/version")
+    if status == 200 and '"version"' in text:
+        return "vllm"
+    raise Broken(f"{client.root} answers neither llama.cpp's /props nor vLLM's /version: name --kl-api")
+
+
+def _tokens(client: Client, api: str, model: str, text: str) -> list[int]:
+    body = {"content": text, "add_special": False} if api == "llamacpp" else \
+        {"model": model, "prompt": text, "add_special_tokens": False}
+    tokens = client.post_json("/tokenize", body).get("tokens")
+    if not isinstance(tokens, list) or not all(isinstance(x, int) for x in tokens):
+        raise Broken(f"{client.root}/tokenize did not answer a list of token ids")
+    return tokens
+
+
+def _next_tokens(client: Client, api: str, model: str, tokens: list[int], first: int, last: int,
+                 k: int) -> list[dict[int, float]]:
+    """The top-k {token id: logprob} of the token after tokens[:j], for j = first..last."""
+    try:
+        if api == "llamacpp":
+            out = []
+            for j in range(first, last + 1):
+                doc = client.post_json("/completion", {"prompt": tokens[:j], "n_predict": 1, "n_probs": k,
+                                                       "cache_prompt": True, "temperature": 0})
+                out.append({int(x["id"]): float(x["logprob"]) for x in doc["completion_probabilities"][0]["top_logprobs"]})
+            return out
+        doc = client.post_json("/v1/completions", {"model": model, "prompt": tokens[:last + 1], "max_tokens": 1,
+                                                   "temperature": 0, "prompt_logprobs": k})
+        per = doc["choices"][0]["prompt_logprobs"][1:]
+        return [dict(sorted(((int(x), float(v["logprob"])) for x, v in e.items()), key=lambda z: -z[1])[:k])
+                for e in per][first - 1:last]
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+        raise Broken(f"{client.root} answered no top-k logprobs ({api}: n_probs / prompt_logprobs)") from None
+
+
+def _complete(top: dict, union: list) -> list[float]:
+    """divergence.py's completion: a token missing from one side's top-k gets that side's tail
+    estimate (at most its k-th probability and an equal share of the leftover), the rest one bucket."""
+    probs = {x: math.exp(lp) for x, lp in top.items()}
+    missing = [x for x in union if x not in probs]
+    rest = max(0.0, 1.0 - sum(probs.values()))
+    share = min(min(probs.values()), rest / (len(missing) + 1)) if missing and probs else 0.0
+    vec = [max(v, EPS) for v in [probs.get(x, share) for x in union] + [max(rest - share * len(missing), 0.0)]]
+    total = sum(vec)
+    return [v / total for v in vec]
+
+
+def _kl(p: list[float], q: list[float]) -> float:
+    return sum(a * math.log(a / b) for a, b in zip(p, q))
+
+
+def divergence(reference: dict, candidate: dict) -> tuple[float, float, bool]:
+    """(symmetric KL, JS, top-1 agreement) of two top-k maps of the same position."""
+    union = list(dict.fromkeys([*reference, *candidate]))
+    p, q = _complete(reference, union), _complete(candidate, union)
+    m = [(a + b) / 2 for a, b in zip(p, q)]
+    return ((_kl(p, q) + _kl(q, p)) / 2, (_kl(p, m) + _kl(q, m)) / 2,
+            max(reference, key=reference.get) == max(candidate, key=candidate.get))
+
+
+def kl(client: Client, args) -> dict:
+    if not args.kl_reference:
+        return {"status": "skipped", "reason": "no --kl-reference (a second server: a reference quantization of "
+                                               "the same weights)"}
+    ref = Client(args.kl_reference, os.environ.get(args.kl_reference_key_env) if args.kl_reference_key_env else None,
+                 args.timeout)
+    apis = (_api(client), _api(ref)) if args.kl_api == "auto" else (args.kl_api, args.kl_api)
+    ref_model = args.kl_reference_model or first_model(ref)
+    try:
+        prompts = [json.loads(line)["text"] for line in Path(args.kl_prompts).read_text(encoding="utf-8").splitlines()
+                   if line.strip()][:args.kl_limit]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise Broken(f"cannot read the KL prompts {args.kl_prompts}: {exc}") from None
+    rows = []
+    for n, text in enumerate(prompts, 1):
+        tokens = _tokens(client, apis[0], args.model, text)
+        if tokens != _tokens(ref, apis[1], ref_model, text):
+            raise Broken(f"prompt {n}: the two servers tokenize it differently: not the same tokenizer, KL refused")
+        first, last = args.kl_skip + 1, min(args.kl_skip + args.kl_positions, len(tokens) - 1)
+        if last < first:
+            continue
+        cand = _next_tokens(client, apis[0], args.model, tokens, first, last, args.kl_top_k)
+        refd = _next_tokens(ref, apis[1], ref_model, tokens, first, last, args.kl_top_k)
+        rows += [divergence(r, c) for r, c in zip(refd, cand)]
+    if not rows:
+        raise Broken("no position to compare (prompts shorter than --kl-skip)")
+    n = len(rows)
+    sym = [r[0] for r in rows]
+    mean = sum(sym) / n
+    se = math.sqrt(sum((x - mean) ** 2 for x in sym) / (n - 1) / n) if n > 1 else None
+    top1 = sum(r[2] for r in rows) / n
+    return {"metrics": {"kl.sym_kl_mean": mean, "kl.js_mean": sum(r[1] for r in rows) / n, "kl.top1_agreement": top1},
+            "sym_kl_se": se, "positions": n, "prompts": len(prompts), "apis": {"served": apis[0], "reference": apis[1]},
+            "reference": {"url": ref.root, "model": ref_model}}
+
+
+RUN = {"telemetry": telemetry, "warmup": warmup, "tooluse": tooluse, "throughput": throughput, "judge": judge, "kl": kl}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -246,19 +364,37 @@ def main(argv: list[str] | None = None) -> int:
     p = _Parser(prog="smoke.py", description="seed 003's bare-stdlib fitness smoke")
     p.add_argument("--base-url", required=True, help="the server's URL (with or without /v1)")
     p.add_argument("--model", default="", help="served model (default: the first /v1/models lists)")
-    p.add_argument("--phases", default=",".join(PHASES), help=f"comma-separated, from {','.join(PHASES)}")
+    p.add_argument("--phases", default="", help=f"comma-separated, from {','.join(PHASES)} (default: "
+                   f"{','.join(DEFAULT_PHASES)}, and kl with --kl-reference)")
     p.add_argument("--api-key-env", default="", help="NAME of the variable holding the API key")
     p.add_argument("--prompt-tokens", type=int, default=512)
     p.add_argument("--output-tokens", type=int, default=64)
     p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--judge-items", type=int, default=2)
     p.add_argument("--judge-tasks", default=str(Path(__file__).with_name("judge_tasks.jsonl")))
+    p.add_argument("--kl-reference", default="", help="the reference server's URL (kl)")
+    p.add_argument("--kl-reference-model", default="")
+    p.add_argument("--kl-reference-key-env", default="", help="NAME of the variable holding its key")
+    p.add_argument("--kl-api", default="auto", choices=("auto", "llamacpp", "vllm"))
+    p.add_argument("--kl-prompts", default=str(Path(__file__).with_name("kl_prompts.jsonl")))
+    p.add_argument("--kl-limit", type=int, default=2, help="prompts, the first N")
+    p.add_argument("--kl-positions", type=int, default=16, help="positions per prompt, at most")
+    p.add_argument("--kl-skip", type=int, default=4, help="first positions (too little context), not compared")
+    p.add_argument("--kl-top-k", type=int, default=20)
     p.add_argument("--seed", type=int, default=20260929)
     p.add_argument("--timeout", type=float, default=600, help="seconds per request")
     p.add_argument("--out", default="", help="write the results JSON here")
     p.add_argument("--json", action="store_true", help="print the results JSON on stdout")
     args = p.parse_args(argv)
-    phases = [x.strip() for x in args.phases.split(",") if x.strip()]
+    default = ",".join(DEFAULT_PHASES + (("kl",) if args.kl_reference else ()))
+    phases = [x.strip() for x in (args.phases or default).split(",") if x.strip()]
+    for flag in ("kl_limit", "kl_positions", "kl_top_k", "judge_items", "prompt_tokens", "output_tokens", "max_tokens"):
+        if not 1 <= getattr(args, flag) <= 1_000_000:
+            p.error(f"--{flag.replace('_', '-')} must be 1 to 1000000")
+    if not 0 <= args.kl_skip <= 1_000_000:
+        p.error("--kl-skip must be 0 to 1000000")
+    if args.kl_reference and not re.match(r"^https?://", args.kl_reference):
+        p.error(f"--kl-reference {args.kl_reference!r} is not an http(s) URL")
     unknown = [x for x in phases if x not in PHASES]
     if unknown or not phases:
         p.error(f"unknown phase {unknown[0]!r}" if unknown else "no phase named")  # exits 3
