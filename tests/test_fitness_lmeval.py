@@ -145,3 +145,15 @@ def test_without_the_tools_venv_the_dry_run_names_the_command(tmp_path: Path):
     flat = " ".join(r.stderr.split())
     assert r.returncode == 3 and "Traceback" not in r.stderr, r.stderr
     assert "the fitness tools' venv (lm-eval) is missing" in flat and "llms-benchmark fitness tools" in flat, flat
+
+
+def test_the_tools_are_pinned_without_torch_and_the_image_and_make_setup_install_them():
+    import re
+
+    from harness.fitness import lmeval
+
+    assert lmeval.REQUIREMENTS == ("lm-eval[api]==0.4.13",)
+    assert not [r for r in lmeval.REQUIREMENTS if re.match(r"torch\b", r)]
+    assert "llms-benchmark fitness tools" in (REPO / "Dockerfile.fitness").read_text()
+    make = (REPO / "Makefile").read_text()
+    assert re.search(r"^setup:.*\bfitness-tools\b", make, re.M) and "fitness tools" in make
