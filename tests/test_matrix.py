@@ -202,3 +202,37 @@ def test_a_typical_plan_validates():
            "mission: observability\ntrials: 3\nparallel: 4\nbudget_usd: 150\n"
     plan = validate_plan({"name": "odd", **yaml.safe_load(text)})
     assert len(plan.cells()) == 4
+
+
+@pytest.mark.timeout(180)
+def test_the_live_table_on_a_terminal_shows_cells_status_elapsed_and_gpu_cost(project: Project, monkeypatch):
+    """In process, on a terminal console: two replay cells (the agent's stages stood in), the table
+    redrawn while they run, the report and the state at the end."""
+    import io
+
+    from rich.console import Console
+
+    from harness.matrix import run_matrix
+
+    project.add_preset("replay-hello-b", trajectory="hello")
+    env = yaml.safe_load((project.root / ".vot" / "environments" / "replay.yaml").read_text())
+    project.add_environment("replay", yaml.safe_dump({**env, "gpu_hourly_usd": 3600.0,
+                                                      "gpu_price_source": "test"}, sort_keys=False))
+    for key, value in project.env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("LLMS_BENCHMARK_MATRIX_CELL", str(Path(__file__).parent / "fakes" / "matrix_cell.py"))
+    monkeypatch.setenv("MATRIX_CELL_TRIAL_S", "2.0")
+    monkeypatch.setattr("harness.matrix.LIVE_REFRESH_S", 0.2)
+    plan = MatrixPlan(name="live", environment="replay", presets=["replay-hello", "replay-hello-b"],
+                      mission="hello", parallel=2, no_sandbox=True)
+    screen = io.StringIO()
+    said: list[str] = []
+    code, state, report = run_matrix(project.root, plan, None, fresh=False, say=said.append,
+                                     console=Console(file=screen, force_terminal=True, width=200))
+    text = screen.getvalue()
+    assert code == 0, (said, text[-3000:])
+    assert "matrix live: replay, mission hello" in text and "running" in text and "done" in text
+    assert "GPU $" in text and "at most 2 (--parallel 2)" in text
+    assert all(c.status == CellStatus.done for c in state.cells)  # a replay unit bills no GPU: $0.00
+    assert report.is_file() and "| `replay-hello` medium | done | 1 |" in report.read_text()
+    assert project.ledger() == {}

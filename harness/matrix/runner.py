@@ -305,7 +305,8 @@ class MatrixRun:
                 rec = RunRecord.load(self.paths.run(run.attempt.run_ids[0]).record)
                 if rec.times.serve_start is not None:
                     end = rec.times.destroyed or utcnow()
-                    hours += (end - rec.times.serve_start).total_seconds() / 3600 * (rec.gpus or 1)
+                    gpus = 1 if rec.gpus is None else rec.gpus  # known from its preflight on
+                    hours += (end - rec.times.serve_start).total_seconds() / 3600 * gpus
             except (OSError, ValueError):
                 pass
         return hours * (self.state.gpu_hourly_usd or 0.0)
