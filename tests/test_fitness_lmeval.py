@@ -157,3 +157,13 @@ def test_the_tools_are_pinned_without_torch_and_the_image_and_make_setup_install
     assert "llms-benchmark fitness tools" in (REPO / "Dockerfile.fitness").read_text()
     make = (REPO / "Makefile").read_text()
     assert re.search(r"^setup:.*\bfitness-tools\b", make, re.M) and "fitness tools" in make
+
+
+def test_fitness_tools_refuses_to_replace_a_folder_that_is_not_a_venv(tmp_path: Path):
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep me")
+    r = subprocess.run([str(CLI), "fitness", "tools", "--tools-venv", str(tmp_path / "mine")], capture_output=True,
+                       text=True, timeout=120, stdin=subprocess.DEVNULL, cwd=tmp_path, env={**os.environ, "COLUMNS": "300"})
+    flat = " ".join(r.stderr.split())
+    assert r.returncode == 3 and "exists and is not a venv: refusing to replace it" in flat and "Traceback" not in flat
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
