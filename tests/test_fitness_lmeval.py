@@ -121,6 +121,9 @@ def test_lm_eval_scores_the_frozen_gsm8k_through_v1_completions(tmp_path: Path):
     lme = doc["phases"][0]["details"]["lmeval"]
     assert lme["versions"]["lm_eval"] == "0.4.13" and lme["suites"]["gsm8k"]["n"] == LIMIT
     assert lme["suites"]["gsm8k"]["se"] == round(((0.75 * 0.25) / LIMIT) ** 0.5, 4)
+    from harness.fitness.history import errors_of
+
+    assert errors_of(doc)["capability.lmeval_gsm8k_accuracy"] == lme["suites"]["gsm8k"]["se"]  # regressions: 2·SE
     completions = [(key, body) for path, key, body in seen if path == "/v1/completions"]
     assert len(completions) == LIMIT and all(key == "Bearer sk-lmeval" for key, _ in completions)
     body = completions[0][1]

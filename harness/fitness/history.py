@@ -73,6 +73,10 @@ def errors_of(doc: dict[str, Any]) -> dict[str, float]:
     for suite, v in (phases.get("capability", {}).get("details", {}).get("suites") or {}).items():
         if v.get("se") is not None:
             se[f"capability.{suite}_accuracy"] = v["se"]
+    lme = (phases.get("capability", {}).get("details", {}).get("lmeval") or {}).get("suites") or {}
+    for suite, v in lme.items():  # lm-eval's lane (capability.lmeval): binomial too
+        if v.get("se") is not None:
+            se[f"capability.lmeval_{suite}_accuracy"] = v["se"]
     tu = phases.get("tooluse", {}).get("details", {})
     asks = len(tu.get("asks") or [])
     for key in ("tooluse.wellformed_rate", "tooluse.expected_tool_rate", "tooluse.stream_agreement_rate"):
