@@ -159,7 +159,7 @@ def test_a_budget_stops_the_last_cell_before_it_serves(plan: Project, arm: FakeA
 
 @pytest.mark.timeout(400)
 def test_ctrl_c_leaves_no_app_and_a_resume_finishes_the_rest(plan: Project, arm: FakeArm):  # noqa: F811
-    plan.env["MATRIX_CELL_TRIAL_S"] = "4.0"
+    plan.env["MATRIX_CELL_TRIAL_S"] = "3.0"
     proc = plan.popen(["matrix", "four"])
     try:
         arm.wait_for(lambda: sum(1 for a in list(arm.apps.values()) if a.ready) >= 2, timeout_s=120)
@@ -179,6 +179,7 @@ def test_ctrl_c_leaves_no_app_and_a_resume_finishes_the_rest(plan: Project, arm:
     assert "forwarded to its launch" in err, dump(out, err)
     before = {c["preset"]: len(c["attempts"]) for c in state["cells"]}
 
+    plan.env["MATRIX_CELL_TRIAL_S"] = "0.3"  # the resume: quick trials
     code, out, err = plan.run_cli(["matrix", "four", "--json"], timeout=240)
     assert code == 0, dump(out, err)
     assert "resuming matrix four" in err
@@ -210,6 +211,7 @@ def test_a_changed_plan_is_refused_until_fresh(plan: Project, arm: FakeArm):  # 
 def test_two_efforts_of_one_preset_never_serve_at_once(plan: Project, arm: FakeArm):  # noqa: F811
     """One unit name per preset (`vot-<preset>`): its cells run one after the other, whatever --parallel."""
     write_plan(plan, presets=["mx-a"], efforts=["low", "high"], trials=1)
+    plan.env["MATRIX_CELL_TRIAL_S"] = "0.2"
     code, out, err = plan.run_cli(["matrix", "four", "--json"], timeout=240)
     assert code == 0, dump(out, err)
     assert [c["status"] for c in json.loads(out)["cells"]] == ["done", "done"]
@@ -222,7 +224,7 @@ def test_two_efforts_of_one_preset_never_serve_at_once(plan: Project, arm: FakeA
 def test_a_killed_matrix_takes_its_launches_down_and_a_resume_finishes(plan: Project, arm: FakeArm):  # noqa: F811
     """SIGKILL leaves the matrix no chance to forward anything: its launches get SIGTERM from the
     kernel (PR_SET_PDEATHSIG) and destroy their apps; the next run finds the cells it left `running`."""
-    plan.env["MATRIX_CELL_TRIAL_S"] = "4.0"
+    plan.env["MATRIX_CELL_TRIAL_S"] = "3.0"
     proc = plan.popen(["matrix", "four"])
     try:
         arm.wait_for(lambda: sum(1 for a in list(arm.apps.values()) if a.ready) >= 2, timeout_s=120)
@@ -234,6 +236,7 @@ def test_a_killed_matrix_takes_its_launches_down_and_a_resume_finishes(plan: Pro
             stop(proc)
     arm.wait_for(lambda: plan.ledger() == {}, timeout_s=30)
     assert "running" in [c["status"] for c in state_of(plan)["cells"]]
+    plan.env["MATRIX_CELL_TRIAL_S"] = "0.3"  # the resume: quick trials
     code, out, err = plan.run_cli(["matrix", "four", "--json"], timeout=240)
     assert code == 0, dump(out, err)
     assert "its launch ended with the matrix that started it" in err
