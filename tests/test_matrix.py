@@ -223,6 +223,14 @@ def test_the_live_table_on_a_terminal_shows_cells_status_elapsed_and_gpu_cost(pr
     monkeypatch.setenv("LLMS_BENCHMARK_MATRIX_CELL", str(Path(__file__).parent / "fakes" / "matrix_cell.py"))
     monkeypatch.setenv("MATRIX_CELL_TRIAL_S", "2.0")
     monkeypatch.setattr("harness.matrix.LIVE_REFRESH_S", 0.2)
+    import harness.results.render as results_render
+
+    rendered = []
+    real_render = results_render.render_page
+    monkeypatch.setattr(results_render, "render_page", lambda *a, **k: rendered.append(a) or real_render(*a, **k))
+    page = project.root / ".llms-benchmark" / "README.md"
+    page.parent.mkdir(parents=True, exist_ok=True)
+    page.write_text("# results\n\n<!-- results:begin -->\n<!-- results:end -->\n")
     plan = MatrixPlan(name="live", environment="replay", presets=["replay-hello", "replay-hello-b"],
                       mission="hello", parallel=2, no_sandbox=True)
     screen = io.StringIO()
@@ -235,4 +243,5 @@ def test_the_live_table_on_a_terminal_shows_cells_status_elapsed_and_gpu_cost(pr
     assert "GPU $" in text and "at most 2 (--parallel 2)" in text
     assert all(c.status == CellStatus.done for c in state.cells)  # a replay unit bills no GPU: $0.00
     assert report.is_file() and "| `replay-hello` medium | done | 1 |" in report.read_text()
+    assert len(rendered) == 1 and "### Local serving" in page.read_text()  # the results page, once
     assert project.ledger() == {}
