@@ -18,6 +18,12 @@ original did. The host's load (os.getloadavg) is written beside the figures: thi
 2 cores shared with other work, and CPU timing moves with it.
 
     .venv/bin/python bench/agents_realism.py RUN_DIR [RUN_DIR ...] [--tolerance 0.25]
+    .venv/bin/python bench/agents_realism.py RUN_DIR --serve ENV PRESET [--sweep 1,2 --ttft-p99 S --turn-p99 S]
+
+With `--serve`, for a run that made no sweep (one the smoke refused keeps the smoke's own wire
+log, smoke/wire.jsonl: opencode's real request and the engine's real answer), the preset is
+served here (`llms-benchmark serve`, destroyed after), one copy replayed the same way, and with
+`--sweep` the agents sweep run on it for the capacity figure.
 
 A run folder without a wire log or a capacity sweep exits 2 naming the file and the fix.
 """
@@ -29,6 +35,8 @@ import json
 import os
 import statistics
 import sys
+import tempfile
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -71,6 +79,55 @@ def pairs(run_dir: Path) -> tuple[RunRecord, AgentTrace, list[dict], dict]:
     return rec, trace, [by_key.get((s.id, i)) for s in trace.sessions for i in range(len(s.turns))], sweep
 
 
+def wire_of(run_dir: Path) -> Path:
+    for path in (run_dir / "wire.jsonl", run_dir / "smoke" / "wire.jsonl"):
+        if path.is_file():
+            return path
+    raise UserError(f"no wire log in {run_dir}", file=run_dir / "wire.jsonl",
+                    fix="give a run folder the sandbox's bridge wrote a wire log into (not --no-sandbox)")
+
+
+def replay_here(run_dir: Path, env: str, preset: str, sweep_levels: list[int], ttft: float, turn: float,
+                limit: float) -> tuple[RunRecord, AgentTrace, list[dict], dict]:
+    """Serve the preset, replay one copy of the run's wire log (and sweep), destroy."""
+    import subprocess
+
+    from harness.load.agents.replay import ReplayOptions, replay
+    from harness.load.agents.run import run_agents
+    from harness.load.agents.sweep import Slo
+    from harness.load.agents.trace import from_wire
+
+    rec = RunRecord.load(run_dir / "run.json")
+    wire = wire_of(run_dir)
+    trace = from_wire(wire, source=f"{rec.run_id}/{wire.relative_to(run_dir)}")
+    cli = str(REPO / ".venv" / "bin" / "llms-benchmark")
+    up = subprocess.run([cli, "serve", env, preset, "--json"], capture_output=True, text=True, cwd=REPO,
+                        timeout=900, stdin=subprocess.DEVNULL)
+    if up.returncode:
+        raise UserError(f"could not serve {preset} on {env}: {up.stderr.strip()[-500:]}", field="--serve",
+                        fix="check `llms-benchmark preflight ENV PRESET`")
+    unit = json.loads(up.stdout)
+    started = datetime.now(UTC)
+    try:
+        result = replay(trace, ReplayOptions(base_url=unit["base_url"], model=unit["served_name"], copies=1,
+                                             limit_s=limit, exact_tokens=True, salt=int(time.time())))
+        one = result.as_dict()
+        sweep = {"exact_tokens_by_level": {"1": result.exact_tokens}, "turns_by_level": {"1": one["turns"]},
+                 "started": started, "ended": datetime.now(UTC), "engine": preset}
+        if sweep_levels:
+            outcome, path = run_agents(trace, base_url=unit["base_url"], model=unit["served_name"],
+                                       levels=sweep_levels, slo=Slo(ttft_p99_s=ttft, turn_p99_s=turn), stagger_s=5,
+                                       limit_s=limit, out_root=Path(tempfile.mkdtemp()), exact_tokens=True)
+            sweep["capacity"] = outcome.headline()
+            sweep["levels"] = [(lv.copies, lv.passed, lv.ttft_p99_s, lv.turn_p99_s, lv.why) for lv in outcome.levels]
+    finally:
+        subprocess.run([cli, "destroy", env, preset], capture_output=True, text=True, cwd=REPO, timeout=300,
+                       stdin=subprocess.DEVNULL)
+    sweep["ended"] = datetime.now(UTC)
+    return rec, trace, [next((t for t in one["turns"] if t["session"] == s.id and t["turn"] == i), None)
+                        for s in trace.sessions for i in range(len(s.turns))], sweep
+
+
 def ratio_ok(replay: float | None, original: float | None, tol: float) -> bool | None:
     if replay is None or original is None or original <= 0 or replay <= 0:
         return None
@@ -78,13 +135,23 @@ def ratio_ok(replay: float | None, original: float | None, tol: float) -> bool |
     return 1 / (1 + tol) <= r <= 1 + tol
 
 
-def compare(run_dir: Path, tol: float) -> tuple[list[str], dict]:
-    rec, trace, replayed, sweep = pairs(run_dir)
+def compare(run_dir: Path, tol: float, serve: list[str] | None = None, sweep_levels: list[int] | None = None,
+            ttft: float = 120, turn: float = 300, limit: float = 900) -> tuple[list[str], dict]:
+    if serve:
+        rec, trace, replayed, sweep = replay_here(run_dir, serve[0], serve[1], sweep_levels or [], ttft, turn, limit)
+        when, capacity = (sweep["started"], sweep["ended"]), sweep.get("capacity") or "no sweep"
+        how = (f"served again here after the run (`llms-benchmark serve {serve[0]} {serve[1]}`), the trace from "
+               f"`{trace.source}`")
+    else:
+        rec, trace, replayed, sweep = pairs(run_dir)
+        when, capacity = (rec.capacity.started, rec.capacity.ended), rec.capacity.headline()
+        how = "the `--capacity` sweep's first level on the same serve"
     lines = [f"### {rec.engine.describe() if rec.engine else rec.stack}: run `{rec.run_id}`", "",
              f"Preset `{rec.key.preset}` ({rec.model}) on `{rec.environment}`, mission `{rec.mission}` "
-             f"({rec.status.value}); the original: {sum(len(s.turns) for s in trace.sessions)} turns in "
-             f"{len(trace.sessions)} session(s); replayed {rec.capacity.started:%H:%M:%S}–{rec.capacity.ended:%H:%M:%S} "
-             f"UTC, prompts sized on the server's tokenizer: {sweep.get('exact_tokens_by_level', {}).get('1')}.", "",
+             f"({rec.status.value}{', stopped at ' + rec.stopped_at if rec.stopped_at else ''}); the original: "
+             f"{sum(len(s.turns) for s in trace.sessions)} turns in {len(trace.sessions)} session(s); replayed "
+             f"{when[0]:%H:%M:%S}–{when[1]:%H:%M:%S} UTC ({how}), prompts sized on the server's tokenizer: "
+             f"{sweep.get('exact_tokens_by_level', {}).get('1')}.", "",
              "| session | turn | prompt tokens (original) | prompt tokens (replay) | exact | prefill s (original) "
              "| prefill s (replay) | ratio | decode s (original) | decode s (replay) | ratio | output tokens |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -120,11 +187,14 @@ def compare(run_dir: Path, tol: float) -> tuple[list[str], dict]:
                "prompt_exact": exact, "prefill_within": pre_ok, "decode_within": dec_ok,
                "prefill_ratio_p50": statistics.median(pre_r) if pre_r else None,
                "decode_ratio_p50": statistics.median(dec_r) if dec_r else None,
-               "capacity": rec.capacity.headline()}
+               "capacity": capacity}
     lines += ["", f"Prompt tokens exact on {exact}/{n} turns; prefill within ±{tol:.0%} on {pre_ok}/{n} "
               f"(median ratio {summary['prefill_ratio_p50'] or float('nan'):.2f}); decode within ±{tol:.0%} on "
               f"{dec_ok}/{n} (median ratio {summary['decode_ratio_p50'] or float('nan'):.2f}).",
-              f"Capacity on the same serve: {rec.capacity.headline()}.", ""]
+              f"Capacity: {capacity}."]
+    for lv in sweep.get("levels") or []:
+        lines.append(f"- {lv[0]} agents: {'pass' if lv[1] else 'FAIL'} ({lv[4]})")
+    lines.append("")
     return lines, summary
 
 
@@ -133,13 +203,26 @@ def main() -> int:
     ap.add_argument("runs", nargs="+", type=Path, help="run folders launched with --capacity")
     ap.add_argument("--tolerance", type=float, default=0.25, help="prefill/decode ratio bound (0.25: within ±25 %%)")
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--serve", nargs=2, metavar=("ENV", "PRESET"), action="append", default=[],
+                    help="replay here on this preset, served for it (once per RUN_DIR, in order)")
+    ap.add_argument("--sweep", default="", help="with --serve: the agents sweep's levels, e.g. 1,2")
+    ap.add_argument("--ttft-p99", type=float, default=120.0)
+    ap.add_argument("--turn-p99", type=float, default=300.0)
+    ap.add_argument("--limit", type=float, default=900.0, help="one replay's wall-clock limit (s)")
     args = ap.parse_args()
+    if args.serve and len(args.serve) != len(args.runs):
+        return _fail("give one --serve ENV PRESET per RUN_DIR")
+    try:
+        levels = [int(x) for x in args.sweep.split(",") if x.strip()]
+    except ValueError:
+        return _fail(f"--sweep {args.sweep!r} is not a list of integers (e.g. 1,2)")
     if not args.tolerance > 0:
         return _fail("--tolerance must be above 0 (e.g. 0.25)")
     sections, summaries = [], []
     try:
-        for run in args.runs:
-            lines, summary = compare(run, args.tolerance)
+        for k, run in enumerate(args.runs):
+            lines, summary = compare(run, args.tolerance, args.serve[k] if args.serve else None, levels,
+                                     args.ttft_p99, args.turn_p99, args.limit)
             sections += lines
             summaries.append(summary)
     except UserError as exc:

@@ -240,8 +240,9 @@ def main() -> int:
                 loads.append(os.getloadavg())
             sections.append(("engine", args.engine_name or args.base_url, rows))
     turns = sum(len(s.turns) for s in base.sessions)
+    shown = trace_path.relative_to(REPO) if trace_path.is_relative_to(REPO) else trace_path
     lines = ["# The same agent trace through AIPerf and through ours", "",
-             f"`.venv/bin/python bench/agents_vs_aiperf.py --trace {trace_path.relative_to(REPO) if trace_path.is_relative_to(REPO) else trace_path} "
+             f"`.venv/bin/python bench/agents_vs_aiperf.py --trace {shown} "
              f"--copies {args.copies} --stagger {args.stagger:g}"
              + (f" --base-url {args.base_url} --model {args.model}" if args.base_url else "") + "` "
              f"({datetime.now(UTC):%Y-%m-%d %H:%M} UTC; AIPerf 0.13.0 in its own venv; host load average "
@@ -260,9 +261,10 @@ def main() -> int:
                       "peak (server) | wall s |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
             for r in rows:
                 t = r["truth"]
-                e50 = r["ttft_p50_ms"] - t["ttft_p50_ms"] if r.get("ttft_p50_ms") is not None and t["ttft_p50_ms"] is not None else None
-                e99 = r["ttft_p99_ms"] - t["ttft_p99_ms"] if r.get("ttft_p99_ms") is not None and t["ttft_p99_ms"] is not None else None
-                lines.append(f"| {r['tool']} | {r.get('sent', '—')} / {r.get('ok', '—')} | {f(r.get('ttft_p50_ms'), '.2f')} | "
+                e50, e99 = (None if r.get(k) is None or t[k] is None else r[k] - t[k]
+                            for k in ("ttft_p50_ms", "ttft_p99_ms"))
+                lines.append(f"| {r['tool']} | {r.get('sent', '—')} / {r.get('ok', '—')} | "
+                             f"{f(r.get('ttft_p50_ms'), '.2f')} | "
                              f"{f(t['ttft_p50_ms'], '.2f')} | {f(e50, '+.2f')} | {f(r.get('ttft_p99_ms'), '.2f')} | "
                              f"{f(t['ttft_p99_ms'], '.2f')} | {f(e99, '+.2f')} | {f(t['server_mean'], '.2f')} | "
                              f"{t['server_peak']} | {r['wall_s']:.1f} |")
@@ -277,9 +279,9 @@ def main() -> int:
             lines += ["| tool | turns sent / ok | TTFT p50 ms | TTFT p99 ms | in flight mean (its records) | peak | "
                       "wall s |", "| --- | --- | --- | --- | --- | --- | --- |"]
             for r in rows:
-                lines.append(f"| {r['tool']} | {r.get('sent', '—')} / {r.get('ok', '—')} | {f(r.get('ttft_p50_ms'))} | "
-                             f"{f(r.get('ttft_p99_ms'))} | {f(r.get('client_mean'), '.2f')} | {r.get('client_peak', '—')} | "
-                             f"{r['wall_s']:.1f} |")
+                lines.append(f"| {r['tool']} | {r.get('sent', '—')} / {r.get('ok', '—')} | "
+                             f"{f(r.get('ttft_p50_ms'))} | {f(r.get('ttft_p99_ms'))} | {f(r.get('client_mean'), '.2f')} "
+                             f"| {r.get('client_peak', '—')} | {r['wall_s']:.1f} |")
             for r in rows:
                 if r.get("why"):
                     lines.append(f"\n{r['tool']} failed: `{r['why'][-300:]}`")
