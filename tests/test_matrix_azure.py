@@ -112,6 +112,9 @@ def test_the_quota_caps_parallelism_and_a_quota_refusal_is_queued_then_served(pl
     assert b["status"] == "done" and len(b["attempts"]) == 2, b
     first = b["attempts"][0]
     assert first["exit_code"] == 3 and first["reason"].startswith("quota:") and "QuotaExceeded" in first["reason"]
+    refused = plan.root / ".llms-benchmark" / "refused"
+    assert first["run_ids"] and all((refused / r / "run.json").is_file() and not (plan.runs_dir / r).exists()
+                                    for r in first["run_ids"]), "a quota refusal's run folder stays out of git"
     assert_records_of(plan, b)
     assert "queued: Azure refused it for quota or capacity" in err, dump(out, err)
     puts = [c["status"] for c in arm.calls("PUT", "containerApps/vot-mx-b")]

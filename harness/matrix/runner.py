@@ -7,8 +7,11 @@ serve-once claim, ledger entry, run folders and signal handling). The matrix
 
 - caps how many run at once: `--parallel`, and on Azure the free GPUs of the quota read at
   preflight (`quota.py`); two cells of one preset never run together (one unit `vot-<preset>`);
-- queues a cell Azure refused for quota or capacity (its record's reason says so) and tries it
-  again after a backoff that doubles up to `retry.backoff_max_s`, at most `retry.max_attempts`;
+- queues a cell Azure refused for quota or capacity (its record's reason says so; the folder
+  moves to `.llms-benchmark/refused/`, out of git) and tries it again after a backoff that
+  doubles up to `retry.backoff_max_s`, at most `retry.max_attempts` times. A 429 never gets
+  here: the SDK's retry policy waits it out inside the launch (Retry-After honoured, bounded);
+  a 409 for quota is not retryable there, so the matrix is what waits;
 - starts a cell only if what was spent (the cells' GPU-hours × the environment's price) plus
   the bounds of the cells in flight plus its own bound (mission cap × trials × price) fit the
   budget; once spent + its bound alone exceeds it, the cell is recorded as over budget;
@@ -242,6 +245,13 @@ class MatrixRun:
 
     def _queue(self, cell: Cell, attempt: Attempt, reason: str) -> None:
         attempt.reason = f"quota: {reason}"
+        # A refusal is not a run: its folders go where a launch puts a refused one, out of git
+        # (`.llms-benchmark/refused/`); its GPU-hours, if any, stay counted on the attempt.
+        for run_id in attempt.run_ids:
+            source = self.paths.run(run_id).dir
+            if source.is_dir():
+                self.paths.refused.mkdir(parents=True, exist_ok=True)
+                os.replace(source, self.paths.refused / run_id)
         refusals, retry = cell.quota_refusals, self.plan.retry
         if refusals >= retry.max_attempts:
             cell.status, cell.retry_at = CellStatus.gave_up, None
