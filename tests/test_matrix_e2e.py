@@ -5,7 +5,7 @@ one launcher: no port, run folder or serve-once claim collides.
 
 One trial per cell, not the azure tests' two: K trials on one serve are the launch's own
 (tests/test_trials.py) and each trial here is a whole opencode run on a 2-core suite (measured:
-4 × 2 trials took 200 s, 4 × 1 takes about half)."""
+4 × 2 trials took 200 s, 4 × 1 takes 125–140 s)."""
 
 from __future__ import annotations
 
