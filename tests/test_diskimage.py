@@ -67,3 +67,17 @@ def test_a_crashed_launchs_image_is_swept_and_a_live_ones_is_not(tmp_path: Path)
         assert not os.path.ismount(dead_ws) and os.path.ismount(live_ws)
     finally:
         live.release()
+
+
+@needs_mount
+def test_a_parallel_launchs_image_between_mkdir_and_owner_is_left_alone(tmp_path: Path, monkeypatch):
+    """Launches start together (a matrix): one's sweep must not take another's image in the
+    instant between its folder's mkdir and its owner file; an unowned folder past the grace is swept."""
+    monkeypatch.setattr(diskimage, "IMAGES", tmp_path / "images")
+    fresh, stale = tmp_path / "images" / "fresh", tmp_path / "images" / "stale"
+    fresh.mkdir(parents=True)
+    stale.mkdir()
+    old = diskimage.time.time() - diskimage.UNOWNED_GRACE_S - 5
+    os.utime(stale, (old, old))
+    assert diskimage.sweep() == ["stale"]
+    assert fresh.is_dir() and not stale.exists()

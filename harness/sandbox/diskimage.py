@@ -21,6 +21,7 @@ import contextlib
 import os
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -133,6 +134,16 @@ def _run_quiet(argv: list[str]) -> None:
     subprocess.run(argv, capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
 
 
+UNOWNED_GRACE_S = 60.0
+
+
+def _young(home: Path) -> bool:
+    try:
+        return time.time() - home.lstat().st_mtime < UNOWNED_GRACE_S
+    except OSError:
+        return False
+
+
 def sweep() -> list[str]:
     """Images a crashed launch left (their owner process is gone): their folders unmounted, the
     image deleted. A parallel launch's images (owner alive) are left alone. What was swept."""
@@ -144,6 +155,9 @@ def sweep() -> list[str]:
             pid, started = (home / "owner").read_text().split()
             if psutil.Process(int(pid)).create_time() == float(started):
                 continue  # a launch still running
+        except FileNotFoundError:
+            if _young(home):
+                continue  # a parallel launch between its mkdir and its owner file
         except (OSError, ValueError, psutil.Error):
             pass
         disk = AgentDisk(home.name, 0, home=home)
