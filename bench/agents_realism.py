@@ -135,9 +135,39 @@ def ratio_ok(replay: float | None, original: float | None, tol: float) -> bool |
     return 1 / (1 + tol) <= r <= 1 + tol
 
 
+def unmeasured(run_dir: Path, why: str) -> tuple[list[str], dict]:
+    """A run that left nothing to replay: what it did say of the engine (its probe), and why."""
+    rec = RunRecord.load(run_dir / "run.json")
+    p = rec.probe
+    speeds = (f"its probe measured prefill {p.prefill_tps} tok/s, decode {p.decode_short_tps} tok/s short and "
+              f"{p.decode_long_tps} tok/s at {p.long_context_tokens} tokens" if p else "no probe")
+    engine = rec.engine.describe() if rec.engine else rec.stack
+    try:
+        rows = [json.loads(x) for x in wire_of(run_dir).read_text().splitlines() if x.strip()]
+    except (UserError, ValueError):
+        rows = []
+    seen = "; ".join(f"{r.get('path')} status {r.get('status')}" + (f", cut after {r.get('seconds')} s with "
+                     f"{r.get('content_chars')} characters of answer" if r.get("incomplete") else "")
+                     for r in rows[:5]) or "none"
+    why = f"{why.split(': ')[-1]} (the wire log's exchanges: {seen})"
+    lines = [f"### {engine}: run `{rec.run_id}` — not measured", "",
+             f"Preset `{rec.key.preset}` on `{rec.environment}` ({rec.status.value}, stopped at {rec.stopped_at}: "
+             f"{(rec.reason or '').splitlines()[0][:300]}); {speeds}. Nothing to replay: {why}", ""]
+    return lines, {"run": rec.run_id, "engine": engine, "turns": 0, "prompt_exact": 0, "prefill_within": 0,
+                   "decode_within": 0, "prefill_ratio_p50": None, "decode_ratio_p50": None, "capacity": "—",
+                   "unmeasured": why}
+
+
 def compare(run_dir: Path, tol: float, serve: list[str] | None = None, sweep_levels: list[int] | None = None,
             ttft: float = 120, turn: float = 300, limit: float = 900) -> tuple[list[str], dict]:
     if serve:
+        try:
+            wire = wire_of(run_dir)
+            from harness.load.agents.trace import from_wire
+
+            from_wire(wire)
+        except UserError as exc:
+            return unmeasured(run_dir, exc.render().splitlines()[0])
         rec, trace, replayed, sweep = replay_here(run_dir, serve[0], serve[1], sweep_levels or [], ttft, turn, limit)
         when, capacity = (sweep["started"], sweep["ended"]), sweep.get("capacity") or "no sweep"
         how = (f"served again here after the run (`llms-benchmark serve {serve[0]} {serve[1]}`), the trace from "
@@ -242,6 +272,9 @@ def main() -> int:
     for s in summaries:
         def r(v: float | None) -> str:
             return "—" if v is None else f"{v:.2f}"
+        if s.get("unmeasured"):
+            head.append(f"| {s['engine']} | `{s['run']}` | — | not measured (below) | — | — | — | — |")
+            continue
         head.append(f"| {s['engine']} | `{s['run']}` | {s['turns']} | {s['prompt_exact']}/{s['turns']} | "
                     f"{s['prefill_within']}/{s['turns']} | {s['decode_within']}/{s['turns']} | "
                     f"{r(s['prefill_ratio_p50'])} | {r(s['decode_ratio_p50'])} |")

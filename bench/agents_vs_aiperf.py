@@ -75,6 +75,17 @@ def copies_trace(trace: AgentTrace, copies: int, stagger: float) -> AgentTrace:
     return AgentTrace(source=trace.source, block_size=trace.block_size, sessions=sessions)
 
 
+def scaled(trace: AgentTrace, k: float) -> AgentTrace:
+    """The trace's times (starts, thinks, durations) times k: a long recorded run in a short bench."""
+    def turn(t):
+        return t.model_copy(update={"start_s": round(t.start_s * k, 6),
+                                    "think_s": None if t.think_s is None else round(t.think_s * k, 6),
+                                    "duration_s": None if t.duration_s is None else round(t.duration_s * k, 6),
+                                    "ttft_s": None if t.ttft_s is None else round(t.ttft_s * k, 6)})
+    return trace.model_copy(update={"sessions": [s.model_copy(update={"turns": [turn(t) for t in s.turns]})
+                                                 for s in trace.sessions]})
+
+
 def in_flight(spans: list[tuple[float, float]]) -> tuple[float | None, int]:
     """(time-weighted mean requests in flight over the spans' whole range, peak)."""
     spans = [(a, b) for a, b in spans if a is not None and b is not None and b >= a]
@@ -183,6 +194,8 @@ def main() -> int:
     ap.add_argument("--trace", type=Path)
     ap.add_argument("--copies", type=int, default=2)
     ap.add_argument("--stagger", type=float, default=1.0)
+    ap.add_argument("--time-scale", type=float, default=1.0,
+                    help="the trace's recorded times x this for both tools (0.1: a 10-minute run in one)")
     ap.add_argument("--ttft", type=float, default=0.05, help="the truth server's TTFT (s)")
     ap.add_argument("--itl", type=float, default=0.005, help="the truth server's inter-token gap (s)")
     ap.add_argument("--base-url", default="", help="also against this engine (served beforehand)")
@@ -198,6 +211,10 @@ def main() -> int:
     except UserError as exc:
         print(f"agents_vs_aiperf: {exc.render()}", file=sys.stderr)
         return 2
+    if not args.time_scale > 0:
+        print("agents_vs_aiperf: --time-scale must be above 0", file=sys.stderr)
+        return 2
+    base = scaled(base, args.time_scale) if args.time_scale != 1 else base
     if args.copies < 1 or args.stagger < 0:
         print("agents_vs_aiperf: --copies must be 1 or more and --stagger 0 or more", file=sys.stderr)
         return 2
@@ -243,12 +260,13 @@ def main() -> int:
     shown = trace_path.relative_to(REPO) if trace_path.is_relative_to(REPO) else trace_path
     lines = ["# The same agent trace through AIPerf and through ours", "",
              f"`.venv/bin/python bench/agents_vs_aiperf.py --trace {shown} "
-             f"--copies {args.copies} --stagger {args.stagger:g}"
+             f"--copies {args.copies} --stagger {args.stagger:g} --time-scale {args.time_scale:g}"
              + (f" --base-url {args.base_url} --model {args.model}" if args.base_url else "") + "` "
              f"({datetime.now(UTC):%Y-%m-%d %H:%M} UTC; AIPerf 0.13.0 in its own venv; host load average "
              + ", ".join(f"{a:.1f}" for a, _, _ in loads) + f" (1 min, before and after each tool run) on "
              f"{os.cpu_count()} CPUs — shared with other work).", "",
-             f"The trace: `{base.source}`, {len(base.sessions)} session(s), {turns} turns a copy; {args.copies} "
+             f"The trace: `{base.source}`, {len(base.sessions)} session(s), {turns} turns a copy, its recorded times "
+             f"x {args.time_scale:g}; {args.copies} "
              f"copies, {args.stagger:g} s apart. As recorded, its requests were in flight {f(rec_mean, '.2f')} "
              f"on average (peak {rec_peak}) over the recorded span. AIPerf replays the Mooncake export on a fixed "
              "schedule (each turn at its recorded start); ours waits each recorded think time after the answer "
