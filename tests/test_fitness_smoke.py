@@ -162,3 +162,33 @@ def test_the_harness_runs_the_same_file(tmp_path: Path):
     done = subprocess.run([str(REPO / ".venv" / "bin" / "llms-benchmark"), "fitness", "smoke", "--phases", "x"],
                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 3 and "required: --base-url" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_llama_cpp_without_metrics_is_skipped_with_the_flag_named(tmp_path: Path):
+    """llama.cpp answers /metrics with 501 unless started with --metrics (seen on the embedded build)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):
+            status, doc = (200, {"data": [{"id": "m"}]}) if self.path == "/v1/models" else (501, {"error": {
+                "code": 501, "message": "This server does not support metrics endpoint. Start it with `--metrics`"}})
+            body = json.dumps(doc).encode()
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        code, doc, err = _smoke(tmp_path, "--base-url", f"http://127.0.0.1:{server.server_address[1]}",
+                                "--phases", "telemetry")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert code == 0, err
+    assert doc["phases"][0]["status"] == "skipped" and "start it with --metrics" in doc["phases"][0]["reason"]

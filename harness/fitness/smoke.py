@@ -151,8 +151,9 @@ class Client:
 
 def telemetry(client: Client, args) -> dict:
     status, text = client.get("/metrics")
-    if status == 404:
-        return {"status": "skipped", "reason": "the server publishes no /metrics"}
+    if status in (404, 501):  # llama.cpp answers 501 unless started with --metrics
+        return {"status": "skipped", "reason": f"the server publishes no /metrics (HTTP {status}"
+                                               + ("; llama.cpp: start it with --metrics)" if status == 501 else ")")}
     if status != 200:
         raise Broken(f"GET /metrics answered HTTP {status}: {text[:200]}")
     gauges = {}
