@@ -170,3 +170,13 @@ def test_fitness_tools_refuses_to_replace_a_folder_that_is_not_a_venv(tmp_path: 
     flat = " ".join(r.stderr.split())
     assert r.returncode == 3 and "exists and is not a venv: refusing to replace it" in flat and "Traceback" not in flat
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
+
+
+def test_the_dry_run_names_the_pinned_tool(tmp_path: Path):
+    cfg = tmp_path / "fitness.yaml"
+    cfg.write_text(yaml.safe_dump({"tools_venv": str(tools_venv()), "capability": {
+        "data_dir": str(fitness_data_dir(["gsm8k"])), "suites": ["gsm8k"], "lmeval": True}}))
+    r = subprocess.run([str(CLI), "fitness", "run", "--phases", "capability", "--config", str(cfg), "--dry-run"],
+                       capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL, cwd=tmp_path,
+                       env={**os.environ, "COLUMNS": "300"})
+    assert r.returncode == 0 and "lm-eval[api]==0.4.13: gsm8k" in " ".join(r.stdout.split()), r.stdout + r.stderr

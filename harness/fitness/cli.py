@@ -121,7 +121,7 @@ def run_cmd(
             out.print_json(json.dumps(result))
         else:
             for name, note in result["checks"].items():
-                out.print(f"{name}: {note}", highlight=False)
+                out.print(f"{name}: {escape(note)}", highlight=False)
             out.print(f"dry run ok: {len(result['phases'])} phases, {len(result['bars'])} bars "
                       f"({result['thresholds']})", highlight=False)
         return
