@@ -160,14 +160,14 @@ def unmeasured(run_dir: Path, why: str) -> tuple[list[str], dict]:
 
 def compare(run_dir: Path, tol: float, serve: list[str] | None = None, sweep_levels: list[int] | None = None,
             ttft: float = 120, turn: float = 300, limit: float = 900) -> tuple[list[str], dict]:
-    if serve:
-        try:
-            wire = wire_of(run_dir)
-            from harness.load.agents.trace import from_wire
+    try:  # a run whose wire log holds no completed exchange left nothing to replay: said, not an error
+        from harness.load.agents.trace import from_wire
 
-            from_wire(wire)
-        except UserError as exc:
+        from_wire(wire_of(run_dir))
+    except UserError as exc:
+        if (run_dir / "run.json").is_file():
             return unmeasured(run_dir, exc.render().splitlines()[0])
+    if serve:
         rec, trace, replayed, sweep = replay_here(run_dir, serve[0], serve[1], sweep_levels or [], ttft, turn, limit)
         when, capacity = (sweep["started"], sweep["ended"]), sweep.get("capacity") or "no sweep"
         how = (f"served again here after the run (`llms-benchmark serve {serve[0]} {serve[1]}`), the trace from "
@@ -176,6 +176,8 @@ def compare(run_dir: Path, tol: float, serve: list[str] | None = None, sweep_lev
         rec, trace, replayed, sweep = pairs(run_dir)
         when, capacity = (rec.capacity.started, rec.capacity.ended), rec.capacity.headline()
         how = "the `--capacity` sweep's first level on the same serve"
+        if rec.capacity.host_load:
+            how += f"; host load average {' → '.join(f'{x:g}' for x in rec.capacity.host_load)} over it"
     lines = [f"### {rec.engine.describe() if rec.engine else rec.stack}: run `{rec.run_id}`", "",
              f"Preset `{rec.key.preset}` ({rec.model}) on `{rec.environment}`, mission `{rec.mission}` "
              f"({rec.status.value}{', stopped at ' + rec.stopped_at if rec.stopped_at else ''}); the original: "
@@ -213,6 +215,16 @@ def compare(run_dir: Path, tol: float, serve: list[str] | None = None, sweep_lev
                          f"{'yes' if same else 'no'} | {f(o_pre)} | {f(r_pre)} | "
                          f"{f(r_pre / o_pre) if r_pre and o_pre else '—'} | {f(o_dec)} | {f(r_dec)} | "
                          f"{f(r_dec / o_dec) if r_dec and o_dec else '—'} | {t.output_tokens} |")
+    probe = rec.probe.prefill_tps if rec.probe else None
+    for s in trace.sessions:
+        t = s.turns[0]
+        if probe and t.ttft_s and t.prompt_tokens / t.ttft_s > 3 * probe:
+            lines += ["", f"Session {s.id}'s first turn: {t.prompt_tokens} tokens before its first token in "
+                      f"{t.ttft_s:.2f} s, an implied {t.prompt_tokens / t.ttft_s:,.0f} tok/s against the probe's "
+                      f"prefill of {probe:g} tok/s on this serve: the original found most of its prompt already "
+                      "in the server's prefix cache (opencode's system prompt and tool list, which its smoke and "
+                      "earlier sessions sent: a prefix shared across sessions). The trace carries reuse within a "
+                      "session only, so the replay, whose copies share nothing by design, prefilled it whole."]
     summary = {"run": rec.run_id, "engine": rec.engine.describe() if rec.engine else rec.stack, "turns": n,
                "prompt_exact": exact, "prefill_within": pre_ok, "decode_within": dec_ok,
                "prefill_ratio_p50": statistics.median(pre_r) if pre_r else None,
@@ -223,7 +235,10 @@ def compare(run_dir: Path, tol: float, serve: list[str] | None = None, sweep_lev
               f"{dec_ok}/{n} (median ratio {summary['decode_ratio_p50'] or float('nan'):.2f}).",
               f"Capacity: {capacity}."]
     for lv in sweep.get("levels") or []:
-        lines.append(f"- {lv[0]} agents: {'pass' if lv[1] else 'FAIL'} ({lv[4]})")
+        if isinstance(lv, dict):  # agents.json's level
+            lv = (lv["copies"], lv["passed"], lv["ttft_p99_s"], lv["turn_p99_s"], lv["why"])
+        lines.append(f"- {lv[0]} agents: {'pass' if lv[1] else 'FAIL'} (TTFT p99 {lv[2]:.1f} s, turn p99 "
+                     f"{lv[3]:.1f} s: {lv[4]})" if lv[2] is not None else f"- {lv[0]} agents: FAIL ({lv[4]})")
     lines.append("")
     return lines, summary
 

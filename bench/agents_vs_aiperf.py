@@ -196,6 +196,8 @@ def main() -> int:
     ap.add_argument("--stagger", type=float, default=1.0)
     ap.add_argument("--time-scale", type=float, default=1.0,
                     help="the trace's recorded times x this for both tools (0.1: a 10-minute run in one)")
+    ap.add_argument("--max-output", type=int, default=0,
+                    help="clip every turn's output tokens to this, for both tools (0: as recorded)")
     ap.add_argument("--ttft", type=float, default=0.05, help="the truth server's TTFT (s)")
     ap.add_argument("--itl", type=float, default=0.005, help="the truth server's inter-token gap (s)")
     ap.add_argument("--base-url", default="", help="also against this engine (served beforehand)")
@@ -215,6 +217,10 @@ def main() -> int:
         print("agents_vs_aiperf: --time-scale must be above 0", file=sys.stderr)
         return 2
     base = scaled(base, args.time_scale) if args.time_scale != 1 else base
+    if args.max_output > 0:
+        base = base.model_copy(update={"sessions": [s.model_copy(update={"turns": [
+            t.model_copy(update={"output_tokens": min(t.output_tokens, args.max_output)}) for t in s.turns]})
+            for s in base.sessions]})
     if args.copies < 1 or args.stagger < 0:
         print("agents_vs_aiperf: --copies must be 1 or more and --stagger 0 or more", file=sys.stderr)
         return 2
@@ -261,12 +267,14 @@ def main() -> int:
     lines = ["# The same agent trace through AIPerf and through ours", "",
              f"`.venv/bin/python bench/agents_vs_aiperf.py --trace {shown} "
              f"--copies {args.copies} --stagger {args.stagger:g} --time-scale {args.time_scale:g}"
+             + (f" --max-output {args.max_output}" if args.max_output else "")
              + (f" --base-url {args.base_url} --model {args.model}" if args.base_url else "") + "` "
              f"({datetime.now(UTC):%Y-%m-%d %H:%M} UTC; AIPerf 0.13.0 in its own venv; host load average "
              + ", ".join(f"{a:.1f}" for a, _, _ in loads) + f" (1 min, before and after each tool run) on "
              f"{os.cpu_count()} CPUs — shared with other work).", "",
              f"The trace: `{base.source}`, {len(base.sessions)} session(s), {turns} turns a copy, its recorded times "
-             f"x {args.time_scale:g}; {args.copies} "
+             f"x {args.time_scale:g}" + (f", output tokens clipped to {args.max_output}" if args.max_output else "")
+             + f"; {args.copies} "
              f"copies, {args.stagger:g} s apart. As recorded, its requests were in flight {f(rec_mean, '.2f')} "
              f"on average (peak {rec_peak}) over the recorded span. AIPerf replays the Mooncake export on a fixed "
              "schedule (each turn at its recorded start); ours waits each recorded think time after the answer "
@@ -303,7 +311,8 @@ def main() -> int:
             for r in rows:
                 if r.get("why"):
                     lines.append(f"\n{r['tool']} failed: `{r['why'][-300:]}`")
-            lines += ["", "Prompt tokens the engine counted (the trace's: "
+            lines += ["", "Prompt tokens each tool reports (ours: the engine's usage; AIPerf: its own tokenizer's count, "
+                      "MiniLM here, not the engine's) beside the trace's: "
                       f"{sorted(t.prompt_tokens for s in many.sessions for t in s.turns)}):"]
             for r in rows:
                 lines.append(f"- {r['tool']}: {r.get('prompt_tokens')}")

@@ -33,6 +33,7 @@ def test_launch_capacity_runs_the_sweep_on_the_serve_before_the_destroy(project:
     assert [lv["copies"] for lv in cap["levels"]] == [1, 2] and all(lv["passed"] for lv in cap["levels"])
     assert cap["sustained"] == 2 and cap["limit_found"] is False  # no level failed: the most tried
     assert cap["ttft_p99_s"] == 30 and "TTFT p99 <= 30 s" in cap["slo"]
+    assert len(cap["host_load"]) == 2 and all(x >= 0 for x in cap["host_load"])
     # on the serve: after the mission's end, before the destroy
     times = {k: datetime.fromisoformat(v) for k, v in rec["times"].items() if v}
     assert times["mission_end"] <= datetime.fromisoformat(cap["started"]) <= datetime.fromisoformat(cap["ended"]) \

@@ -17,6 +17,7 @@ interrupt still ends the launch.
 
 from __future__ import annotations
 
+import os
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,7 +95,7 @@ def run_capacity(opts: CapacityOptions, trials: list[tuple[RunRecord, LaunchCont
 
     first, ctx = trials[0]
     folder = ctx.paths.dir / FOLDER
-    figures = CapacityFigures(started=utcnow())
+    figures = CapacityFigures(started=utcnow(), host_load=[round(os.getloadavg()[0], 2)])
     ctx.say(f"capacity: the agents sweep on {ctx.unit.name} ({opts.describe()})")
     try:
         trace, named = _trace(opts, trials)
@@ -128,6 +129,7 @@ def run_capacity(opts: CapacityOptions, trials: list[tuple[RunRecord, LaunchCont
         (folder / "fault.txt").write_text(traceback.format_exc())
         figures.error = f"{type(exc).__name__}: {exc} (traceback in {FOLDER}/fault.txt)"
     figures.ended = utcnow()
+    figures.host_load.append(round(os.getloadavg()[0], 2))
     ctx.say(f"capacity: {figures.headline()}")
     for rec, trial_ctx in trials:
         rec.capacity = figures

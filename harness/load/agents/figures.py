@@ -37,6 +37,7 @@ class CapacityFigures(BaseModel):
     started: datetime | None = None
     ended: datetime | None = None
     error: str | None = None  # why the sweep gave no figure (the quality row stands)
+    host_load: list[float] = Field(default_factory=list)  # the host's 1-min load average at the start and end
 
     def cell(self) -> str:
         """The results page's cell: the figure, its SLO and its trace (no `|`: a table cell)."""
