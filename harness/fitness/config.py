@@ -84,6 +84,11 @@ class CapabilityCfg(_Strict):
     # seed 003's lm-eval lane beside our own scorers: lm-eval[api] (the tools venv, `fitness tools`)
     # over the same frozen files, /v1/completions, greedy; the suites it has a task for (gsm8k)
     lmeval: bool = False
+    # seed 003's opt-in thinking lane: HumanEval asked in thinking mode (chat with
+    # chat_template_kwargs.enable_thinking, the vendor's sampling: temperature 1.0, top_p 0.95)
+    # with its own budget; ~10x slower than the canonical (greedy, non-thinking) lane
+    thinking: bool = False
+    thinking_max_tokens: int = Field(default=8192, ge=256, le=32768)
 
     @field_validator("suites")
     @classmethod

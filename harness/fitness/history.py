@@ -73,6 +73,9 @@ def errors_of(doc: dict[str, Any]) -> dict[str, float]:
     for suite, v in (phases.get("capability", {}).get("details", {}).get("suites") or {}).items():
         if v.get("se") is not None:
             se[f"capability.{suite}_accuracy"] = v["se"]
+    thinking = phases.get("capability", {}).get("details", {}).get("thinking") or {}
+    if thinking.get("se") is not None:  # the thinking lane: binomial too
+        se["capability.humaneval_thinking_accuracy"] = thinking["se"]
     lme = (phases.get("capability", {}).get("details", {}).get("lmeval") or {}).get("suites") or {}
     for suite, v in lme.items():  # lm-eval's lane (capability.lmeval): binomial too
         if v.get("se") is not None:

@@ -45,6 +45,8 @@ METRICS = {m.name: m for m in (
     Metric("capability.humaneval_accuracy", "fraction", "higher", "HumanEval pass@1 (greedy), sandboxed execution"),
     Metric("capability.gsm8k_accuracy", "fraction", "higher", "GSM8K sample, final number exact match"),
     Metric("capability.ifbench_accuracy", "fraction", "higher", "IFBench, strict instruction checks"),
+    Metric("capability.humaneval_thinking_accuracy", "fraction", "higher",
+           "HumanEval pass@1 in thinking mode (enable_thinking, temperature 1.0, top_p 0.95; capability.thinking)"),
     Metric("capability.lmeval_gsm8k_accuracy", "fraction", "higher",
            "GSM8K sample scored by lm-eval (/v1/completions, flexible-extract exact match; capability.lmeval)"),
     Metric("kl.sym_kl_mean", "nats", "lower",

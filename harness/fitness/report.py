@@ -190,6 +190,11 @@ def markdown(doc: dict[str, Any], folder: Path | None = None) -> str:
         for s, d in (doc.get("baseline") or {}).get("deltas", {}).items():
             lines.append(f"\n{s}: {d['delta']:+.3f} vs baseline {d['baseline']} (2·SE {2 * d['se']:.3f})"
                          + (" — **noise**" if d["noise"] else ""))
+        th = ca["details"].get("thinking")
+        if th:
+            lines += ["", f"Thinking lane (opt-in: enable_thinking, temperature 1.0, top_p 0.95, {th['max_tokens']} "
+                          f"tokens): humaneval {th['correct']} / {th['n']} = {_fmt(th['accuracy'])} ± {_fmt(th['se'])}; "
+                          f"{th['with_reasoning']} answers carried reasoning, {th['empty']} were empty"]
         lme = ca["details"].get("lmeval")
         if lme:
             lines += ["", f"lm-eval {(lme.get('versions') or {}).get('lm_eval', '?')} over the same frozen files "

@@ -16,6 +16,13 @@ Transcripts go to `<report>/capability/<suite>.jsonl`: read some before believin
 `capability.lmeval: true` adds seed 003's lm-eval lane over the same frozen files
 (harness/fitness/lmeval.py: lm-eval[api] in its own venv, /v1/completions, greedy): GSM8K as
 `capability.lmeval_gsm8k_accuracy`, its samples in `<report>/capability/lmeval/`.
+
+`capability.thinking: true` adds seed 003's opt-in thinking lane: HumanEval again, in thinking
+mode (chat with `chat_template_kwargs.enable_thinking`, temperature 1.0, top_p 0.95, a budget of
+`thinking_max_tokens`), the reasoning read apart from the answer (only the answer's code runs) —
+`capability.humaneval_thinking_accuracy`. The seed names EvalPlus's HumanEval+ for both lanes;
+EvalPlus downloads its data at first use, so both lanes score the shipped HumanEval here. More
+than `empty_max_share` of the lane's answers empty (the budget spent thinking) fails the phase.
 """
 
 from __future__ import annotations
@@ -104,6 +111,9 @@ def run(ctx: Ctx) -> tuple[dict[str, float | None], dict[str, Any]]:
         raise Skip("; ".join(f"{k}: {v['reason']}" for k, v in suites.items()) or "cancelled")
     details = {"suites": suites, "manifest": data.manifest(data_dir(ctx.cfg), list(cfg.suites)),
                "max_tokens": cfg.max_tokens, "limit": cfg.limit}
+    if cfg.thinking and not ctx.cancelled() and suites.get("humaneval", {}).get("status") == "ran":
+        details["thinking"] = _thinking(ctx, data.load_items(data_dir(ctx.cfg), "humaneval"), folder)
+        metrics["capability.humaneval_thinking_accuracy"] = details["thinking"]["accuracy"]
     if cfg.lmeval and not ctx.cancelled():
         details["lmeval"] = _lmeval(ctx, folder / "lmeval")
         for suite, got in details["lmeval"]["suites"].items():
@@ -144,6 +154,43 @@ def _humaneval(ctx: Ctx, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
                                      workers=ctx.cfg.capability.workers)
     return [{"id": p["task_id"], "correct": o.passed, "status": o.status, "detail": o.detail, "answer": a[:4000]}
             for p, a, o in zip(items, answers, outcomes)]
+
+
+THINKING_SAMPLING = {"temperature": 1.0, "top_p": 0.95, "chat_template_kwargs": {"enable_thinking": True}}
+
+
+def _thinking(ctx: Ctx, items: list[dict[str, Any]], folder) -> dict[str, Any]:
+    """The opt-in thinking lane over the same HumanEval items as the canonical lane."""
+    cfg = ctx.cfg.capability
+    if cfg.limit:
+        items = items[:cfg.limit]
+    answers = []
+    for p in items:
+        if ctx.cancelled():
+            break
+        answers.append(ctx.endpoint.chat([{"role": "user", "content": HUMANEVAL_ASK + p["prompt"]}],
+                                         max_tokens=cfg.thinking_max_tokens, seed=ctx.cfg.seed, **THINKING_SAMPLING))
+    items = items[:len(answers)]
+    empty = sum(1 for a in answers if not (a.content or "").strip())
+    if answers and empty / len(answers) > ctx.cfg.empty_max_share:
+        raise PhaseError(f"thinking lane: {empty} of {len(answers)} answers were empty after the reasoning "
+                         f"({empty / len(answers):.0%} > {ctx.cfg.empty_max_share:.0%}): the budget of "
+                         f"{cfg.thinking_max_tokens} tokens went to thinking (raise capability.thinking_max_tokens)")
+    codes = [scorers.extract_code(a.content or "") for a in answers]
+    outcomes = scorers.run_humaneval(items, codes, timeout_s=cfg.exec_timeout_s, workers=cfg.workers)
+    rows = [{"id": p["task_id"], "correct": o.passed, "status": o.status, "detail": o.detail,
+             "reasoning_chars": len(a.reasoning or ""), "finish": a.finish, "answer": (a.content or "")[:4000]}
+            for p, a, o in zip(items, answers, outcomes)]
+    with open(folder / "humaneval_thinking.jsonl", "w", encoding="utf-8") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+    n, correct = len(rows), sum(r["correct"] for r in rows)
+    se = binomial_se(correct, n)
+    return {"n": n, "correct": correct, "accuracy": round(correct / n, 4) if n else None,
+            "se": round(se, 4) if se is not None else None, "empty": empty,
+            "max_tokens": cfg.thinking_max_tokens, "sampling": THINKING_SAMPLING,
+            "with_reasoning": sum(1 for r in rows if r["reasoning_chars"]),
+            "transcripts": str(folder / "humaneval_thinking.jsonl")}
 
 
 def _gsm8k(ctx: Ctx, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
