@@ -187,13 +187,18 @@ def compare(run_dir: Path, tol: float, serve: list[str] | None = None, sweep_lev
              "| session | turn | prompt tokens (original) | prompt tokens (replay) | exact | prefill s (original) "
              "| prefill s (replay) | ratio | decode s (original) | decode s (replay) | ratio | output tokens |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    exact = pre_ok = dec_ok = n = 0
+    exact = pre_ok = dec_ok = n = cut = 0
     pre_r, dec_r = [], []
     k = 0
     for s in trace.sessions:
         for i, t in enumerate(s.turns):
             r = replayed[k]
             k += 1
+            if not r or not r["ok"]:  # not replayed whole: cut at the level's limit, or failed
+                cut += 1
+                lines.append(f"| {s.id} | {i} | {t.prompt_tokens} | — | not replayed "
+                             f"({(r or {}).get('error') or 'never sent'}) | | | | | | | {t.output_tokens} |")
+                continue
             n += 1
             o_pre = t.ttft_s
             o_dec = (t.duration_s - t.ttft_s) if t.duration_s is not None and t.ttft_s is not None else None
@@ -225,12 +230,14 @@ def compare(run_dir: Path, tol: float, serve: list[str] | None = None, sweep_lev
                       "in the server's prefix cache (opencode's system prompt and tool list, which its smoke and "
                       "earlier sessions sent: a prefix shared across sessions). The trace carries reuse within a "
                       "session only, so the replay, whose copies share nothing by design, prefilled it whole."]
-    summary = {"run": rec.run_id, "engine": rec.engine.describe() if rec.engine else rec.stack, "turns": n,
+    summary = {"run": rec.run_id, "engine": rec.engine.describe() if rec.engine else rec.stack, "turns": n, "cut": cut,
                "prompt_exact": exact, "prefill_within": pre_ok, "decode_within": dec_ok,
                "prefill_ratio_p50": statistics.median(pre_r) if pre_r else None,
                "decode_ratio_p50": statistics.median(dec_r) if dec_r else None,
                "capacity": capacity}
-    lines += ["", f"Prompt tokens exact on {exact}/{n} turns; prefill within ±{tol:.0%} on {pre_ok}/{n} "
+    lines += ["", (f"{cut} turn(s) not replayed whole (the level's wall-clock limit, or a failed request); "
+                   f"the figures below are over the {n} replayed. " if cut else "")
+              + f"Prompt tokens exact on {exact}/{n} turns; prefill within ±{tol:.0%} on {pre_ok}/{n} "
               f"(median ratio {summary['prefill_ratio_p50'] or float('nan'):.2f}); decode within ±{tol:.0%} on "
               f"{dec_ok}/{n} (median ratio {summary['decode_ratio_p50'] or float('nan'):.2f}).",
               f"Capacity: {capacity}."]
@@ -290,7 +297,8 @@ def main() -> int:
         if s.get("unmeasured"):
             head.append(f"| {s['engine']} | `{s['run']}` | — | not measured (below) | — | — | — | — |")
             continue
-        head.append(f"| {s['engine']} | `{s['run']}` | {s['turns']} | {s['prompt_exact']}/{s['turns']} | "
+        head.append(f"| {s['engine']} | `{s['run']}` | {s['turns']}"
+                    + (f" (+{s['cut']} cut)" if s.get("cut") else "") + f" | {s['prompt_exact']}/{s['turns']} | "
                     f"{s['prefill_within']}/{s['turns']} | {s['decode_within']}/{s['turns']} | "
                     f"{r(s['prefill_ratio_p50'])} | {r(s['decode_ratio_p50'])} |")
     head += ["", "Why a replayed turn may prefill more than the original: the agent's next prompt holds its "
