@@ -33,7 +33,7 @@ from harness.opencode import config as oc_config  # noqa: E402
 from harness.opencode.binary import find_opencode  # noqa: E402
 from harness.stacks.base import Unit  # noqa: E402
 from harness.stacks.llamacpp import LlamaCppStack  # noqa: E402
-from harness.unitlog import UnitLogCollector, wait_ready  # noqa: E402
+from harness.run.unitlog import UnitLogCollector, wait_ready  # noqa: E402
 from harness.vot.environment import load_environment  # noqa: E402
 from harness.vot.preset import load_preset  # noqa: E402
 

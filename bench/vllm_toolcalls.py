@@ -37,7 +37,7 @@ from embedded_toolcalls import ASKS, ask_messages, ask_params, capture_request, 
 
 from harness.fitness.endpoint import Answer, Endpoint, PhaseError  # noqa: E402
 from harness.stacks.local_vllm import LocalVllmStack  # noqa: E402
-from harness.unitlog import UnitLogCollector, wait_ready  # noqa: E402
+from harness.run.unitlog import UnitLogCollector, wait_ready  # noqa: E402
 from harness.vot.environment import load_environment  # noqa: E402
 from harness.vot.preset import load_preset  # noqa: E402
 

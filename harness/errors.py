@@ -64,7 +64,7 @@ class FatalUnitLog(StackError):
 
 class Interrupted(BaseException):
     """SIGINT/SIGTERM while a unit lives: unwinds to the `finally` that destroys
-    (`harness.units` routes the signals here)."""
+    (`harness.run.units` routes the signals here)."""
 
     def __init__(self, signum: int) -> None:
         import signal

@@ -16,7 +16,7 @@ from harness.load.metrics import generated_tokens
 from harness.stacks.ledger import Ledger
 from harness.stacks.llamacpp import LlamaCppStack, llama_server_binary
 from harness.stacks.local_process import processes_with_marker
-from harness.unitlog import UnitLogCollector, wait_ready
+from harness.run.unitlog import UnitLogCollector, wait_ready
 from harness.vot.environment import load_environment
 from harness.vot.preset import load_preset
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from harness.units import destroy_leftovers, plan_unit, start_unit
-from harness.preflight import Preflight
+from harness.run.units import destroy_leftovers, plan_unit, start_unit
+from harness.run.preflight import Preflight
 from harness.stacks.base import GpuCell
 from harness.stacks.ledger import Ledger
 from harness.stacks.local_process import LocalProcessStack, processes_with_marker

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from harness.cli import app
 from harness.errors import UserError
-from harness.record import Phases, RowKey, RunRecord, SessionFigures, Status, Timestamps, Tokens
+from harness.run.record import Phases, RowKey, RunRecord, SessionFigures, Status, Timestamps, Tokens
 from harness.serving.figures import ServingFigures, ToolCallHealth
 from harness.results.check import check_page
 from harness.results.render import (
@@ -331,7 +331,7 @@ def test_the_committed_page_agrees():
 
 
 def test_a_run_stopped_after_its_report_makes_a_row_that_says_so(root: Path):
-    from harness.record import RunOutcome
+    from harness.run.record import RunOutcome
 
     _run(root, "stopped", "odd-stopped", T0 + timedelta(days=3), 900, ["Perf"], 0)
     path = root / ".llms-benchmark" / "runs" / "stopped" / "run.json"

@@ -33,7 +33,7 @@ from harness.load.runner import LoadOptions, Runner, check
 from harness.serving.engine import identify
 from harness.serving.preflight_fit import estimate_against_log, kv_fit
 from harness.stacks.local_vllm import LocalVllmStack
-from harness.unitlog import UnitLogCollector, wait_ready
+from harness.run.unitlog import UnitLogCollector, wait_ready
 from harness.vllm_cpu import converted, installed, venv_dir
 from harness.vot.environment import load_environment
 from harness.vot.preset import load_preset

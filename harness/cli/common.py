@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from harness.clean_exit import clean_exit
+from harness.run.clean_exit import clean_exit
 
 # (code, what it means, which commands): every command follows this table.
 EXIT_CODES: tuple[tuple[str, str, str], ...] = (
@@ -55,7 +55,7 @@ def say(message: str) -> None:
     err.print(f"[dim]llms-benchmark[/dim] {escape(message)}", highlight=False)
 
 
-# A user mistake is one clear message and exit 2 — never a traceback (harness/clean_exit.py).
+# A user mistake is one clear message and exit 2 — never a traceback (harness/run/clean_exit.py).
 user_errors = clean_exit(err)
 
 

@@ -28,7 +28,7 @@ from harness.cli.common import JsonOpt, err, out, project_root, say, user_errors
 from harness.errors import UserError
 from harness.mission import DEFAULT_MISSION
 from harness.opencode.config import EFFORTS
-from harness.paths import ProjectPaths
+from harness.run.paths import ProjectPaths
 
 
 MAX_TRIALS = 20  # each trial is a whole mission run on the serve: bounded
@@ -90,7 +90,7 @@ def effort_note(root: Path, environment: str, preset: str, effort: str) -> str |
 def keep_refusal_out_of_git(root: Path, record) -> Path | None:
     """A launch the preflight refused served nothing and makes no row: its run folder moves to
     `.llms-benchmark/refused/` (ignored by git), its record saying why. Returns the new record path."""
-    from harness.record import Status
+    from harness.run.record import Status
 
     if record.status != Status.refused or record.stopped_at != "preflight" or record.times.serve_start:
         return None
@@ -164,8 +164,8 @@ def launch_local_cmd(
         _detach(root, argv, as_json)
         return
 
-    from harness.launch import Launch, LaunchOptions
-    from harness.summary import run_summary_table
+    from harness.run.launch import Launch, LaunchOptions
+    from harness.run.summary import run_summary_table
 
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     launch = Launch(LaunchOptions(root, environment, preset, effort, mission, probe_long_tokens or None,

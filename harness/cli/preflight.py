@@ -16,7 +16,7 @@ def preflight(environment: str, preset: str,
               mission: Annotated[str, typer.Option(help="Mission whose minimum context is checked.")] = DEFAULT_MISSION,
               as_json: JsonOpt = False) -> None:
     """Check everything that must hold before anything bills."""
-    from harness.preflight import run_preflight
+    from harness.run.preflight import run_preflight
 
     pf = run_preflight(project_root(), environment, preset, mission)
     data = {"environment": pf.env.name, "stack": pf.env.stack, "preset": pf.preset.name, "model": pf.preset.model,

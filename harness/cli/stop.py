@@ -14,8 +14,8 @@ import typer
 
 from harness.cli.common import project_root, say, user_errors
 from harness.errors import UserError
-from harness.paths import ProjectPaths
-from harness.record import RunRecord
+from harness.run.paths import ProjectPaths
+from harness.run.record import RunRecord
 
 
 @user_errors

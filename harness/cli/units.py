@@ -15,8 +15,8 @@ from harness.cli.common import JsonOpt, emit, err, out, project_root, say, user_
 @user_errors
 def serve(environment: str, preset: str, as_json: JsonOpt = False) -> None:
     """Serve one unit by hand (it bills until `destroy`)."""
-    from harness.preflight import run_preflight
-    from harness.units import UnitLife, claim, destroy_leftovers, lifetime
+    from harness.run.preflight import run_preflight
+    from harness.run.units import UnitLife, claim, destroy_leftovers, lifetime
 
     root = project_root()
     destroy_leftovers(root, say)
@@ -48,7 +48,7 @@ def serve(environment: str, preset: str, as_json: JsonOpt = False) -> None:
 @user_errors
 def destroy(environment: str, preset: str) -> None:
     """Destroy unit vot-<preset> on an environment (a missing unit is reported, not an error)."""
-    from harness.units import destroy_unit
+    from harness.run.units import destroy_unit
     from harness.stacks.ledger import Ledger
     from harness.stacks.registry import get_stack
     from harness.vot.environment import load_environment

@@ -17,7 +17,7 @@ from typer.core import TyperCommand, TyperGroup
 from rich.markup import escape
 from rich.table import Table
 
-from harness.clean_exit import clean_exit
+from harness.run.clean_exit import clean_exit
 from harness.errors import PreflightError, UserError
 
 # typer's own click (vendored) raises it: found through its public BadParameter, a subclass.

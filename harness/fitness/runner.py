@@ -145,7 +145,7 @@ def run_fitness(root: Path, target: Target, cfg: FitnessConfig, *, say: Say, rep
         say(f"phase {name}: {result.status} in {result.wall_s:.1f}s" + (f" ({result.reason})" if result.reason else "")
             + (f"; {tally['retries']} retries, {tally['waited_s']:.0f}s waited" if tally["retries"] else ""))
 
-    from harness.units import interruptible
+    from harness.run.units import interruptible
 
     try:
         thresholds = load_thresholds(cfg.thresholds)
@@ -209,7 +209,7 @@ def _finish(state: _Run, cfg: FitnessConfig, target: Target, run_id: str, starte
             thresholds, offline, base) -> Outcome:
     """The record (results.json, summary.json, report.md), the history line, then the webhook.
     From here on a signal is noted, not obeyed: the record is what a cron user has."""
-    from harness.units import on_signals
+    from harness.run.units import on_signals
 
     late: list[str] = []
     with on_signals(lambda signum, _f: late.append(str(signum))):

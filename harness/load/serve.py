@@ -1,6 +1,6 @@
 """Serve `<environment> <preset>` for the length of a load run, and always destroy it.
 
-The unit's life is `harness.units`' own: in the ledger before it is created, out of it
+The unit's life is `harness.run.units`' own: in the ledger before it is created, out of it
 only once destroy verified it gone; SIGINT and SIGTERM unwind to the destroy, and a
 second signal cannot interrupt it.
 """
@@ -13,10 +13,10 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from harness.paths import RunPaths
-from harness.preflight import Preflight, run_preflight
+from harness.run.paths import RunPaths
+from harness.run.preflight import Preflight, run_preflight
 from harness.stacks.base import Unit
-from harness.units import UnitLife, claim, destroy_leftovers, lifetime
+from harness.run.units import UnitLife, claim, destroy_leftovers, lifetime
 
 Say = Callable[[str], None]
 

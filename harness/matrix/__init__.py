@@ -52,8 +52,8 @@ def run_matrix(root: Path, plan: MatrixPlan, plan_file: Path | None, *, fresh: b
                console: Console) -> tuple[int, MatrixState, Path]:
     """Run (or resume) the plan; returns (exit code, final state, report path)."""
     from harness.mission import load_mission
-    from harness.paths import ProjectPaths
-    from harness.units import destroy_leftovers
+    from harness.run.paths import ProjectPaths
+    from harness.run.units import destroy_leftovers
     from harness.vot.environment import load_environment
 
     check_plan(root, plan, plan_file)

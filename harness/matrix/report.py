@@ -11,8 +11,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from harness.matrix.state import Cell, CellStatus, MatrixState
-from harness.paths import ProjectPaths
-from harness.record import RunRecord, Status
+from harness.run.paths import ProjectPaths
+from harness.run.record import RunRecord, Status
 from harness.results.rows import format_duration
 
 STYLE = {CellStatus.done: "green", CellStatus.running: "cyan", CellStatus.queued: "yellow",

@@ -40,8 +40,8 @@ import psutil
 from harness.errors import UserError
 from harness.matrix.plan import MatrixPlan
 from harness.matrix.state import Attempt, Cell, CellStatus, MatrixState, StateFolder
-from harness.paths import ProjectPaths
-from harness.record import RunRecord, Status, utcnow
+from harness.run.paths import ProjectPaths
+from harness.run.record import RunRecord, Status, utcnow
 
 Say = Callable[[str], None]
 # A stand-in for `-m harness.cli` (a script path), for tests and demos: the cell's argv is

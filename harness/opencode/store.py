@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.errors import UserError
-from harness.record import SessionFigures, Tokens
+from harness.run.record import SessionFigures, Tokens
 
 DB_NAME = "opencode.db"
 # The tables and columns collect reads (opencode-ai 1.18.x, the pinned version). opencode 2.x

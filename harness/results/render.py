@@ -16,7 +16,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from harness.atomic import file_lock, write_atomic
 from harness.errors import UserError
-from harness.paths import ProjectPaths
+from harness.run.paths import ProjectPaths
 from harness.results.columns import DASH, HAND_LOCAL_CELLS, Column, bold, columns, headers, preset_link
 from harness.results.rows import (
     NonConclusive, RecordsLeftOut, Row, load_local_rows, load_non_conclusive, load_oddyssey_local_rows, load_remote_rows,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from harness.record import RunRecord
+from harness.run.record import RunRecord
 from harness.serving.figures import ServingFigures
 
 DASH = "—"

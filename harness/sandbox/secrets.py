@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote, quote_plus
 
-from harness.paths import RUN_RECORD
+from harness.run.paths import RUN_RECORD
 from harness.sandbox import agentfs
 
 REDACTED = "[redacted]"

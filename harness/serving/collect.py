@@ -6,7 +6,7 @@ from __future__ import annotations
 import traceback
 from pathlib import Path
 
-from harness.paths import RunPaths
+from harness.run.paths import RunPaths
 from harness.serving.figures import ServingFigures
 from harness.serving.join import join, write_table
 from harness.serving.section import serving_section

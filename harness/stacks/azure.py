@@ -28,8 +28,8 @@ from azure.core.exceptions import (
 from azure.identity import CredentialUnavailableError
 
 from harness.errors import PreflightError, StackError
-from harness.paths import ProjectPaths
-from harness.record import utcnow
+from harness.run.paths import ProjectPaths
+from harness.run.record import utcnow
 from harness.serving.vllm_log import kv_facts
 from harness.stacks import azure_arm
 from harness.stacks.azure_arm import ARM_SCOPE, RESOURCE_GROUPS_API, AzureSettings, describe, get_json

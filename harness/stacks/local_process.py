@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 
 from harness.errors import PreflightError, StackError
-from harness.paths import ProjectPaths
+from harness.run.paths import ProjectPaths
 from harness.stacks.base import GpuCell, Unit, file_logs, unit_name
 from harness.vot.environment import Environment
 from harness.vot.preset import ResolvedPreset

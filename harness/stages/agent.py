@@ -12,7 +12,7 @@ from harness.mission import prepare_workspace
 from harness.mission_services import merge_env, start_services
 from harness.opencode import config as oc_config
 from harness.opencode.runner import Limits, run_opencode
-from harness.record import RunOutcome, RunRecord, utcnow
+from harness.run.record import RunOutcome, RunRecord, utcnow
 from harness.sandbox.wirelog import WIRE_LOG
 from harness.serving.timeline import Sampler
 from harness.stages.context import LaunchContext

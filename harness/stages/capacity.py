@@ -25,9 +25,9 @@ from pathlib import Path
 from harness.errors import UserError
 from harness.load.agents.figures import CapacityFigures, CapacityLevel
 from harness.load.agents.trace import AgentTrace
-from harness.record import RunRecord, utcnow
+from harness.run.record import RunRecord, utcnow
 from harness.stages.context import LaunchContext
-from harness.units import Interrupted
+from harness.run.units import Interrupted
 
 FOLDER = "capacity"  # in the first trial's run folder
 MAX_COPIES = 256

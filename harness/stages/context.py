@@ -15,9 +15,9 @@ from harness.mission import DEFAULT_MISSION
 from harness.mission_services import MissionServices
 from harness.opencode import config as oc_config
 from harness.opencode.runner import RunResult
-from harness.paths import RunPaths
-from harness.preflight import Preflight
-from harness.record import RunRecord
+from harness.run.paths import RunPaths
+from harness.run.preflight import Preflight
+from harness.run.record import RunRecord
 from harness.sandbox.confine import Sandbox
 from harness.sandbox.limits import cgroup_name
 from harness.sandbox.secrets import secrets_from
@@ -25,8 +25,8 @@ from harness.sandbox.stay import AgentStay, StayPlan
 from harness.sandbox.untrusted import escape_controls
 from harness.stacks.base import Unit
 from harness.stacks.local_process import AGENT_MARKER_VAR
-from harness.unitlog import UnitLogCollector
-from harness.units import UnitLife
+from harness.run.unitlog import UnitLogCollector
+from harness.run.units import UnitLife
 from harness.verdicts.drive_server import DriveServer
 
 Say = Callable[[str], None]

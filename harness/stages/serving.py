@@ -10,9 +10,9 @@ from pathlib import Path
 import httpx
 
 from harness.errors import StackError
-from harness.preflight import run_preflight
+from harness.run.preflight import run_preflight
 from harness.probe import LONG_TARGET, run_probe
-from harness.record import RunRecord, SandboxFigures, utcnow
+from harness.run.record import RunRecord, SandboxFigures, utcnow
 from harness.sandbox import agentfs
 from harness.sandbox.confine import agent_view
 from harness.sandbox.identity import hand_over
@@ -20,7 +20,7 @@ from harness.serving.engine import identify
 from harness.serving.preflight_fit import estimate_against_log
 from harness.sandbox.proof import must_stay_hidden, prove_unprivileged, prove_view
 from harness.stages.context import LaunchContext
-from harness.units import claim
+from harness.run.units import claim
 
 
 def preflight(rec: RunRecord, ctx: LaunchContext) -> None:

@@ -313,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.monotonic()
         drive = {"duration": a.duration or DRIVE["duration"], "vus": a.vus or DRIVE["vus"]}
         if a.for_run:
-            from harness.paths import ProjectPaths
+            from harness.run.paths import ProjectPaths
             from harness.verdicts.discriminate import run_drive
 
             if "/" in a.for_run or a.for_run in ("", ".", ".."):

@@ -55,8 +55,8 @@ import yaml
 from harness.verdicts import claim as cl
 from harness.verdicts import evidence as ev
 from harness.errors import UserError
-from harness.paths import RunPaths
-from harness.record import RunRecord
+from harness.run.paths import RunPaths
+from harness.run.record import RunRecord
 from harness.verdicts.report import Finding, Report, parse_report_file
 from harness.verdicts.rulings import HELD_UP, NOT_HELD_UP, Recall, Rerun, RuledFinding, Rulings, now
 

@@ -22,17 +22,17 @@ from pathlib import Path
 
 import psutil
 
-from harness import failpoint
+from harness.run import failpoint
 from harness.errors import Interrupted, UserError
-from harness.paths import RunPaths
-from harness.preflight import Preflight
+from harness.run.paths import RunPaths
+from harness.run.preflight import Preflight
 from harness.probe import unit_api_key
-from harness.record import RunRecord, Status, utcnow
+from harness.run.record import RunRecord, Status, utcnow
 from harness.stacks.base import Stack, Unit, unit_name
 from harness.stacks.ledger import Ledger
 from harness.stacks.local_process import AGENT_MARKER_VAR, kill_marked
 from harness.stacks.registry import get_stack
-from harness.unitlog import UnitLogCollector, wait_ready
+from harness.run.unitlog import UnitLogCollector, wait_ready
 
 Say = Callable[[str], None]
 __all__ = ["Interrupted", "UnitLife", "claim", "destroy_leftovers", "destroy_unit", "lifetime", "on_signals",

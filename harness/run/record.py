@@ -17,7 +17,7 @@ from harness.load.agents.figures import CapacityFigures
 from harness.verdicts.drive import DriveFigures
 from harness.serving.engine import EngineInfo
 from harness.serving.figures import ServingFigures
-from harness.unit_death import UnitDeath
+from harness.run.unit_death import UnitDeath
 
 
 def utcnow() -> datetime:

@@ -14,7 +14,7 @@ import httpx
 
 from harness.errors import FatalUnitLog, StackError
 from harness.stacks.base import Stack, Unit
-from harness.unit_death import UnitDeath, explain
+from harness.run.unit_death import UnitDeath, explain
 from harness.wire.openai import bearer, model_ids, models_url
 
 TAIL_BYTES = 64 * 1024

@@ -11,7 +11,7 @@ writes its result into the record; what must never be recorded (the key, the log
 collector, the mission's services) lives in the context. The loop names the stage a
 failure stops at (`stopped_at`), fires the failpoints (their stage list is derived from
 this one) and saves after each stage. Destroy is the unit's lifetime ending
-(`harness.units`): it runs on every way out.
+(`harness.run.units`): it runs on every way out.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
-from harness import failpoint
+from harness.run import failpoint
 from harness.errors import FatalUnitLog, StackError, UserError
-from harness.paths import ProjectPaths
-from harness.record import RowKey, RunRecord, SandboxFigures, Status, Timestamps, Trial, utcnow
+from harness.run.paths import ProjectPaths
+from harness.run.record import RowKey, RunRecord, SandboxFigures, Status, Timestamps, Trial, utcnow
 from harness.sandbox import agentfs, diskimage
 from harness.sandbox.secrets import scrub_files, scrub_tree
 from harness.sandbox.untrusted import escape_controls
@@ -37,7 +37,7 @@ from harness.stages import agent, collect, serving
 from harness.stages.agent import SmokeFailed
 from harness.stages.capacity import CapacityOptions, run_capacity
 from harness.stages.context import LaunchContext, LaunchOptions, Say
-from harness.units import Interrupted, UnitLife, destroy_leftovers, lifetime
+from harness.run.units import Interrupted, UnitLife, destroy_leftovers, lifetime
 
 __all__ = ["STAGES", "FAILPOINT_STAGES", "TRIAL_STAGES", "Interrupted", "LaunchOptions", "SmokeFailed", "launch_local"]
 
