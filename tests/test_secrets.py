@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from harness.sandbox.secrets import REDACTED, scrub_tree
-from conftest import REPO, Project, stop
+from conftest import REPO, Project, processes_under, stop
 from test_launch_e2e import SMALL_PROBE, dump
 
 
@@ -30,26 +30,31 @@ class Cmdlines:
         self.thread.start()
 
     def _sample(self) -> None:
-        deadline = time.monotonic() + 400
+        deadline, rounds = time.monotonic() + 400, 0
         while self.proc.poll() is None and time.monotonic() < deadline:
+            rounds += 1
             try:
                 procs = [psutil.Process(self.proc.pid), *psutil.Process(self.proc.pid).children(recursive=True)]
-            except psutil.NoSuchProcess:
+            except psutil.Error:
                 # A child that ended during the walk (the launch starts many short ones: the
                 # sandbox's probes, enter.py) is no reason to stop sampling; the launch ending is.
                 if self.proc.poll() is not None:
                     return
                 procs = []
-            # The unit by the pid its ledger entry names, too (a busy box can starve the tree walk).
+            # The unit by the pid its ledger entry names, too (a busy box can starve the tree walk),
+            # and every half second whatever runs with this project as its root (a unit of its own
+            # session, whose tree walk a loaded CI box lost once).
             for unit in self.project.ledger().values():
                 try:
                     procs.append(psutil.Process(unit["pid"]))
-                except (psutil.NoSuchProcess, KeyError, TypeError, ValueError):
+                except (psutil.Error, KeyError, TypeError, ValueError):
                     continue
+            if rounds % 10 == 0:
+                procs += processes_under(self.project.root)
             for p in procs:
                 try:
                     self.seen[(p.pid, p.create_time())] = p.cmdline()
-                except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                except psutil.Error:
                     continue
             time.sleep(0.05)
 
