@@ -10,6 +10,7 @@ stores, keyed by the mission's hash (a changed mission drives a new one)."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -42,9 +43,14 @@ def run(request, tmp_path_factory):
         ctl.drive_one(MISSION, [], store, drive)
     else:
         store = ctl.cache_root().parent / "test-stores" / f"observability-{ctl.mission_hash(MISSION)}-120x5.duckdb"
-        if not store.is_file():
-            store.parent.mkdir(parents=True, exist_ok=True)
-            ctl.drive_one(MISSION, [], store, drive)
+        store.parent.mkdir(parents=True, exist_ok=True)
+        # One worker drives (120 s) while the other waits for it: never two drives into one file.
+        with open(store.with_suffix(".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not store.is_file():
+                part = store.with_name(f".{store.name}.{os.getpid()}")
+                ctl.drive_one(MISSION, [], part, drive)
+                os.replace(part, store)
     return store, drive
 
 
