@@ -26,37 +26,48 @@ class Cmdlines:
 
     def __init__(self, proc: subprocess.Popen, project: Project) -> None:
         self.proc, self.seen, self.project = proc, {}, project
+        self.rounds, self.errors = 0, []
         self.thread = threading.Thread(target=self._sample, daemon=True)
         self.thread.start()
 
     def _sample(self) -> None:
-        deadline, rounds = time.monotonic() + 400, 0
+        deadline = time.monotonic() + 400
         while self.proc.poll() is None and time.monotonic() < deadline:
-            rounds += 1
+            self.rounds += 1
             try:
-                procs = [psutil.Process(self.proc.pid), *psutil.Process(self.proc.pid).children(recursive=True)]
-            except psutil.Error:
-                # A child that ended during the walk (the launch starts many short ones: the
-                # sandbox's probes, enter.py) is no reason to stop sampling; the launch ending is.
-                if self.proc.poll() is not None:
-                    return
-                procs = []
-            # The unit by the pid its ledger entry names, too (a busy box can starve the tree walk),
-            # and every half second whatever runs with this project as its root (a unit of its own
-            # session, whose tree walk a loaded CI box lost once).
-            for unit in self.project.ledger().values():
-                try:
-                    procs.append(psutil.Process(unit["pid"]))
-                except (psutil.Error, KeyError, TypeError, ValueError):
-                    continue
-            if rounds % 10 == 0:
-                procs += processes_under(self.project.root)
-            for p in procs:
-                try:
-                    self.seen[(p.pid, p.create_time())] = p.cmdline()
-                except psutil.Error:
-                    continue
+                self._round()
+            except Exception as exc:  # noqa: BLE001 - a sampler that dies makes the argv check vacuous
+                self.errors.append(repr(exc))
             time.sleep(0.05)
+
+    def _round(self) -> None:
+        try:
+            procs = [psutil.Process(self.proc.pid), *psutil.Process(self.proc.pid).children(recursive=True)]
+        except psutil.Error:
+            # A child that ended during the walk (the launch starts many short ones: the
+            # sandbox's probes, enter.py) is no reason to stop sampling; the launch ending is.
+            procs = []
+        # The unit by the pid its ledger entry and its run folder's pid file name, too (a busy
+        # box can starve the tree walk), and every half second whatever runs with this project
+        # as its root (a unit of its own session, whose tree walk a loaded CI box lost once).
+        pids = [unit.get("pid") for unit in self.project.ledger().values() if isinstance(unit, dict)]
+        for pid_file in self.project.root.glob(".llms-benchmark/runs/*/*.pid"):
+            try:
+                pids.append(int(pid_file.read_text().strip()))
+            except (OSError, ValueError):
+                continue
+        for pid in pids:
+            try:
+                procs.append(psutil.Process(int(pid)))
+            except (psutil.Error, TypeError, ValueError):
+                continue
+        if self.rounds % 10 == 0:
+            procs += processes_under(self.project.root)
+        for p in procs:
+            try:
+                self.seen[(p.pid, p.create_time())] = p.cmdline()
+            except psutil.Error:
+                continue
 
 
 @pytest.mark.slow
@@ -89,7 +100,8 @@ def test_a_launch_with_known_keys_leaves_them_nowhere(project: Project):
     for argv in lines.seen.values():
         joined = " ".join(argv)
         assert unit_key not in joined and hf_token not in joined, argv
-    assert any("--api-key-env" in argv and "VLLM_API_KEY" in argv for argv in lines.seen.values())
+    assert any("--api-key-env" in argv and "VLLM_API_KEY" in argv for argv in lines.seen.values()), (
+        lines.rounds, lines.errors[-5:], list(lines.seen.values()))
 
     run_dir, rec = project.only_run()
     assert unit_key not in out + err and hf_token not in out + err
