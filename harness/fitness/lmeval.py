@@ -15,25 +15,32 @@ stay with the capability phase's own scorers (`OFFLINE_WHY`).
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from harness.errors import UserError
 from harness.fitness import data
+from harness.fitness.toolvenv import PinnedVenv
 
 LM_EVAL = "lm-eval[api]==0.4.13"  # PyPI's newest (2026-12-03); its core pulls no torch (hf is an extra)
 REQUIREMENTS = (LM_EVAL,)
-DRIVER = Path(__file__).with_name("lmeval_driver.py")
-STAMP = ".llms-benchmark-tools.json"
-SETUP_TIMEOUT_S = 900
+VENV = PinnedVenv(
+    name="the fitness tools' venv (lm-eval)", tool="lm-eval", requirements=REQUIREMENTS,
+    stamp=".llms-benchmark-tools.json", cache_name="fitness-tools", driver=Path(__file__).with_name("lmeval_driver.py"),
+    make=f"run `llms-benchmark fitness tools` once (installs {LM_EVAL} from PyPI into its own venv)",
+    turn_off="set capability.lmeval: false", prepare_field="--tools-venv",
+    pip_options=("--prefer-binary",),  # sqlitedict, word2number, rouge-score: sdists only
+    guard=True, setup_timeout_s=900, versions_timeout_s=120,
+    env={"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+         "HF_HUB_DISABLE_TELEMETRY": "1", "TOKENIZERS_PARALLELISM": "false"},
+)
+default_dir, ready, versions = VENV.default_dir, VENV.ready, VENV.versions
+
+
+def require(venv: Path, field: str = "capability.lmeval") -> Path:
+    return VENV.require(venv, field)
 
 # suite -> the lm-eval task written over its frozen file (the upstream gsm8k.yaml's prompt, stop
 # list and flexible-extract filter; zero-shot: no train split is shipped)
@@ -67,69 +74,14 @@ OFFLINE_WHY = {
 }
 
 
-def default_dir() -> Path:
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "llms-benchmark" / "fitness-tools"
-
-
-def _pin_hash() -> str:
-    return hashlib.sha256("\n".join(REQUIREMENTS).encode()).hexdigest()
-
-
-def _python(venv: Path) -> Path:
-    return Path(venv) / "bin" / "python"
-
-
-def ready(venv: Path) -> bool:
-    try:
-        return _python(venv).is_file() and json.loads((Path(venv) / STAMP).read_text()).get("pins") == _pin_hash()
-    except (OSError, ValueError):
-        return False
-
-
-def require(venv: Path, field: str = "capability.lmeval") -> Path:
-    if not ready(venv):
-        raise UserError(f"the fitness tools' venv (lm-eval) is missing or out of date ({venv})", field=field,
-                        fix=f"run `llms-benchmark fitness tools` once (installs {LM_EVAL} from PyPI into its own "
-                            "venv), or set capability.lmeval: false")
-    return _python(venv)
-
-
 def prepare(venv: Path, say=print) -> dict[str, Any]:
     """Make the tools venv (idempotent), then the torch guardrail over it."""
-    venv = Path(venv)
-    if ready(venv):
+    info = VENV.prepare(venv, say)
+    if info is None:
         say(f"tools: {venv} (ready)")
         return versions(venv)
-    if venv.exists():
-        if not (venv / "pyvenv.cfg").is_file() and any(venv.iterdir()):
-            raise UserError("exists and is not a venv: refusing to replace it", file=venv, field="--tools-venv",
-                            fix="point --tools-venv at a new folder (or delete this one yourself)")
-        shutil.rmtree(venv)
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    steps = [[sys.executable, "-m", "venv", str(venv)],
-             [str(_python(venv)), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-              "--prefer-binary", *REQUIREMENTS],  # sqlitedict, word2number, rouge-score: sdists only
-             [sys.executable, "-m", "harness.fitness.guard", "--python", str(_python(venv))]]
-    for cmd in steps:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=SETUP_TIMEOUT_S, stdin=subprocess.DEVNULL)
-        if proc.returncode != 0:
-            said = [ln for ln in (proc.stderr or proc.stdout).splitlines() if "ignored: it is neither" not in ln]
-            raise UserError(f"making the tools' venv failed ({' '.join(cmd[1:4])}): "
-                            f"{' '.join(said).strip()[-500:]}", field="tools",
-                            fix="check that PyPI is reachable (pip's own configuration applies), then run it again")
-    info = _call(_python(venv), "versions", {}, timeout_s=120)
-    (venv / STAMP).write_text(json.dumps({"pins": _pin_hash(), "requirements": list(REQUIREMENTS), **info}) + "\n")
     say(f"tools: {venv} (lm-eval {info.get('lm_eval')})")
     return info
-
-
-def versions(venv: Path) -> dict[str, Any]:
-    try:
-        doc = json.loads((Path(venv) / STAMP).read_text())
-    except (OSError, ValueError):
-        return {}
-    return {k: v for k, v in doc.items() if k != "pins"}
 
 
 def write_tasks(data_dir: Path, folder: Path, suites: list[str]) -> dict[str, str]:
@@ -144,20 +96,6 @@ def write_tasks(data_dir: Path, folder: Path, suites: list[str]) -> dict[str, st
         (folder / f"{spec['task']}.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
         names[suite] = spec["task"]
     return names
-
-
-def _call(python: Path, op: str, payload: dict[str, Any], timeout_s: float, env: dict[str, str] | None = None,
-          ) -> dict[str, Any]:
-    base = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1", "TOKENIZERS_PARALLELISM": "false"}
-    try:
-        proc = subprocess.run([str(python), "-I", str(DRIVER), op], input=json.dumps(payload), capture_output=True,
-                              text=True, timeout=timeout_s, env={**base, **(env or {})}, stdin=None)
-    except subprocess.TimeoutExpired:
-        raise RuntimeError(f"lm-eval ({op}) ran past {timeout_s:.0f}s") from None
-    if proc.returncode != 0:
-        raise RuntimeError(f"lm-eval ({op}) failed: {proc.stderr.strip()[-800:]}")
-    return json.loads(proc.stdout)
 
 
 def run(base_url: str, model: str, suites: list[str], *, data_dir: Path, venv: Path, work_dir: Path,
@@ -175,10 +113,10 @@ def run(base_url: str, model: str, suites: list[str], *, data_dir: Path, venv: P
     if api_key:  # to the driver's environment only (never argv, never a file)
         key_env = "LLMS_BENCHMARK_LMEVAL_KEY"
         env[key_env] = api_key
-    doc = _call(python, "run", {"base_url": base_url, "model": model, "tasks": list(tasks.values()),
-                                "include_path": str(work_dir / "tasks"), "limit": limit, "max_tokens": max_tokens,
-                                "seed": seed, "key_env": key_env, "timeout_s": min(timeout_s, 900)},
-                timeout_s=timeout_s, env=env)
+    doc = VENV.call(python, "run", {"base_url": base_url, "model": model, "tasks": list(tasks.values()),
+                                    "include_path": str(work_dir / "tasks"), "limit": limit, "max_tokens": max_tokens,
+                                    "seed": seed, "key_env": key_env, "timeout_s": min(timeout_s, 900)},
+                    timeout_s=timeout_s, env=env)
     out = {}
     for suite, task in tasks.items():
         got = doc["tasks"].get(task) or {}
