@@ -21,20 +21,35 @@ def check_join_against_served(run_dir, rec: dict, trajectory: str) -> list[dict]
     table = [json.loads(line) for line in (run_dir / "serving.jsonl").read_text().splitlines()]
     assert rec["artifacts"]["serving_table"] == "serving.jsonl"
     assert len(table) == len(served) == rec["session"]["turns"], (table, served)
-    for row, s in zip(table, served):
+    late = [late_step_reading(run_dir, row["message"]) for row in table]
+    for n, (row, s) in enumerate(zip(table, served)):
         usage = s["usage"]
         want = (usage["prompt_tokens"], usage["prompt_tokens_details"]["cached_tokens"], usage["completion_tokens"])
         # What opencode stored for the call is what the server served for it...
         assert (row["prompt_tokens"], row["cached_tokens"], row["output_tokens"]) == want, (row, s)
-        # ...and so are the server's own counters over the call's bracket of the timeline.
-        server = row["server"]
-        assert server["attribution"] == "exact", row
-        assert (server["prompt_tokens"], server["prefix_cache_hits"], server["generation_tokens"]) == want, (row, s)
-        assert server["queue_s"] == 0 and server["prefill_s"] > 0 and server["preemptions"] == 0
         # The call's window in the store holds what the server timed for it.
         start, end = (datetime.fromisoformat(row[k]).timestamp() for k in ("start", "end"))
         assert start <= s["started"] + 0.05 and s["finished"] <= end + 0.05, (row, s)
+        # ...and so are the server's own counters over the call's bracket of the timeline.
+        server = row["server"]
+        if server["attribution"] == "shared" and (late[n] or (n and late[n - 1])):
+            # A loaded box: the reading asked for at this step's (or the previous step's) end came
+            # after the next call had begun, so no idle reading separates the two calls. Sharing is
+            # then the honest attribution.
+            assert server["shared_with"] >= 1, row
+            continue
+        assert server["attribution"] == "exact", row
+        assert (server["prompt_tokens"], server["prefix_cache_hits"], server["generation_tokens"]) == want, (row, s)
+        assert server["queue_s"] == 0 and server["prefill_s"] > 0 and server["preemptions"] == 0
     return table
+
+
+def late_step_reading(run_dir, message: str) -> bool:
+    """True when no idle reading (nothing running) carries this call's step tag."""
+    readings = [json.loads(line) for line in (run_dir / "serving-timeline.jsonl").read_text().splitlines()]
+    tagged = [r for r in readings if message in str(r.get("after") or "").split(",")]
+    return not any(r.get("reachable", True) is not False and r.get("running") in (None, 0, 0.0) and
+                   len(str(r["after"]).split(",")) == 1 for r in tagged)
 
 
 def check_timeline_window(run_dir, rec: dict) -> list[dict]:
@@ -58,7 +73,8 @@ def test_replay_hello_serving_section(project: Project):
     table = check_join_against_served(run_dir, rec, "hello")
     served = Project.served(run_dir, "hello")
     sec = rec["serving"]
-    assert sec["server"] == "vllm" and sec["turns"] == sec["turns_exact"] == len(served)
+    exact = [r for r in table if r["server"]["attribution"] == "exact"]
+    assert sec["server"] == "vllm" and sec["turns"] == len(served) and sec["turns_exact"] == len(exact) >= 1
     assert sec["readings"] == len(readings)
     cached = sum(s["usage"]["prompt_tokens_details"]["cached_tokens"] for s in served)
     prompt = sum(s["usage"]["prompt_tokens"] for s in served)
