@@ -28,7 +28,7 @@ import yaml
 
 from conftest import REPO, Project, stop
 from test_azure_stack import APP, ENV, PRESET, arm  # noqa: F401  (arm: the fixture)
-from test_fault_matrix import DELAY, STAGES, Tree
+from test_fault_matrix import DELAY, Tree, faults
 from test_launch_e2e import SMALL_PROBE, _agents_of, dump
 from fakes.arm_server import FakeArm
 
@@ -90,8 +90,7 @@ def deleted_in_arm(fake: FakeArm, times: int = 1) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("action", ["raise", "sigint", "sigterm"])
-@pytest.mark.parametrize("stage", STAGES)
+@pytest.mark.parametrize(("stage", "action"), faults(1))
 def test_every_stage_every_fault_deletes_the_app_and_records(project: Project, azure: FakeArm, stage: str,
                                                              action: str):
     delay = DELAY.get(stage, "") if action != "raise" else ""
