@@ -113,7 +113,8 @@ def test_every_phase_runs_or_is_skipped_with_a_reason(project, tmp_path: Path) -
     assert abs(tp["8192"]["prompt_tokens"] - 8192) < 8192 * 0.1
     assert 25_000 < tp["8192"]["prefill_tps"] < 42_000
     for size in ("512", "8192"):
-        assert 300 < tp[size]["decode_tps"] < 420
+        # A late first token on a loaded box shortens the client's decode window: read high, never low.
+        assert 300 < tp[size]["decode_tps"] < 500
     # capacity: the load runner's levels, percentiles from its rows
     levels = phases["capacity"]["details"]["levels"]
     assert [lv["n"] for lv in levels] == [1, 3] and all(lv["requests"] == 6 and lv["failed"] == 0 for lv in levels)

@@ -70,7 +70,7 @@ def test_load_reports_what_the_server_did(make_timed, tmp_path: Path) -> None:
     assert table[1]["succeeded"] == "6" and float(table[1]["ttft_p50_s"]) == rows[1]["ttft_p50_s"]
 
     requests = [json.loads(line) for line in (run / "requests.jsonl").read_text().splitlines()]
-    served = {line["tag"]: line for line in server.log()}
+    served = {line["tag"]: line for line in server.log(at_least=1 + 4 * 6)}
     warmups = [tag for tag in served if tag.endswith("-warmup")]
     assert len(warmups) == 1 and len(served) == 1 + 4 * 6
     by_level = defaultdict(list)
@@ -134,7 +134,8 @@ def test_duration_bounds_a_level(make_timed, tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     (row,) = json.loads(result.stdout)["levels"]
     assert row["requests"] >= 4 and row["failed"] == 0 and row["wall_time_s"] >= 0.6
-    assert row["requests"] == len([line for line in server.log() if not line["tag"].endswith("-warmup")])
+    assert row["requests"] == len([line for line in server.log(at_least=row["requests"] + 1)
+                                   if not line["tag"].endswith("-warmup")])
 
 
 def test_busy_server_is_refused_unless_allowed(make_timed, tmp_path: Path) -> None:

@@ -58,7 +58,7 @@ def test_copies_keep_think_times_order_forks_and_distinct_content(make_timed) ->
     assert errors[len(errors) // 2] < 0.1  # p50; bench/agents_think.py measures the real figure (< 1 ms)
     # the server saw every copy's prompts at the trace's lengths, each copy under its own tag
     seen: dict[str, list[int]] = defaultdict(list)
-    for row in server.log():
+    for row in server.log(at_least=3 * 5):
         seen[row["tag"]].append(row["usage"]["prompt_tokens"])
     assert {tag: sorted(v) for tag, v in seen.items()} == {
         f"a{c}-{sid}": sorted(t.prompt_tokens for t in TRACE.session(sid).turns)

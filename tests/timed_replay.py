@@ -7,6 +7,7 @@ import re
 import selectors
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,10 +25,21 @@ class Timed:
     url: str
     served_log: Path
 
-    def log(self) -> list[dict]:
+    def log(self, at_least: int = 0, within_s: float = 10.0) -> list[dict]:
+        """The served log; with `at_least`, waited for (bounded) until it holds that many rows:
+        the server writes a row after the answer's last bytes, so a busy box can show the client
+        its answer before the row exists."""
+        deadline = time.monotonic() + within_s
+        while True:
+            rows = self._rows()
+            if len(rows) >= at_least or time.monotonic() > deadline:
+                return rows
+            time.sleep(0.05)
+
+    def _rows(self) -> list[dict]:
         if not self.served_log.exists():
             return []
-        return [json.loads(line) for line in self.served_log.read_text().splitlines() if line.strip()]
+        return [json.loads(line) for line in self.served_log.read_text().splitlines() if line.endswith("}")]
 
     def script(self, **change) -> dict:
         return httpx.post(f"{self.url}/admin/metrics", json=change, timeout=5).json()
