@@ -423,9 +423,14 @@ class FakeArm:
 
 
 def _empty_trajectory(workdir: Path):
-    path = workdir / "fake-vllm-empty.yaml"
+    # A file of its own per boot: apps boot on threads of their own, and one boot writing the
+    # shared name while another read it found it empty (a matrix resume's app never booted).
+    path = workdir / f"fake-vllm-empty-{uuid.uuid4().hex[:8]}.yaml"
     path.write_text("trajectories: []\n")
-    return load_trajectory(path)
+    try:
+        return load_trajectory(path)
+    finally:
+        path.unlink(missing_ok=True)
 
 
 # -- HTTP ------------------------------------------------------------------------------------------
