@@ -308,7 +308,9 @@ class FakeArm:
     def set_az(self, **state: Any) -> None:
         current = json.loads(self.az_state_file.read_text()) if self.az_state_file.exists() else {}
         current.update(state)
-        self.az_state_file.write_text(json.dumps(current))
+        staged = self.az_state_file.with_suffix(f".{uuid.uuid4().hex[:8]}.tmp")
+        staged.write_text(json.dumps(current))
+        staged.replace(self.az_state_file)  # the fake `az` of a running launch never reads it half written
 
     # state machine ---------------------------------------------------------------------------
     def _tick(self) -> None:
