@@ -21,7 +21,8 @@ def check_join_against_served(run_dir, rec: dict, trajectory: str) -> list[dict]
     table = [json.loads(line) for line in (run_dir / "serving.jsonl").read_text().splitlines()]
     assert rec["artifacts"]["serving_table"] == "serving.jsonl"
     assert len(table) == len(served) == rec["session"]["turns"], (table, served)
-    late = [late_step_reading(run_dir, row["message"]) for row in table]
+    readings = [json.loads(line) for line in (run_dir / "serving-timeline.jsonl").read_text().splitlines()]
+    late = [late_step_reading(readings, row["message"]) for row in table]
     for n, (row, s) in enumerate(zip(table, served)):
         usage = s["usage"]
         want = (usage["prompt_tokens"], usage["prompt_tokens_details"]["cached_tokens"], usage["completion_tokens"])
@@ -44,9 +45,8 @@ def check_join_against_served(run_dir, rec: dict, trajectory: str) -> list[dict]
     return table
 
 
-def late_step_reading(run_dir, message: str) -> bool:
+def late_step_reading(readings: list[dict], message: str) -> bool:
     """True when no idle reading (nothing running) carries this call's step tag."""
-    readings = [json.loads(line) for line in (run_dir / "serving-timeline.jsonl").read_text().splitlines()]
     tagged = [r for r in readings if message in str(r.get("after") or "").split(",")]
     return not any(r.get("reachable", True) is not False and r.get("running") in (None, 0, 0.0) and
                    len(str(r["after"]).split(",")) == 1 for r in tagged)

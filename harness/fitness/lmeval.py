@@ -42,6 +42,7 @@ default_dir, ready, versions = VENV.default_dir, VENV.ready, VENV.versions
 def require(venv: Path, field: str = "capability.lmeval") -> Path:
     return VENV.require(venv, field)
 
+
 # suite -> the lm-eval task written over its frozen file (the upstream gsm8k.yaml's prompt, stop
 # list and flexible-extract filter; zero-shot: no train split is shipped)
 TASKS: dict[str, dict[str, Any]] = {
