@@ -45,6 +45,15 @@ HERE = Path(__file__).resolve()
 LABEL_ID = 12
 
 
+def write_json(path: Path, data) -> None:
+    """Replace `path` whole (a temporary file, then a rename): a stand-in reading it while another
+    writes it (the container process reading its meta.json as `docker run` marks it running, a
+    `docker inspect` from the launch) sees the old file or the new one, never a half-written one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+
+
 # -- recording and the simple tools -----------------------------------------------------------
 def record(state: Path, tool: str, argv: list[str]) -> None:
     with open(state / "calls.jsonl", "a", encoding="utf-8") as fh:
@@ -80,8 +89,8 @@ def install(bin_dir: Path, state: Path, tools: dict[str, dict[str, list]] | None
     bin_dir.mkdir(parents=True, exist_ok=True)
     (state / "containers").mkdir(parents=True, exist_ok=True)
     if not (state / "config.json").exists():
-        (state / "config.json").write_text("{}")
-    (state / "tools.json").write_text(json.dumps(tools or {}))
+        write_json(state / "config.json", {})
+    write_json(state / "tools.json", tools or {})
     for name in ("docker", "vllm", *(tools or {})):
         (bin_dir / name).unlink(missing_ok=True)
     named = ["docker"] * docker + ["vllm"] * vllm
@@ -101,7 +110,7 @@ def configure(state: Path, **changes) -> None:
     path = state / "config.json"
     data = json.loads(path.read_text()) if path.exists() else {}
     data.update(changes)
-    path.write_text(json.dumps(data))
+    write_json(path, data)
 
 
 def entry(state: str, tool: str, argv: list[str]) -> int:
@@ -238,7 +247,7 @@ class Container:
         return self.meta["name"]
 
     def save(self) -> None:
-        (self.dir / "meta.json").write_text(json.dumps(self.meta))
+        write_json(self.dir / "meta.json", self.meta)
 
     def processes(self):
         import psutil
@@ -310,8 +319,10 @@ class Docker:
     def containers(self) -> list[Container]:
         out = []
         for folder in sorted(self.root.iterdir()):
-            if (folder / "meta.json").exists():
+            try:
                 out.append(Container(folder))
+            except FileNotFoundError:  # being created (no meta yet) or removed by a `docker rm`
+                continue
         return out
 
     def find(self, ref: str) -> Container | None:
@@ -393,7 +404,7 @@ class Docker:
         meta = {"id": cid, "name": name, "image": image, "cmd": cmd, "labels": labels, "env": env,
                 "ports": ports, "binds": opts.get("-v", []), "ipc": (opts.get("--ipc") or [""])[-1],
                 "gpus": opts.get("--gpus", []), "created": time.time_ns(), "status": "created"}
-        (folder / "meta.json").write_text(json.dumps(meta))
+        write_json(folder / "meta.json", meta)
         (folder / "log.jsonl").write_text("")
         if opts.get("--gpus") and self.config.get("no_gpu_runtime"):
             sys.stderr.write('docker: Error response from daemon: could not select device driver "" with '
@@ -405,7 +416,7 @@ class Docker:
         import psutil
 
         meta.update(status="running", pid=proc.pid, pid_started=psutil.Process(proc.pid).create_time())
-        (folder / "meta.json").write_text(json.dumps(meta))
+        write_json(folder / "meta.json", meta)
         print(cid)
         return 0
 
