@@ -24,11 +24,9 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
-
-from conftest import REPO, Project, stop
+from conftest import Project, stop
 from test_azure_stack import APP, ENV, PRESET, arm  # noqa: F401  (arm: the fixture)
-from test_fault_matrix import DELAY, Tree, faults
+from test_fault_matrix import DELAY, Tree, faults, quick_trajectory
 from test_launch_e2e import SMALL_PROBE, _agents_of, dump
 from fakes.arm_server import FakeArm
 
@@ -36,21 +34,6 @@ LAUNCH = ["launch", "local", ENV, PRESET, "--mission", "hello", *SMALL_PROBE]
 KEY = f"{ENV}/{APP}"
 # run twice: sandboxed (the agent dies with its launch) and --no-sandbox (the next serve ends it).
 SIGKILL_CASES = ("serve", "run", "run-unsandboxed", "destroy")
-
-
-def quick_trajectory(dest: Path, *, stall_mission_s: float | None = None) -> Path:
-    """replay/hello.yaml without its scripted think time (the fault matrix is not about
-    speed); with `stall_mission_s`, the mission's first request stalls that long, so an
-    orphaned opencode is surely still running when the next command looks for it."""
-    data = yaml.safe_load((REPO / "replay" / "hello.yaml").read_text())
-    for trajectory in data["trajectories"]:
-        for step in trajectory["steps"]:
-            if "ttft" in step:
-                step["ttft"], step["duration"] = 0.0, 0.0
-        if stall_mission_s and trajectory["name"] == "hello":
-            trajectory["steps"].insert(0, {"stall": stall_mission_s})
-    dest.write_text(yaml.safe_dump(data, sort_keys=False))
-    return dest
 
 
 @pytest.fixture
