@@ -8,6 +8,11 @@ boundary after it; the reading taken as its step finished (tagged with its messa
 that end boundary. The attribution is `exact` when no other call's window overlaps the
 bracket (a sequential agent), `shared` when one does (a subagent inside its parent's
 step, two steps ending before one reading): the deltas then hold more than one call.
+Where the server counts the requests it finished (vLLM's `request_success_total`, the replay
+servers'), that count over the bracket decides how many calls it holds: the times opencode
+stored only bound when a call ran on the server, and a reading asked for at a step's end can
+be answered after the next call has come and gone (a loaded box). llama.cpp counts no
+requests; there the times alone decide.
 
 Per-engine meaning of the prompt counter: vLLM (and the replay server) count every prompt
 token, cached or not; llama.cpp counts the tokens it had to process (cache hits excluded).
@@ -32,6 +37,8 @@ COUNTERS = {
     "prefix_cache_queries": "prefix_cache_queries_total",
     "preemptions": "preemptions_total",
 }
+# Requests the server finished (any finish reason): the calls a bracket's deltas hold.
+FINISHED = ("vllm:request_success_total", "vllm:e2e_request_latency_seconds_count")
 SECONDS = {
     "queue_s": "vllm:request_queue_time_seconds_sum",
     "prefill_s": ("vllm:request_prefill_time_seconds_sum", "llamacpp:prompt_seconds_total"),
@@ -114,6 +121,11 @@ def server_side(turn: Turn, turns: list[Turn], readings: list[dict[str, Any]]) -
         others += 1
     if len(_tags(end)) > 1:
         others = max(others, len(_tags(end)) - 1)
+    finished = _delta(start, end, FINISHED)
+    if finished is not None:
+        if finished < 1:  # this call is not among the bracket's finished requests: no reading fits it
+            return ServerSide("none")
+        others = int(round(finished)) - 1
     side = ServerSide("exact" if others == 0 else "shared", shared_with=others)
     for field, name in COUNTERS.items():
         setattr(side, field, _delta(start, end, name))

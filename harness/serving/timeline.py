@@ -31,6 +31,7 @@ EXTRA = (
     "vllm:e2e_request_latency_seconds_sum", "vllm:e2e_request_latency_seconds_count",
     "llamacpp:prompt_seconds_total", "llamacpp:tokens_predicted_seconds_total",
     "llamacpp:n_decode_total",
+    "vllm:request_success_total",  # finished requests, every finish reason summed: how many calls a bracket holds
 )  # fmt: skip
 
 
