@@ -23,6 +23,7 @@ from harness.verdicts import controls as ctl
 from harness.verdicts.keymatch import draft_rulings, label
 from harness.verdicts.rule import finish
 from harness.verdicts.rulings import HELD_UP
+from observed_drive import collisions, drive_showing_b01
 
 ROOT = Path(__file__).resolve().parents[1]
 MISSION = ROOT / "missions" / "observability"
@@ -33,33 +34,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 DRIVES = {"short": {"duration": 10, "vus": 2}, "default": {"duration": 120, "vus": 5}}
 
 
-# B01 is a race (two orders placed at once share a reference): a drive may see none, most often
-# a short one on a loaded box (CI once drove 10 s × 2 users with no collision, while the controls
-# had 3 and 5). An honest report cites what its run shows, so the honest findings below need a run
-# that shows it: a drive that did not is driven again (at most DRIVE_TRIES times).
-COLLISIONS = ("SELECT count(*) - count(DISTINCT attributes->>'$.\"shop.order.ref\"') FROM logs "
-              "WHERE body = 'order placed'")
-DRIVE_TRIES = 3
-
-
-def _collisions(store: Path) -> int:
-    with duckdb.connect(str(store), read_only=True) as con:
-        return int(con.execute(COLLISIONS).fetchone()[0] or 0)
-
-
-def _drive(store: Path, drive: dict) -> None:
-    """Drive into `store` (replaced whole) until the race B01 plants shows in it."""
-    for _ in range(DRIVE_TRIES):
-        part = store.with_name(f".{store.name}.{os.getpid()}")
-        part.unlink(missing_ok=True)
-        ctl.drive_one(MISSION, [], part, drive)
-        os.replace(part, store)
-        if _collisions(store) > 0:
-            return
-    pytest.fail(f"{DRIVE_TRIES} drives of {drive} showed no order-reference collision (B01): the planted race "
-                f"did not manifest, so no honest report could claim it")
-
-
 @pytest.fixture(scope="module", params=list(DRIVES))
 def run(request, tmp_path_factory):
     """(store, drive): the mission's stack driven by the harness's drive, as a launch does."""
@@ -67,15 +41,15 @@ def run(request, tmp_path_factory):
     ctl.build(MISSION)  # the control stores (made by `make setup`; built here when missing)
     if request.param == "short":
         store = tmp_path_factory.mktemp("short") / "telemetry.duckdb"
-        _drive(store, drive)
+        drive_showing_b01(store, drive)
     else:
         store = ctl.cache_root().parent / "test-stores" / f"observability-{ctl.mission_hash(MISSION)}-120x5.duckdb"
         store.parent.mkdir(parents=True, exist_ok=True)
         # One worker drives (120 s) while the other waits for it: never two drives into one file.
         with open(store.with_suffix(".lock"), "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            if not store.is_file() or _collisions(store) == 0:
-                _drive(store, drive)
+            if not store.is_file() or collisions(store) == 0:  # B01 shows (tests/observed_drive.py)
+                drive_showing_b01(store, drive)
     return store, drive
 
 

@@ -20,6 +20,7 @@ from harness.verdicts import controls as ctl
 from harness.verdicts.keymatch import draft_rulings
 from harness.verdicts.rule import finish
 from harness.verdicts.rulings import HELD_UP
+from observed_drive import drive_showing_b01
 
 ROOT = Path(__file__).resolve().parents[1]
 MISSION = ROOT / "missions" / "observability"
@@ -63,7 +64,7 @@ NEEDED = [*ctl.BASELINES, "T01-orders-bypass-db-span", "T04-retired-http-attribu
 def stores(tmp_path_factory) -> tuple[Path, ctl.Controls]:
     folder = ctl.build(MISSION, only=NEEDED)
     run = tmp_path_factory.mktemp("run") / "telemetry.duckdb"
-    ctl.drive_one(MISSION, [], run)  # the run's own store: the unfixed stack, driven once more
+    drive_showing_b01(run)  # the run's own store: the unfixed stack, driven once more (B01 showing)
     controls = ctl.Controls(folder, ctl.load_fixes(MISSION))
     yield run, controls
     controls.close()
