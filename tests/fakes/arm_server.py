@@ -43,6 +43,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import trustme
 
+from harness.atomic import write_atomic
 from harness.replay.server import Handler as ReplayHandler
 from harness.replay.server import ReplayServer, shut_down
 from harness.replay.trajectory import load_trajectory
@@ -308,9 +309,7 @@ class FakeArm:
     def set_az(self, **state: Any) -> None:
         current = json.loads(self.az_state_file.read_text()) if self.az_state_file.exists() else {}
         current.update(state)
-        staged = self.az_state_file.with_suffix(f".{uuid.uuid4().hex[:8]}.tmp")
-        staged.write_text(json.dumps(current))
-        staged.replace(self.az_state_file)  # the fake `az` of a running launch never reads it half written
+        write_atomic(self.az_state_file, json.dumps(current))  # a running launch's fake `az` never reads it torn
 
     # state machine ---------------------------------------------------------------------------
     def _tick(self) -> None:

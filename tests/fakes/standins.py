@@ -41,17 +41,17 @@ import threading
 import time
 from pathlib import Path
 
+from harness.atomic import write_atomic
+
 HERE = Path(__file__).resolve()
 LABEL_ID = 12
 
 
 def write_json(path: Path, data) -> None:
-    """Replace `path` whole (a temporary file, then a rename): a stand-in reading it while another
-    writes it (the container process reading its meta.json as `docker run` marks it running, a
-    `docker inspect` from the launch) sees the old file or the new one, never a half-written one."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
+    """Replace `path` whole: a stand-in reading it while another writes it (the container process
+    reading its meta.json as `docker run` marks it running, a `docker inspect` from the launch)
+    sees the old file or the new one, never a half-written one."""
+    write_atomic(path, json.dumps(data))
 
 
 # -- recording and the simple tools -----------------------------------------------------------
