@@ -50,7 +50,10 @@ def test_a_streamed_answer_is_logged_with_its_usage_tool_calls_and_times(tmp_pat
             bridge.close()
     assert b"[DONE]" in streamed  # the relay forwarded the stream whole
     entries = read_log(tmp_path / "wire.jsonl")
-    chat, models = entries
+    # one line per exchange, in the order the exchanges ended: the fake ends its stream by closing
+    # the connection, so the chat's line may follow the next request's
+    assert sorted(e["path"] for e in entries) == ["/v1/chat/completions", "/v1/models"]
+    chat, models = sorted(entries, key=lambda e: e["path"])
     assert chat["path"] == "/v1/chat/completions" and chat["status"] == 200 and chat["stream"] is True
     assert (chat["messages"], chat["tools"], chat["model"]) == (3, 2, "fake-model")
     assert chat["usage"] == {"prompt_tokens": 4321, "completion_tokens": 77, "cached_tokens": 4000,
