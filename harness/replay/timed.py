@@ -117,8 +117,11 @@ class Player:
                 data = self.tokens[k % len(WORDS)]
             if k == 0 and self.preempted:
                 self.engine.preemptions += 1
-            self.conn.write(data)
+            # Stamped as the bytes are handed to the kernel: send() wakes the reading client, and
+            # on a busy host the scheduler may run it before this loop resumes, so a stamp taken
+            # after send() returns can be late by a time slice (the truth read ~0.6 ms long).
             written = loop.time()
+            self.conn.write(data)
             state = self.state
             if k == 0:
                 state.late_first_ns.append(int((written - deadlines[0]) * 1e9))
