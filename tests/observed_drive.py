@@ -10,6 +10,7 @@ shows it."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
@@ -28,14 +29,23 @@ def collisions(store: Path) -> int:
         return int(con.execute(COLLISIONS).fetchone()[0] or 0)
 
 
+def showing_b01(run_once: Callable[[], Path], what: str) -> Path:
+    """The store `run_once()` makes, made again (at most DRIVE_TRIES times) until B01's race shows in it."""
+    for _ in range(DRIVE_TRIES):
+        store = run_once()
+        if collisions(store) > 0:
+            return store
+    pytest.fail(f"{DRIVE_TRIES} {what} showed no order-reference collision (B01): the planted race did not "
+                "manifest, so no run store to rule on")
+
+
 def drive_showing_b01(store: Path, drive: dict | None = None) -> Path:
     """Drive the unfixed stack into `store` (replaced whole) until B01's race shows in it."""
-    for _ in range(DRIVE_TRIES):
+    def once() -> Path:
         part = store.with_name(f".{store.name}.{os.getpid()}")
         part.unlink(missing_ok=True)
         ctl.drive_one(MISSION, [], part, drive)
         os.replace(part, store)
-        if collisions(store) > 0:
-            return store
-    pytest.fail(f"{DRIVE_TRIES} drives ({drive or 'the default drive'}) showed no order-reference collision "
-                f"(B01): the planted race did not manifest, so no run store to rule on")
+        return store
+
+    return showing_b01(once, f"drives ({drive or 'the default drive'})")

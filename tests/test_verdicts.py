@@ -26,7 +26,7 @@ from harness.verdicts.keymatch import draft_rulings, label
 from harness.verdicts.rule import finish
 from harness.verdicts.rulings import HELD_UP
 from harness.verdicts.scoring import score_local
-from observed_drive import DRIVE_TRIES, collisions
+from observed_drive import showing_b01
 
 ROOT = Path(__file__).resolve().parents[1]
 MISSION = ROOT / "missions" / "observability"
@@ -47,12 +47,7 @@ def _setup():
 def store(tmp_path_factory) -> Path:
     """A real run's telemetry store: the mission's services, driven by its scenario; driven again
     (a fresh run) while B01's race did not show (tests/observed_drive.py says why)."""
-    for _ in range(DRIVE_TRIES):
-        store = _run_once(tmp_path_factory.mktemp("run"))
-        if collisions(store) > 0:
-            return store
-    pytest.fail(f"{DRIVE_TRIES} runs showed no order-reference collision (B01): the planted race did not "
-                "manifest, so no run store to rule on")
+    return showing_b01(lambda: _run_once(tmp_path_factory.mktemp("run")), "runs")
 
 
 def _run_once(run: Path) -> Path:
