@@ -179,3 +179,22 @@ def test_an_effort_the_model_cannot_take_is_said_before_the_launch(project: Proj
 
     assert load_preset(project.root, "replay-gptoss").resolve("replay").reasoning_parser == "openai_gptoss"
     assert effort_note(project.root, "replay", "replay-gptoss", "high") is None
+
+
+@pytest.mark.parametrize("covered", [True, False])
+def test_a_mission_the_replay_trajectory_does_not_script_is_refused_before_anything(project: Project, covered: bool):
+    """Unscripted, the mission would be answered by the fallback's filler (max_tokens a turn at
+    its pace) until its budget ran out: `launch local replay replay-hello` without
+    `--mission hello` ran 49 minutes on the observability mission before this check."""
+    folder = project.add_mission("unscripted")
+    (folder / "prompt.md").write_text("Count the files in this directory and say how many there are.\n")
+    if not covered:
+        shutil.rmtree(project.root / "missions" / "hello")
+    code, out, err = project.run_cli(["launch", "local", "replay", "replay-hello", "--mission", "unscripted"],
+                                     timeout=60)
+    text = " ".join(err.split())
+    assert code == 2 and "Traceback" not in err, dump(out, err)
+    assert "none of its scenarios matches the 'unscripted' mission's prompt" in text, dump(out, err)
+    fix = "fix: add --mission hello" if covered else "fix: add a scenario to replay/hello.yaml"
+    assert fix in text, dump(out, err)
+    assert project.run_dirs() == [] and project.ledger() == {}

@@ -77,6 +77,9 @@ def run_preflight(root: Path, env_name: str, preset_name: str, mission_name: str
     fit = kv_fit(env, preset)
     refuse_unless_fits(fit, preset)
     gpu = stack.preflight(env, preset)
+    check_mission = getattr(stack, "check_mission", None)  # optional: a stack whose model is a script
+    if mission is not None and check_mission is not None:
+        check_mission(preset, mission)
     if fit is None:
         fit = kv_fit(env, preset, gpu.label)
         refuse_unless_fits(fit, preset)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from harness.errors import PreflightError
+from harness.errors import PreflightError, UserError
+from harness.mission import MANIFEST, Mission, load_mission_dir
 from harness.replay.trajectory import load_trajectory
 from harness.stacks.base import GpuCell
 from harness.stacks.local_process import API_KEY_ENV, LocalProcessStack
@@ -19,6 +20,17 @@ from harness.vot.preset import ResolvedPreset
 
 
 REPLAY_LABEL = "replay (scripted trajectory, no GPU)"
+
+
+def _missions(root: Path) -> list[Mission]:
+    """The project's missions that load; one that does not is not a candidate for the fix."""
+    found = []
+    for manifest in sorted((root / "missions").glob(f"*/{MANIFEST}")):
+        try:
+            found.append(load_mission_dir(manifest.parent))
+        except UserError:
+            continue
+    return found
 
 
 class ReplayStack(LocalProcessStack):
@@ -41,6 +53,22 @@ class ReplayStack(LocalProcessStack):
             )
         load_trajectory(path)  # a malformed trajectory is refused before serving
         return super().preflight(env, preset)
+
+    def check_mission(self, preset: ResolvedPreset, mission: Mission) -> None:
+        """A mission no scenario of the trajectory matches would be answered by the fallback
+        alone: max_tokens of filler per turn at the fallback's pace, for as long as the
+        mission's budget lasts (an hour, measured). Refused before anything is served."""
+        trajectory = load_trajectory(self.trajectory_path(preset))
+        if trajectory.find(mission.prompt_text) is not None:
+            return
+        covered = [m.name for m in _missions(self.root) if trajectory.find(m.prompt_text) is not None]
+        fix = (f"add --mission {covered[0]}" if len(covered) == 1 else
+               f"add --mission with one of: {', '.join(covered)}" if covered else
+               f"add a scenario to {preset.model} whose `match` is a phrase of the '{mission.name}' prompt")
+        raise PreflightError(
+            f"preset {preset.name} plays {preset.model}, and none of its scenarios matches the "
+            f"'{mission.name}' mission's prompt (it would get filler answers until the mission's budget ends)",
+            file=preset.path, field="model", fix=fix)
 
     def command(self, env: Environment, preset: ResolvedPreset, port: int) -> list[str]:
         argv = [
