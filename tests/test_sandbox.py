@@ -353,6 +353,11 @@ def test_no_sandbox_is_marked_on_the_record(project: Project):
     assert rec["sandbox"].pop("launcher_peak_rss_mib") > 0
     assert rec["sandbox"] == {"kind": "none", "denials": 0, "denied": [], "network": "host", "agent_user": None,
                               "limits": None, "privilege": None}
+    # With the host's network, opencode's background install of its plugin package would reach
+    # the public npm registry on every run (tests talk to loopback only); npm stays offline.
+    run_dir = project.run_dirs()[0]
+    fetched = sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("_cacache"))
+    assert fetched == [], fetched
 
 
 # -- as root: the privileged calls, the caps, the store ------------------------------------

@@ -111,6 +111,10 @@ def isolated_env(home: Path, provider_file: Path, api_key_env: str | None, *,
         OPENCODE_DISABLE_LSP_DOWNLOAD="1",
         OPENCODE_DISABLE_CLAUDE_CODE="1",
         OPENCODE_DISABLE_DEFAULT_PLUGINS="1",
+        # opencode installs its plugin package (@opencode-ai/plugin and ~8 more) into the config
+        # dir in the background of every run, from the public npm registry (4.5 MB into HOME,
+        # measured). The agent needs no plugin: npm stays offline and that install fails at once.
+        npm_config_offline="true",
         # The key reaches opencode through its environment only, never argv or a file.
         # Local stacks check no key; vLLM's convention is then any non-empty value.
         # `api_key` is a key the launch already holds (azure reads it from the app's secret).
