@@ -68,6 +68,8 @@ class Stack(Protocol):
     unit's API key itself (azure: the app's secret) instead of naming an environment
     variable in `Unit.api_key_env`. Callers look it up with getattr
     (harness.probe.unit_api_key); a stack without it is read through `api_key_env`.
+    Optional: `check_mission(preset, mission)`, for a stack whose model is a script (replay):
+    run_preflight calls it to refuse a mission the script cannot play, before serving.
     """
 
     name: str
