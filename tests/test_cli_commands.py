@@ -1,0 +1,53 @@
+"""`llms-benchmark <command>` builds only the module that registers that command
+(harness/cli/__init__.py): the map from command to module is checked against what each module
+registers, and every command runs from its lone module as it does from the whole app."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+
+import pytest
+import typer
+from typer.main import get_command
+from typer.testing import CliRunner
+
+import harness.cli as cli
+
+
+def _registered(verb: str) -> set[str]:
+    app = typer.Typer()
+    app.callback()(lambda: None)
+    importlib.import_module(f"harness.cli.{verb}").register(app)
+    return set(get_command(app).commands)
+
+
+def test_every_command_maps_to_the_module_that_registers_it():
+    whole = set(get_command(cli.app).commands)
+    assert whole == set(cli.COMMANDS) | set(cli.SUB_APPS)
+    for verb in cli.VERBS:
+        assert _registered(verb) == {c for c, m in cli.COMMANDS.items() if m == verb}, verb
+
+
+@pytest.mark.parametrize("command", [*cli.COMMANDS, *cli.SUB_APPS])
+def test_each_command_alone_reads_as_in_the_whole_app(command: str):
+    alone = CliRunner().invoke(cli.for_argv([command]), [command, "--help"], terminal_width=200)
+    whole = CliRunner().invoke(cli.app, [command, "--help"], terminal_width=200)
+    assert alone.exit_code == whole.exit_code == 0, alone.output
+    assert alone.output == whole.output
+    assert f"llms-benchmark {command}" in alone.output or f"{command} [OPTIONS]" in alone.output
+
+
+def test_a_command_line_imports_only_its_command():
+    """A `rule` call never imports the launch's modules (the point of building one verb)."""
+    code = ("import sys; from harness.cli import for_argv; for_argv(['rule']); "
+            "print(sorted(m for m in sys.modules if m.startswith('harness.cli.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "harness.cli.rule" in out and "harness.cli.launch" not in out and "harness.cli.render" not in out, out
+
+
+def test_no_command_or_an_unknown_one_gets_the_whole_app():
+    assert set(get_command(cli.for_argv([])).commands) == set(get_command(cli.app).commands)
+    result = CliRunner().invoke(cli.for_argv(["lanch"]), ["lanch"])
+    assert result.exit_code == 2 and "No such command 'lanch'" in result.output
