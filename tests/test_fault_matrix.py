@@ -26,13 +26,33 @@ STAGES = ("preflight", "serve", "wait-ready", "probe", "configure", "smoke", "ru
 DELAY = {"run": "@2"}
 LAUNCH = ["launch", "local", "replay", "replay-hello", "--mission", "hello", *SMALL_PROBE]
 # Every stage gets a raised fault and one signal. SIGINT and SIGTERM share one handler
-# (harness/run/units.py routes both to the same unwind), so they alternate over the stages:
-# each signal lands at half of them, both before and after the agent runs, and the matrix
-# costs 18 launches where every pair would cost 27. The Azure matrix takes the other half
-# (`faults(1)`), so across the two stacks every stage meets both signals.
-def faults(offset: int = 0) -> list:
+# (harness/run/units.py routes both to the same unwind; test_units_signals checks it), so they
+# alternate over the stages: each signal lands at half of them, both before and after the agent
+# runs, and the matrix costs 18 launches where every pair would cost 27. The Azure matrix takes
+# the other signal (`faults(1, ...)`) at the stages where the app has a state of its own.
+def faults(offset: int = 0, stages: tuple[str, ...] = STAGES) -> list:
     return [pytest.param(stage, action, id=f"{stage}-{action}")
-            for i, stage in enumerate(STAGES) for action in ("raise", ("sigint", "sigterm")[(i + offset) % 2])]
+            for i, stage in enumerate(STAGES) if stage in stages
+            for action in ("raise", ("sigint", "sigterm")[(i + offset) % 2])]
+
+
+def test_units_signals_sigint_and_sigterm_unwind_through_one_handler():
+    """Why one signal a stage is enough: a launch routes both to the same unwind, and puts back
+    what was there when it ends."""
+    import os
+    import signal
+
+    from harness.errors import Interrupted
+    from harness.run.units import interruptible
+
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with pytest.raises(Interrupted) as caught, interruptible():
+            assert signal.getsignal(signal.SIGINT) is signal.getsignal(signal.SIGTERM)
+            os.kill(os.getpid(), sig)
+            time.sleep(5)  # the handler raises at the next bytecode: never slept through
+        assert caught.value.signum == sig
+    assert {s: signal.getsignal(s) for s in before} == before
 
 
 def quick_trajectory(dest: Path, *, stall_mission_s: float | None = None) -> Path:

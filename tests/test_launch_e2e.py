@@ -68,12 +68,12 @@ def dump(out: str, err: str) -> str:
 
 
 # -- 1. the acceptance test -------------------------------------------------------------------
-@pytest.mark.slow
-@pytest.mark.timeout(300)
 def served_median_of(served: list[dict]) -> float:
     return statistics.median(s["finished"] - s["started"] for s in served)
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_replay_hello_records_what_was_served(project: Project):
     # replay-hello plays replay/hello.yaml of the project root: here, the timed test copy.
     project.add_trajectory("hello", TEST_TRAJECTORIES / "hello-timed.yaml")
