@@ -13,11 +13,16 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from typing import TYPE_CHECKING
+
 import yaml
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import ValidationError, best_match, relevance
 
 from harness.errors import UserError
+
+if TYPE_CHECKING:  # jsonschema is imported where a file is checked: reading YAML (the replay
+    # server's trajectory, every CLI call) does not pay its ~50 ms import
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import ValidationError
 
 SCHEMA_DIR = Path(__file__).parent / "schema"
 
@@ -97,6 +102,8 @@ def load_schema(schema_name: str) -> dict[str, Any]:
 
 @lru_cache(maxsize=None)
 def _validator(schema_name: str) -> Draft202012Validator:
+    from jsonschema import Draft202012Validator
+
     return Draft202012Validator(load_schema(schema_name))
 
 
@@ -105,6 +112,8 @@ def _errors(instance: Any, schema_name: str) -> list[ValidationError]:
     errors = list(_validator(schema_name).iter_errors(instance))
     if not errors:
         return []
+    from jsonschema.exceptions import best_match, relevance
+
     best = best_match(errors)
     rest = sorted((e for e in errors if e is not best), key=relevance, reverse=True)
     return [best, *rest]
