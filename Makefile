@@ -90,7 +90,9 @@ demo: demo-setup
 # `vllm` first: tests/test_vllm_real.py serves the real vLLM CPU build (make vllm: 302 s once, measured
 # in the README's cpu-vllm section; then a check).
 # One worker per CPU the machine gives this process (xdist's `auto`): on a 2-core box four
-# workers made the timing-sensitive tests race each other for the CPU they measure.
+# workers made the timing-sensitive tests race each other for the CPU they measure, and three
+# gained nothing (22m36s against two's 22m01s, 2026-12-04: the suite is CPU-bound). Longest files
+# first (LPT) was slower too (23m05s): two CPU-heavy tests at once starve the real vLLM's start.
 # `loadgroup`: the test files tests/conftest.py names in ONE_WORKER (the real-vLLM ones: one server
 # at a time, ~4.6 GB each) run on one worker in order; every other test is distributed as with `load`.
 test: setup vllm

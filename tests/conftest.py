@@ -66,24 +66,6 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(_FileGroups(), "llms-benchmark-file-groups")
 
 
-def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Longest test files first (LPT scheduling): xdist hands tests out one at a time in this
-    order, so the long end-to-end files start early and the short unit tests fill the end,
-    instead of one worker running a 2-minute test alone while the other idles. Whole files move,
-    in their own order, so module- and class-scoped fixtures are set up as before. The figures
-    are measured ones (tests/durations.py); every worker computes the same order."""
-    from durations import load
-
-    seconds = load()
-    if not seconds:
-        return
-    per_file: dict[str, float] = {}
-    for item in items:
-        path = item.nodeid.split("::", 1)[0]
-        per_file[path] = per_file.get(path, 0.0) + seconds.get(item.nodeid, 0.0)
-    items.sort(key=lambda item: -per_file[item.nodeid.split("::", 1)[0]])  # stable: a file keeps its order
-
-
 # -- processes ---------------------------------------------------------------------------
 def _under(path: str | None, root: Path) -> bool:
     if not path:

@@ -17,7 +17,7 @@ MISSION = ROOT / "missions" / "observability"
 sys.path.insert(0, str(MISSION / "infra"))
 
 pytestmark = [
-    pytest.mark.timeout(180),
+    pytest.mark.timeout(420),  # up to DRIVE_TRIES drives of 20 s on a loaded box
     pytest.mark.skipif(not (ROOT / "harness" / "telemetry" / "receiver.py").exists(), reason="no telemetry store"),
 ]
 
@@ -48,25 +48,35 @@ def _stop(proc: subprocess.Popen) -> None:
 def test_stack_scenario_signals_and_key(tmp_path):
     from stack import start_stack
 
+    from observed_drive import COLLISIONS, DRIVE_TRIES
+
     store, url = _start_store(tmp_path / "store.duckdb")
     stack = None
-    try:
-        stack = start_stack(url, tmp_path / "stack")
-        drive = tmp_path / "drive.json"
-        # 20 s, not 10: the scenario starts no iteration after its duration, so on a loaded
-        # 2-core box a 10 s drive ran too few orders to reach a rejected one (T02 not found).
-        run = subprocess.run(
-            [sys.executable, "-m", "scenario", "run", "--duration", "20", "--vus", "2", "--out", str(drive)],
-            cwd=MISSION / "workspace", env={**os.environ, **stack.env()}, capture_output=True, text=True, timeout=120,
-        )
-        assert run.returncode == 0, run.stderr[-2000:]
-        assert drive.exists()
-        codes = stack.stop()
-        stack = None
-        assert all(code == 0 for name, code in codes.items() if name != "model"), codes
 
-        def q(sql):
-            return httpx.post(f"{url}/query", json={"sql": sql}, timeout=30).json()["rows"]
+    def q(sql):
+        return httpx.post(f"{url}/query", json={"sql": sql}, timeout=30).json()["rows"]
+
+    try:
+        # B01 is a race (tests/observed_drive.py): a drive on a loaded box may place no two orders
+        # at once (CI, 2026-12-04: 14 of 15 found, B01 not). Drive again, into the same store,
+        # until it shows: the key's other evidence holds on any drive of the unfixed stack.
+        for attempt in range(DRIVE_TRIES):
+            stack = start_stack(url, tmp_path / f"stack-{attempt}")
+            drive = tmp_path / f"drive-{attempt}.json"
+            # 20 s, not 10: the scenario starts no iteration after its duration, so on a loaded
+            # 2-core box a 10 s drive ran too few orders to reach a rejected one (T02 not found).
+            run = subprocess.run(
+                [sys.executable, "-m", "scenario", "run", "--duration", "20", "--vus", "2", "--out", str(drive)],
+                cwd=MISSION / "workspace", env={**os.environ, **stack.env()}, capture_output=True, text=True,
+                timeout=120,
+            )
+            assert run.returncode == 0, run.stderr[-2000:]
+            assert drive.exists()
+            codes = stack.stop()
+            stack = None
+            assert all(code == 0 for name, code in codes.items() if name != "model"), codes
+            if q(COLLISIONS)[0][0]:
+                break
 
         for table in TABLES:
             have = {row[0] for row in q(f"SELECT DISTINCT service FROM {table}")}
