@@ -311,7 +311,7 @@ def run_cli(project: Project):
 
 # llama.cpp's worker threads spin at a barrier between ops: on 2 cores shared with the other xdist
 # worker (an opencode, a replay server), 2 threads collapse (measured: llama-server took 14.5 % of the
-# CPU samples of a whole suite run, and the fitness test's two requests at 2048 tokens took 34 s). One
+# CPU samples over 70 % of a suite run, and the fitness test's two requests at 2048 tokens took 34 s). One
 # thread on a shared box does the same work without the spin; speeds are measured in bench/, not here.
 TEST_LLAMA_THREADS = 1
 
