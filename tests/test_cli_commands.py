@@ -4,12 +4,10 @@ registers, and every command runs from its lone module as it does from the whole
 
 from __future__ import annotations
 
-import importlib
 import subprocess
 import sys
 
 import pytest
-import typer
 from typer.main import get_command
 from typer.testing import CliRunner
 
@@ -17,10 +15,7 @@ import harness.cli as cli
 
 
 def _registered(verb: str) -> set[str]:
-    app = typer.Typer()
-    app.callback()(lambda: None)
-    importlib.import_module(f"harness.cli.{verb}").register(app)
-    return set(get_command(app).commands)
+    return set(get_command(cli.build((verb,), ())).commands)
 
 
 def test_every_command_maps_to_the_module_that_registers_it():

@@ -11,9 +11,7 @@ import difflib
 import json
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
