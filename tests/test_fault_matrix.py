@@ -56,10 +56,12 @@ def test_units_signals_sigint_and_sigterm_unwind_through_one_handler():
 
 
 def quick_trajectory(dest: Path, *, stall_mission_s: float | None = None) -> Path:
-    """replay/hello.yaml without its scripted think time (the fault matrix is not about
-    speed); with `stall_mission_s`, the mission's first request stalls that long, so an
-    orphaned opencode is surely still running when the next command looks for it."""
+    """replay/hello.yaml without its scripted think time and with a fast fallback (the probe's
+    answers: the fault matrix is not about speed); with `stall_mission_s`, the mission's first
+    request stalls that long, so an orphaned opencode is surely still running when the next
+    command looks for it."""
     data = yaml.safe_load((REPO / "replay" / "hello.yaml").read_text())
+    data["fallback"]["decode_tps"] = 20000  # the probe's 128 + 64 tokens: 10 ms, not 1 s
     for trajectory in data["trajectories"]:
         for step in trajectory["steps"]:
             if "ttft" in step:

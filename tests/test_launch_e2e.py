@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from conftest import TEST_TRAJECTORIES, Project, describe, marker_processes_under, stop
+from test_serving_launch import check_serving_section
 
 MISSION_PROMPT_MATCH = "This directory holds two Python scripts"
 SMALL_PROBE = ["--probe-long-tokens", "2000"]  # the long probe is not what these tests are about
@@ -146,6 +147,9 @@ def test_replay_hello_records_what_was_served(project: Project):
     bash = config["permission"]["bash"]
     assert bash["opencode"] == "deny" and bash["opencode *"] == "deny"
     assert config["model"] == "vot/replay-hello"
+
+    # The serving timeline and the per-turn join against what was served (one launch, its checks).
+    check_serving_section(run_dir, rec, "hello")
 
 
 # -- 2. the watchdog: a model call that never answers -------------------------------------------

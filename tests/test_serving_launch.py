@@ -1,7 +1,9 @@
 """The serving timeline and the per-turn join, end to end: the real console script, the
 real opencode CLI, the replay stack as the model. The replay server's own log
 (`served.jsonl`) is the ground truth of every call: the join's store tokens and the
-server-counter deltas it attributes to each call must equal what was served for it."""
+server-counter deltas it attributes to each call must equal what was served for it.
+A whole, well-behaved run's section is checked on test_launch_e2e's acceptance launch
+(`check_serving_section`): one launch for both sets of checks."""
 
 from __future__ import annotations
 
@@ -59,16 +61,12 @@ def check_timeline_window(run_dir, rec: dict) -> list[dict]:
     return readings
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(300)
-def test_replay_hello_serving_section(project: Project):
-    code, out, err = project.run_cli(["launch", "local", "replay", "replay-hello", "--mission", "hello",
-                                      *SMALL_PROBE], timeout=240)
-    assert code == 0, err[-3000:]
-    run_dir, rec = project.only_run()
+def check_serving_section(run_dir, rec: dict, trajectory: str) -> None:
+    """A whole, well-behaved run's serving section (test_launch_e2e's acceptance launch checks it:
+    one launch, both sets of checks)."""
     readings = check_timeline_window(run_dir, rec)
-    table = check_join_against_served(run_dir, rec, "hello")
-    served = Project.served(run_dir, "hello")
+    table = check_join_against_served(run_dir, rec, trajectory)
+    served = Project.served(run_dir, trajectory)
     sec = rec["serving"]
     exact = [r for r in table if r["server"]["attribution"] == "exact"]
     assert sec["server"] == "vllm" and sec["turns"] == len(served) and sec["turns_exact"] == len(exact) >= 1

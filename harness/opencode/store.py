@@ -13,13 +13,13 @@ from __future__ import annotations
 import os
 import sqlite3
 import stat
+import statistics
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
-import numpy as np
 
 from harness.errors import UserError
 from harness.run.record import SessionFigures, Tokens
@@ -202,7 +202,7 @@ def collect(data_dir: Path, *, session_id: str | None = None, title: str | None 
         sessions=len(ids),
         tokens=tokens,
         turns=len(messages),
-        median_turn_s=round(float(np.median(durations)), 3) if durations else None,
+        median_turn_s=round(float(statistics.median(durations)), 3) if durations else None,
         compactions=compactions,
         opencode_version=root["version"] if "version" in root.keys() else None,
         started=_ms_to_dt(root["time_created"]),

@@ -81,11 +81,14 @@ class UnitLogCollector(threading.Thread):
 
 def wait_ready(unit: Unit, timeout_s: float, collector: UnitLogCollector, *, api_key: str | None = None,
                poll_s: float = 1.0, on_wait=None) -> None:
-    """Ready when GET /v1/models lists the served name; stop early on a fatal line or death."""
+    """Ready when GET /v1/models lists the served name; stop early on a fatal line or death.
+    The pause between asks doubles from 0.1 s up to `poll_s`: a local server up in a fraction
+    of a second is seen then, not a whole `poll_s` later, and a slow one is asked once a `poll_s`."""
     import time
 
     headers = bearer(api_key)
     deadline = time.monotonic() + timeout_s
+    pause = min(0.1, poll_s)
     with httpx.Client(timeout=httpx.Timeout(10, connect=5), headers=headers) as client:
         while True:
             collector.raise_if_problem()
@@ -101,4 +104,5 @@ def wait_ready(unit: Unit, timeout_s: float, collector: UnitLogCollector, *, api
                 raise StackError(f"{unit.name} did not list '{unit.served_name}' on /v1/models within {timeout_s:.0f}s")
             if on_wait:
                 on_wait()
-            time.sleep(poll_s)
+            time.sleep(pause)
+            pause = min(pause * 2, poll_s)

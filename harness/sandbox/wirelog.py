@@ -20,6 +20,7 @@ never pass BUFFER_BUDGET (past it a body is counted, not parsed: `unparsed`).
 from __future__ import annotations
 
 import json
+import statistics
 import threading
 import time
 from dataclasses import dataclass, field
@@ -27,7 +28,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import h11
-import numpy as np
 
 WIRE_LOG = "wire.jsonl"
 BODY_CAP = 32 << 20  # a request body parsed whole up to this many bytes (opencode's prompts: ~1 MB)
@@ -342,7 +342,7 @@ def figures(entries: list[dict]) -> dict:
             "without_usage": sum(1 for e in turns if not e.get("usage")),
             "tokens": {"input": prompt, "output": completion, "cache": cached,
                        "reasoning": sum(u.get("reasoning_tokens", 0) for u in usage)},
-            "median_turn_s": round(float(np.median(seconds)), 3) if seconds else None,
+            "median_turn_s": round(float(statistics.median(seconds)), 3) if seconds else None,
             "tool_calls": dict(sorted(calls.items())),
             "tool_requests": len(by_tool),
             "tool_input_tokens": sum((e.get("usage") or {}).get("prompt_tokens", 0) for e in by_tool)}
