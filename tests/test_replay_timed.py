@@ -59,7 +59,7 @@ def test_tokens_arrive_on_schedule_with_truthful_usage(make_timed) -> None:
     plain = stream(server.url, "[tag-two] x", 10, kernel_stamps=False)
     assert plain.ok and plain.chunks == 10 and 0.2 <= plain.ttft_s < 0.2 + SLACK
     assert (plain.token_ns[-1] - plain.start_ns) / 1e9 >= 0.2 + 9 * 0.03 - 0.002
-    line = server.log()[0]
+    line = server.log(at_least=2)[0]
     assert line["tag"] == "tag-one" and line["usage"] == {"prompt_tokens": 6, "completion_tokens": 10,
                                                           "total_tokens": 16}
     assert line["ttft_s"] == 0.2 and line["itl_mean_s"] == 0.03 and line["tokens_sent"] == 10
@@ -148,7 +148,7 @@ def test_max_running_queues_the_rest_as_waiting(make_timed) -> None:
     assert 0.1 <= snap.kv_usage <= 0.3  # 2 running x (5 prompt + up to 10 generated) of 100 tokens
     results = box[0]
     assert all(r.ok for r in results)
-    queued = sorted(line["queue_s"] for line in server.log())
+    queued = sorted(line["queue_s"] for line in server.log(at_least=len(results)))
     assert queued[:2] == pytest.approx([0, 0], abs=0.05)
     assert min(queued[2:]) >= 0.4  # they waited for a running request to finish
     assert sorted(r.ttft_s for r in results)[-1] >= 0.8
@@ -161,7 +161,7 @@ def test_scripted_metrics_preemptions_and_extras(make_timed) -> None:
     assert snap.preemptions_total == 3 and snap.waiting == 5 and snap.running == 1 and snap.kv_usage == 0.42
     server.script(waiting=0, running=0, kv_usage=None)
     many(server.url, [f"[p{i}] x" for i in range(5)], 3)
-    preempted = [line for line in server.log() if line["preempted"]]
+    preempted = [line for line in server.log(at_least=5) if line["preempted"]]
     assert len(preempted) == 2  # the 2nd and 4th requests
     snap = scrape(server.url)
     assert snap.preemptions_total == 3 + 2 and snap.busy == 0 and snap.kv_usage == 0
@@ -191,7 +191,7 @@ def test_seeded_jitter_is_reproducible_and_measured(make_timed) -> None:
     assert all(0.012 - 1e-9 <= g <= 0.028 + 1e-9 for g in gaps) and len(set(gaps)) > 5
     server = make_timed("--ttft", "0.1", "--itl", "0.02", "--jitter", "0.008", "--seed", "7")
     r = stream(server.url, "[j] x", 20)
-    (line,) = server.log()
+    (line,) = server.log(at_least=1)
     planned = schedule(cfg, line["index"], 20)
     assert line["ttft_s"] == round(planned[0], 6)
     assert planned[0] <= r.ttft_s < planned[0] + SLACK
@@ -204,10 +204,7 @@ def test_a_client_that_hangs_up_is_an_abort(make_timed) -> None:
                       timeout=10) as resp:
         lines = resp.iter_lines()
         assert next(lines).startswith("data: ")
-    deadline = time.monotonic() + 5
-    while not server.log() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    (line,) = server.log()
+    (line,) = server.log(at_least=1, within_s=5)
     assert line["usage"] is None and 0 < line["tokens_sent"] < 200
     text = httpx.get(f"{server.url}/metrics", timeout=5).text
     assert 'finished_reason="abort"' in text

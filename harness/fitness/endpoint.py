@@ -20,6 +20,7 @@ from harness.errors import UserError
 from harness.serving import engine as serving_engine
 from harness.fitness.config import RetryCfg
 from harness.fitness.retry import Retrier, Tally
+from harness.wire.tls import tls
 
 BODY_QUOTE = 500
 REPLAY_OWNER = serving_engine.REPLAY_OWNER  # the replay server's `owned_by`: a script, not a model
@@ -76,7 +77,7 @@ class Endpoint:
         while True:
             try:
                 resp = httpx.post(f"{self.base_url}/v1/chat/completions", json=self._body(messages, **extra),
-                                  headers=self.headers(), timeout=self.timeout_s)
+                                  headers=self.headers(), timeout=self.timeout_s, verify=tls())
             except httpx.HTTPError as exc:
                 if self._transient(exc) and retrier.again("connect"):
                     continue
@@ -121,7 +122,7 @@ class Endpoint:
         """One streamed attempt; `_Again` when its status is retried (only before any chunk was read)."""
         answer, slots, t0 = Answer(), {}, time.monotonic()
         with httpx.stream("POST", f"{self.base_url}/v1/chat/completions", json=body, headers=self.headers(),
-                          timeout=self.timeout_s) as resp:
+                          timeout=self.timeout_s, verify=tls()) as resp:
             if resp.status_code != 200:
                 resp.read()
                 if resp.status_code in self.retry.statuses and retrier.again(str(resp.status_code),
@@ -183,7 +184,7 @@ def discover(base_url: str, model: str | None, api_key: str | None, timeout_s: f
     retrier = Retrier(retry, tally, sleep, retry.budget_s)
     while True:
         try:
-            resp = httpx.get(f"{root}/v1/models", headers=headers, timeout=10)
+            resp = httpx.get(f"{root}/v1/models", headers=headers, timeout=10, verify=tls())
         except httpx.HTTPError as exc:
             if retry.connect_errors and isinstance(exc, (httpx.ConnectError, httpx.RemoteProtocolError)) \
                     and retrier.again("connect"):
@@ -209,7 +210,7 @@ def discover(base_url: str, model: str | None, api_key: str | None, timeout_s: f
     identity: dict[str, Any] = {"models": listing}
     for path in ("/version", "/props"):
         try:
-            r = httpx.get(f"{root}{path}", headers=headers, timeout=5)
+            r = httpx.get(f"{root}{path}", headers=headers, timeout=5, verify=tls())
             if r.status_code == 200:
                 identity[path.strip("/")] = r.json()
         except (httpx.HTTPError, ValueError):

@@ -24,6 +24,7 @@ import httpx
 from harness.fitness.config import RetryCfg
 from harness.fitness.endpoint import BODY_QUOTE, PhaseError
 from harness.fitness.retry import Retrier, Tally
+from harness.wire.tls import tls
 
 APIS = ("llamacpp", "vllm")
 
@@ -44,7 +45,8 @@ class Native:
         retrier = Retrier(self.retry, self.tally, self.sleep, self.retry.budget_s)
         while True:
             try:
-                resp = httpx.post(f"{self.base_url}{path}", json=body, headers=headers, timeout=self.timeout_s)
+                resp = httpx.post(f"{self.base_url}{path}", json=body, headers=headers, timeout=self.timeout_s,
+                                   verify=tls())
             except httpx.HTTPError as exc:
                 if isinstance(exc, (httpx.ConnectError, httpx.RemoteProtocolError)) and retrier.again("connect"):
                     continue
@@ -105,7 +107,7 @@ class Native:
         if self.api != "llamacpp":
             return {}
         try:
-            resp = httpx.get(f"{self.base_url}/v1/models", timeout=10,
+            resp = httpx.get(f"{self.base_url}/v1/models", timeout=10, verify=tls(),
                              headers={"Authorization": f"Bearer {self.api_key}"} if self.api_key else {})
             entries = resp.json().get("data", [])
             entry = next((m for m in entries if m.get("id") == self.model), entries[0] if entries else {})
@@ -119,13 +121,13 @@ def detect(base_url: str, api_key: str | None, timeout_s: float = 10) -> str | N
     """llamacpp (its /props carries build_info), vllm (its /version answers), or None."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        props = httpx.get(f"{base_url}/props", headers=headers, timeout=timeout_s)
+        props = httpx.get(f"{base_url}/props", headers=headers, timeout=timeout_s, verify=tls())
         if props.status_code == 200 and isinstance(props.json(), dict) and "build_info" in props.json():
             return "llamacpp"
     except (httpx.HTTPError, ValueError):
         pass
     try:
-        ver = httpx.get(f"{base_url}/version", headers=headers, timeout=timeout_s)
+        ver = httpx.get(f"{base_url}/version", headers=headers, timeout=timeout_s, verify=tls())
         if ver.status_code == 200 and isinstance(ver.json(), dict) and ver.json().get("version"):
             return "vllm"
     except (httpx.HTTPError, ValueError):

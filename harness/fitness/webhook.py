@@ -19,6 +19,7 @@ import httpx
 from harness.fitness.config import WebhookCfg
 from harness.fitness.report import summary
 from harness.fitness.retry import retry_after  # noqa: F401  (one policy: seconds or a date, clamped)
+from harness.wire.tls import tls
 
 BODY_QUOTE = 300
 
@@ -29,7 +30,7 @@ def post(url: str, payload: dict[str, Any], cfg: WebhookCfg, *,
     last = "no attempt"
     for attempt in range(1, cfg.attempts + 1):
         try:
-            resp = httpx.post(url, json=payload, timeout=cfg.timeout_s)
+            resp = httpx.post(url, json=payload, timeout=cfg.timeout_s, verify=tls())
         except httpx.HTTPError as exc:
             last = f"{type(exc).__name__}: {exc}"
             if attempt < cfg.attempts:

@@ -22,6 +22,7 @@ from harness.run.paths import RunPaths
 from harness.verdicts.report import Finding
 from harness.verdicts.rulings import VERDICTS, Rerun
 from harness.wire.openai import bearer
+from harness.wire.tls import tls
 
 MAX_ROUNDS = 12
 DEADLINE_S = 600.0
@@ -116,7 +117,7 @@ class Grader:
         key = endpoint.api_key()
         headers = bearer(key)
         self.client = client or httpx.Client(base_url=endpoint.base_url, headers=headers,
-                                             timeout=httpx.Timeout(REQUEST_TIMEOUT_S, connect=10.0))
+                                             timeout=httpx.Timeout(REQUEST_TIMEOUT_S, connect=10.0), verify=tls())
         self.nonce = secrets.token_hex(8)
         self.system = SYSTEM.format(schema=schema_text(), nonce=self.nonce)
 

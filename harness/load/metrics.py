@@ -22,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from harness.errors import UserError
 from harness.wire.openai import bearer, root_url
+from harness.wire.tls import tls
 
 # Each figure: (candidate sample names, first found wins; how to fold its label sets).
 # Sample names as exposed: a counter `vllm:foo` is exposed as `vllm:foo_total`.
@@ -129,7 +130,7 @@ def scrape(base_url: str, *, api_key: str | None = None, timeout: float = 2.0,
     """Read and parse `/metrics`; None when the server is unreachable, refuses, or sends no exposition."""
     headers = bearer(api_key)
     try:
-        resp = httpx.get(metrics_url(base_url), headers=headers, timeout=timeout)
+        resp = httpx.get(metrics_url(base_url), headers=headers, timeout=timeout, verify=tls())
         resp.raise_for_status()
         return parse(resp.text, figures_only=figures_only)
     except (httpx.HTTPError, ValueError, UnicodeDecodeError):

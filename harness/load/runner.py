@@ -33,6 +33,7 @@ from harness.load.client import CHAT_PATH, Result, StreamClient, chat_payload
 from harness.load.prompts import Prompts
 from harness.load.results import PERCENTILE_METHOD, Level, ResultsDir
 from harness.wire.openai import bearer, is_http_url, models_url, root_url
+from harness.wire.tls import tls
 
 DEFAULT_LEVELS = (1, 8, 16, 24, 40)
 DEFAULT_SHAPES = {"short": 512, "long": 16_384}
@@ -144,7 +145,7 @@ def check(opts: LoadOptions) -> Target:
                         fix="give the server's base URL, e.g. http://127.0.0.1:8000")
     headers = bearer(opts.api_key)
     try:
-        resp = httpx.get(models_url(root), headers=headers, timeout=10)
+        resp = httpx.get(models_url(root), headers=headers, timeout=10, verify=tls())
     except httpx.HTTPError as exc:
         raise UserError(f"cannot reach {root}: {exc or type(exc).__name__}", field="base URL",
                         fix="start the server, or correct the URL (GET <url>/v1/models must answer)") from None
@@ -166,7 +167,7 @@ def check(opts: LoadOptions) -> Target:
                         field="--model", fix=f"pass one it lists, e.g. --model {models[0]}" if models else None)
     identity: dict[str, Any] = {"models": listing}
     try:
-        v = httpx.get(f"{root}/version", headers=headers, timeout=5)
+        v = httpx.get(f"{root}/version", headers=headers, timeout=5, verify=tls())
         if v.status_code == 200:
             identity["version"] = v.json()
     except (httpx.HTTPError, ValueError):

@@ -16,6 +16,7 @@ from harness.errors import FatalUnitLog, StackError
 from harness.stacks.base import Stack, Unit
 from harness.run.unit_death import UnitDeath, explain
 from harness.wire.openai import bearer, model_ids, models_url
+from harness.wire.tls import tls
 
 TAIL_BYTES = 64 * 1024
 
@@ -89,7 +90,7 @@ def wait_ready(unit: Unit, timeout_s: float, collector: UnitLogCollector, *, api
     headers = bearer(api_key)
     deadline = time.monotonic() + timeout_s
     pause = min(0.1, poll_s)
-    with httpx.Client(timeout=httpx.Timeout(10, connect=5), headers=headers) as client:
+    with httpx.Client(timeout=httpx.Timeout(10, connect=5), headers=headers, verify=tls()) as client:
         while True:
             collector.raise_if_problem()
             try:

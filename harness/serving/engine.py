@@ -14,6 +14,8 @@ from typing import Any
 import httpx
 from pydantic import BaseModel
 
+from harness.wire.tls import tls
+
 REPLAY_OWNER = "llms-benchmark-replay"
 ENDPOINTS = ("/v1/models", "/version", "/props")
 
@@ -37,7 +39,7 @@ def read_identity(root: str, headers: dict[str, str] | None = None, timeout: flo
     identity: dict[str, Any] = {}
     for path in ENDPOINTS:
         try:
-            resp = httpx.get(f"{root.rstrip('/')}{path}", headers=headers or {}, timeout=timeout)
+            resp = httpx.get(f"{root.rstrip('/')}{path}", headers=headers or {}, timeout=timeout, verify=tls())
             if resp.status_code == 200:
                 identity["models" if path == "/v1/models" else path.strip("/")] = resp.json()
         except (httpx.HTTPError, ValueError):

@@ -39,6 +39,7 @@ from harness.stacks.base import GpuCell, Unit, file_logs, unit_name
 from harness.vot import render
 from harness.vot.environment import Environment
 from harness.vot.preset import ResolvedPreset
+from harness.wire.tls import tls
 
 GPU_PROFILE = "gpu-a100"
 GPU_PROFILE_TYPE = "Consumption-GPU-NC24-A100"
@@ -273,7 +274,7 @@ class AzureStack:
         problem = ""
         for _ in range(3):
             try:
-                resp = httpx.get(self.settings.public_ip_url, timeout=10)
+                resp = httpx.get(self.settings.public_ip_url, timeout=10, verify=tls())
                 ip = resp.text.strip()
                 if resp.status_code == 200:
                     ipaddress.ip_address(ip)

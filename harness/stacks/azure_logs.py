@@ -24,6 +24,7 @@ import httpx
 from azure.core.exceptions import AzureError, ResourceNotFoundError
 
 from harness.stacks.azure_arm import describe
+from harness.wire.tls import tls
 
 MARK = "[llms-benchmark]"
 CRASH_LOOP = f"{MARK} crash loop"
@@ -195,7 +196,7 @@ class LogFollower(threading.Thread):
         started = time.monotonic()
         self._write(self._dedupe.reconnect())
         try:
-            with httpx.Client(timeout=timeout) as http, http.stream(
+            with httpx.Client(timeout=timeout, verify=tls()) as http, http.stream(
                     "GET", url, params=params, headers={"Authorization": f"Bearer {token}"}) as resp:
                 if resp.status_code == 401:
                     self._token = None  # expired early: fetch a new one next time

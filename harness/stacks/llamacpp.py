@@ -29,6 +29,7 @@ from harness.stacks.key_handover import key_fifo
 from harness.stacks.local_process import API_KEY_ENV, LocalProcessStack
 from harness.vot.environment import Environment
 from harness.vot.preset import ResolvedPreset
+from harness.wire.tls import tls
 
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -90,7 +91,7 @@ def _props(unit: Unit) -> dict[str, str]:
     """What llama.cpp itself reports (GET /props): the template's detected capabilities and the
     weights' type. Best effort: a server without /props leaves these out."""
     try:
-        props = httpx.get(f"{unit.base_url}/props", timeout=10).json()
+        props = httpx.get(f"{unit.base_url}/props", timeout=10, verify=tls()).json()
     except (httpx.HTTPError, ValueError):
         return {}
     caps = props.get("chat_template_caps") or {}

@@ -35,6 +35,7 @@ from harness.errors import UserError
 from harness.fitness.config import FitnessConfig, JudgeCfg, JudgeEndpointCfg
 from harness.fitness.data import read_jsonl
 from harness.fitness.phases import Ctx, Skip
+from harness.wire.tls import tls
 
 TASKS = Path(__file__).resolve().parent.parent / "judge_tasks.jsonl"
 BODY_QUOTE = 400
@@ -106,7 +107,8 @@ def ask_judge(ep: JudgeEndpointCfg, cfg: JudgeCfg, messages: list[dict[str, str]
     last = "no attempt"
     for attempt in range(1, cfg.attempts + 1):
         try:
-            resp = httpx.post(url, json=body, headers={"Authorization": f"Bearer {key}"}, timeout=cfg.timeout_s)
+            resp = httpx.post(url, json=body, headers={"Authorization": f"Bearer {key}"}, timeout=cfg.timeout_s,
+                              verify=tls())
         except httpx.HTTPError as exc:
             last = f"{type(exc).__name__}: {exc}"
             if attempt < cfg.attempts:

@@ -27,6 +27,7 @@ import httpx
 from harness.load.agents.synth import Synth
 from harness.load.agents.trace import AgentTrace
 from harness.wire.openai import bearer, root_url
+from harness.wire.tls import tls
 
 MAX_STEPS = 8  # tokenizer calls per turn to find the word count
 # Then, where a word of several tokens leaves the count a few off, what it lacks is made up with
@@ -38,7 +39,7 @@ Counter = Callable[[str], int]  # a user message's text -> prompt tokens the ser
 def counter(base_url: str, model: str, api_key: str | None = None, timeout_s: float = 30.0) -> Counter | None:
     """The server's own prompt-token count of a one-user-message chat, or None if it offers none."""
     root = root_url(base_url)
-    client = httpx.Client(headers=bearer(api_key), timeout=timeout_s)
+    client = httpx.Client(headers=bearer(api_key), timeout=timeout_s, verify=tls())
 
     def messages(text: str) -> list[dict]:
         return [{"role": "user", "content": text}]

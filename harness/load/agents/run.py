@@ -17,6 +17,7 @@ from harness.load.agents.sweep import LevelStats, Slo, SweepResult, sweep
 from harness.load.agents.trace import AgentTrace, dump, from_run, from_wire, load
 from harness.load.agents.watch import Watcher
 from harness.wire.openai import bearer, model_ids, models_url, root_url
+from harness.wire.tls import tls
 
 
 def make_trace(source: Path, out: Path, *, block_size: int, mooncake: Path | None = None,
@@ -47,7 +48,7 @@ def read_trace(path: Path, *, mooncake_block_size: int | None = None, is_weka: b
 def served_model(base_url: str, api_key: str | None) -> str:
     url = models_url(root_url(base_url))
     try:
-        answer = httpx.get(url, headers=bearer(api_key), timeout=10)
+        answer = httpx.get(url, headers=bearer(api_key), timeout=10, verify=tls())
         answer.raise_for_status()
         ids = model_ids(answer.json())
     except (httpx.HTTPError, ValueError) as exc:
