@@ -279,14 +279,33 @@ def cli_env(root: Path) -> dict[str, str]:
     return env
 
 
+def quick_trajectory(dest: Path, *, stall_mission_s: float | None = None) -> Path:
+    """replay/hello.yaml without its scripted think time and with a fast fallback (the probe's
+    answers): a test launch that is not about speed does not sleep through 4.5 s of mission,
+    0.6 s of smoke and 1 s of probe. With `stall_mission_s`, the mission's first request stalls
+    that long, so an orphaned opencode is surely still running when the next command looks for it.
+    Tests about timing play their own trajectory (tests/trajectories/hello-timed.yaml)."""
+    data = yaml.safe_load((REPO / "replay" / "hello.yaml").read_text())
+    data["fallback"]["decode_tps"] = 20000  # the probe's 128 + 64 tokens: 10 ms, not 1 s
+    for trajectory in data["trajectories"]:
+        for step in trajectory["steps"]:
+            if "ttft" in step:
+                step["ttft"], step["duration"] = 0.0, 0.0
+        if stall_mission_s and trajectory["name"] == "hello":
+            trajectory["steps"].insert(0, {"stall": stall_mission_s})
+    dest.write_text(yaml.safe_dump(data, sort_keys=False))
+    return dest
+
+
 def make_project(root: Path) -> Project:
-    """The replay environment, the replay-hello preset, its trajectory and the hello mission at `root`."""
+    """The replay environment, the replay-hello preset, its trajectory (quick: see
+    quick_trajectory) and the hello mission at `root`."""
     for folder in (".vot/environments", ".vot/presets", "missions", "replay"):
         (root / folder).mkdir(parents=True)
     shutil.copy2(REPO / ".vot" / "environments" / "replay.yaml", root / ".vot" / "environments")
     shutil.copy2(REPO / ".vot" / "presets" / "replay-hello.yaml", root / ".vot" / "presets")
     shutil.copytree(REPO / "missions" / "hello", root / "missions" / "hello")
-    shutil.copy2(REPO / "replay" / "hello.yaml", root / "replay" / "hello.yaml")
+    quick_trajectory(root / "replay" / "hello.yaml")
     return Project(root=root, env=cli_env(root))
 
 

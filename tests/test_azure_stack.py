@@ -464,7 +464,7 @@ class ArgvWatch(threading.Thread):
 @pytest.mark.slow
 @pytest.mark.timeout(360)
 def test_launch_on_azure_reads_the_key_from_the_app(project: Project, arm: FakeArm):
-    arm.behaviour.trajectory = REPO / "replay" / "hello.yaml"
+    arm.behaviour.trajectory = project.root / "replay" / "hello.yaml"  # quick: see conftest
     arm.behaviour.vllm_tls = False  # opencode trusts only public CAs: the app speaks plain HTTP here
     project.env["LLMS_BENCHMARK_AZURE_INGRESS_SCHEME"] = "http"
     watch = ArgvWatch()

@@ -16,9 +16,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-import yaml
 
-from conftest import REPO, Project, stop
+from conftest import Project, stop
 from test_launch_e2e import SMALL_PROBE, _agents_of, assert_destroyed, dump
 
 STAGES = ("preflight", "serve", "wait-ready", "probe", "configure", "smoke", "run", "collect", "destroy")
@@ -53,30 +52,6 @@ def test_units_signals_sigint_and_sigterm_unwind_through_one_handler():
             time.sleep(5)  # the handler raises at the next bytecode: never slept through
         assert caught.value.signum == sig
     assert {s: signal.getsignal(s) for s in before} == before
-
-
-def quick_trajectory(dest: Path, *, stall_mission_s: float | None = None) -> Path:
-    """replay/hello.yaml without its scripted think time and with a fast fallback (the probe's
-    answers: the fault matrix is not about speed); with `stall_mission_s`, the mission's first
-    request stalls that long, so an orphaned opencode is surely still running when the next
-    command looks for it."""
-    data = yaml.safe_load((REPO / "replay" / "hello.yaml").read_text())
-    data["fallback"]["decode_tps"] = 20000  # the probe's 128 + 64 tokens: 10 ms, not 1 s
-    for trajectory in data["trajectories"]:
-        for step in trajectory["steps"]:
-            if "ttft" in step:
-                step["ttft"], step["duration"] = 0.0, 0.0
-        if stall_mission_s and trajectory["name"] == "hello":
-            trajectory["steps"].insert(0, {"stall": stall_mission_s})
-    dest.write_text(yaml.safe_dump(data, sort_keys=False))
-    return dest
-
-
-@pytest.fixture(autouse=True)
-def quick_hello(project: Project) -> None:
-    """The project's replay/hello.yaml without its scripted think time: these launches are about
-    how a launch unwinds, not about speed (4.5 s less a mission, 0.6 s a smoke)."""
-    quick_trajectory(project.root / "replay" / "hello.yaml")
 
 
 class Tree:

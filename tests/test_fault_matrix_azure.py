@@ -24,9 +24,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import Project, stop
+from conftest import Project, quick_trajectory, stop
 from test_azure_stack import APP, ENV, PRESET, arm  # noqa: F401  (arm: the fixture)
-from test_fault_matrix import DELAY, Tree, faults, quick_trajectory
+from test_fault_matrix import DELAY, Tree, faults
 from test_launch_e2e import SMALL_PROBE, _agents_of, dump
 from fakes.arm_server import FakeArm
 

@@ -97,7 +97,7 @@ def _write(name: str, content: str) -> dict:
 def _launch(project: Project, name: str, steps: list[dict], **preset) -> tuple[int, str, str, Path, dict]:
     """The hello mission played by a scripted agent taking `steps`, through the real opencode:
     (exit code, stdout, stderr, run folder, record)."""
-    hello = yaml.safe_load((REPO / "replay" / "hello.yaml").read_text())
+    hello = yaml.safe_load((project.root / "replay" / "hello.yaml").read_text())  # quick: see conftest
     hello["trajectories"][1]["steps"] = steps
     project.add_trajectory(name, hello)
     project.add_preset(f"replay-{name}", trajectory=name, **preset)

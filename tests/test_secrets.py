@@ -79,7 +79,7 @@ class Cmdlines:
 @pytest.mark.timeout(400)
 def test_a_launch_with_known_keys_leaves_them_nowhere(project: Project):
     unit_key, hf_token = f"sk-unit-{secrets.token_hex(12)}", f"hf_{secrets.token_hex(12)}"
-    hello = yaml.safe_load((REPO / "replay" / "hello.yaml").read_text())
+    hello = yaml.safe_load((project.root / "replay" / "hello.yaml").read_text())  # quick: see conftest
     hello["trajectories"][1]["steps"].insert(0, {"tool_calls": [{"name": "bash", "arguments": {
         "command": 'echo "my key is $VOT_API_KEY"', "description": "leak the key"}}]})
     # Every encoding the agent might reach for, in its tool output and in its report.
