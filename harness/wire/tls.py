@@ -3,7 +3,7 @@
 httpx builds a new SSL context, loading the whole CA bundle, for every `httpx.get/post/stream`
 call and every Client: 30-37 ms of CPU each, measured on the 2-core box. A launch asks its
 loopback server many times (the /metrics timeline every 2 s, readiness, the engine's identity,
-the probe), a fitness run once a request. httpx's own default context, built once and handed
+the server's counters around the smoke), a fitness run once a request. httpx's own default context, built once and handed
 over as `verify=tls()`, verifies exactly as before; an SSLContext is meant to be shared.
 """
 
