@@ -110,7 +110,8 @@ def replay_here(run_dir: Path, env: str, preset: str, sweep_levels: list[int], t
     started = datetime.now(UTC)
     try:
         result = replay(trace, ReplayOptions(base_url=unit["base_url"], model=unit["served_name"], copies=1,
-                                             limit_s=limit, exact_tokens=True, salt=int(time.time())))
+                                             limit_s=limit, exact_tokens=True, salt=int(time.time()),
+                                             warm_prefixes=True))  # the smoke's prefix, as the original had
         one = result.as_dict()
         sweep = {"exact_tokens_by_level": {"1": result.exact_tokens}, "turns_by_level": {"1": one["turns"]},
                  "started": started, "ended": datetime.now(UTC), "engine": preset}

@@ -157,6 +157,19 @@ def test_cli_trace_then_sweep(make_timed, tmp_path: Path) -> None:  # noqa: F811
                "--out-dir", str(tmp_path / "out"), "--json", cwd=tmp_path)
     assert weka.returncode == 0, weka.stderr
     assert json.loads(weka.stdout)["sustained"] == 1
+    # --warm-prefixes: a first turn the recorded server answered partly from its cache is warmed first
+    s0 = TRACE.sessions[0]
+    cached = TRACE.model_copy(update={"sessions": [
+        s0.model_copy(update={"turns": [s0.turns[0].model_copy(update={"cached_tokens": 40}), *s0.turns[1:]]}),
+        TRACE.sessions[1]]})
+    dump(cached, tmp_path / "cached.trace.jsonl")
+    before = len(server.log())
+    warmed = cli("load-agents", str(tmp_path / "cached.trace.jsonl"), "--base-url", server.url, "--copies", "1",
+                 "--warm-prefixes", "--out-dir", str(tmp_path / "out"), "--json", cwd=tmp_path)
+    assert warmed.returncode == 0, warmed.stderr
+    assert json.loads(Path(json.loads(warmed.stdout)["results"]).read_text())["warm_prefixes"] is True
+    new_rows = server.log(at_least=before + 1 + 5)[before:]
+    assert [r["usage"]["prompt_tokens"] for r in new_rows if r["usage"]["completion_tokens"] == 1] == [32]
 
 
 @pytest.mark.parametrize("args,field", [
@@ -204,3 +217,30 @@ def test_a_rejoin_waits_for_the_later_of_its_own_think_and_the_child(make_timed)
     rejoin = by[("s0", 1)]
     assert rejoin.think_target_s == pytest.approx(0.7) and rejoin.think_s >= 0.7 - 1e-4
     assert rejoin.start_s >= by[("s0", 0)].end_s + 0.7 - 1e-4 and rejoin.start_s >= by[("s1", 0)].end_s
+
+
+def test_a_prefix_another_session_cached_is_warmed_before_the_run_and_never_reported(make_timed) -> None:  # noqa: F811
+    """The original's first turn read 40 of its 200 prompt tokens from the server's cache (a prefix
+    another session left there): with warm_prefixes each copy sends that prefix once, in whole blocks
+    (32 tokens at block size 16), one token asked, before its run starts; the turns are as without."""
+    server = make_timed("--ttft", "0.01", "--itl", "0.002")
+    s0 = TRACE.sessions[0]
+    warm_trace = TRACE.model_copy(update={"sessions": [
+        s0.model_copy(update={"turns": [s0.turns[0].model_copy(update={"cached_tokens": 40}), *s0.turns[1:]]}),
+        TRACE.sessions[1]]})
+    result = replay(warm_trace, ReplayOptions(base_url=server.url, model=MODEL, copies=2, stagger_s=0.05,
+                                              limit_s=60, warm_prefixes=True))
+    assert result.warmed == 2 and result.warm_errors == [] and all(t.ok for t in result.turns)
+    assert len(result.turns) == 2 * 5  # the warm-ups are not turns
+    rows = server.log(at_least=2 + 2 * 5)
+    warm = [r for r in rows if r["usage"]["completion_tokens"] == 1]
+    assert sorted(r["tag"] for r in warm) == ["a0-s0", "a1-s0"]  # each copy its own words: no shared cache
+    assert {r["usage"]["prompt_tokens"] for r in warm} == {32}
+    # Both sent before either copy's first timed request.
+    first_turn = min(r["started"] for r in rows if r["usage"]["completion_tokens"] != 1)
+    assert max(r["started"] for r in warm) < first_turn
+    # Without the option, or with nothing cached, nothing is sent ahead.
+    plain = replay(warm_trace, ReplayOptions(base_url=server.url, model=MODEL, copies=1, limit_s=60))
+    assert plain.warmed == 0
+    none = replay(TRACE, ReplayOptions(base_url=server.url, model=MODEL, copies=1, limit_s=60, warm_prefixes=True))
+    assert none.warmed == 0

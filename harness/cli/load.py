@@ -149,6 +149,9 @@ def load_agents(
                     ] = False,
     out_dir: Annotated[Path | None, typer.Option(help="Parent of <UTC>-agents/ (default ./bench-results).")] = None,
     sample_interval: Annotated[float, typer.Option(help="Seconds between /metrics readings in a level.")] = 1.0,
+    warm_prefixes: Annotated[bool, typer.Option(
+        "--warm-prefixes", help="Before each level, send each copy's sessions the first-turn prefix the recorded "
+                                "server had cached (another session's, e.g. the smoke's), untimed.")] = False,
     api_key_env: Annotated[str, typer.Option(help="Name of the env var holding the API key.")] = "",
     as_json: JsonOpt = False,
 ) -> None:
@@ -180,7 +183,7 @@ def load_agents(
         outcome, path = run_agents(trace, base_url=base_url, model=model, levels=levels, slo=slo, stagger_s=stagger,
                                    limit_s=limit, out_root=out_dir or project_root() / "bench-results",
                                    api_key=api_key_from_env(api_key_env or None), bisect=bisect,
-                                   sample_interval_s=sample_interval,
+                                   sample_interval_s=sample_interval, warm_prefixes=warm_prefixes,
                                    on_level=lambda lv: say(f"  {lv.copies} agents: {'pass' if lv.passed else 'FAIL'}"
                                                            f" ({lv.why})"))
     except (KeyboardInterrupt, Interrupted):

@@ -9,6 +9,12 @@ recorded gap); the parent's rejoin turn waits for the later of its own think aft
 answer and the recorded gap after the child's end.
 Each copy's prompts come from its own `Synth` (distinct words, same block structure).
 
+With `warm_prefixes`, a session whose first turn the server answered partly from its cache
+(`cached_tokens`: the prefix another session left there, e.g. the launch smoke's system prompt
+and tool list) gets that prefix sent once before the run starts, untimed and never reported:
+its first turn then reads the same share from the cache, as the original did. Each copy warms
+its own words, so copies still share no cache.
+
 Bounded: every request has an idle timeout, and the whole run a wall-clock limit after which
 unfinished turns are cancelled and reported as such.
 """
@@ -57,6 +63,8 @@ class ReplayOptions:
     # Prompt lengths exact on the server's own tokenizer (exact.py), measured before the run starts;
     # False (or a server with no tokenizer endpoint): Synth's words, one a token
     exact_tokens: bool = False
+    # Before the run: each session's first-turn cached prefix sent once, untimed (see the module doc)
+    warm_prefixes: bool = False
 
 
 @dataclass
@@ -66,10 +74,12 @@ class ReplayResult:
     timed_out: bool = False
     wall_s: float = 0.0
     exact_tokens: bool | None = None  # None: not asked; False: the server offers no tokenizer endpoint
+    warmed: int = 0  # prefixes sent before the run (warm_prefixes)
+    warm_errors: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return {"copies": self.copies, "timed_out": self.timed_out, "wall_s": self.wall_s,
-                "exact_tokens": self.exact_tokens,
+                "exact_tokens": self.exact_tokens, "warmed": self.warmed, "warm_errors": self.warm_errors,
                 "turns": [asdict(t) for t in self.turns]}
 
 
@@ -146,6 +156,21 @@ class _Copy:
         payload = chat_payload(self.opts.model, text, s.turns[i].output_tokens)
         return self.client.request_bytes("POST", CHAT_PATH, json.dumps(payload).encode())
 
+    def warm_prefix(self, s: Session) -> bytes | None:
+        """The request that leaves `s`'s first-turn cached prefix in the server's cache: the first
+        whole blocks of that turn's own prompt within `cached_tokens`, one token asked; None if the
+        original read nothing from the cache there."""
+        t = s.turns[0]
+        size = self.trace.block_size
+        keep = min(t.cached_tokens or 0, t.prompt_tokens) // size * size
+        if not keep:
+            return None
+        text = self.texts[(s.id, 0)] if self.texts is not None else self.synth.prompt(s.id, 0)
+        words = text.split(" ")
+        # Words are one token each for Synth; an exact-length text has about one a token too.
+        payload = chat_payload(self.opts.model, " ".join(words[:keep]), 1)
+        return self.client.request_bytes("POST", CHAT_PATH, json.dumps(payload).encode())
+
     async def request(self, s: Session, i: int, request: bytes, target: float | None,
                       wait_from: float | None) -> float:
         r = await self.client.send(request)
@@ -178,6 +203,19 @@ async def _run(trace: AgentTrace, opts: ReplayOptions) -> ReplayResult:
         for c in copies if count is not None else []:
             c.texts = await loop.run_in_executor(None, exact_prompts, trace, c.synth, count)
         t0 = time.perf_counter()  # the run starts once the prompts are measured
+        for c in copies:
+            c.t0 = t0
+    if opts.warm_prefixes:
+        for c in copies:
+            for s in trace.sessions:
+                warm = c.warm_prefix(s)
+                if warm is not None:
+                    r = await client.send(warm)
+                    if r.ok:
+                        result.warmed += 1
+                    else:  # the run goes on: that first turn reads no cache, and the result says why
+                        result.warm_errors.append(f"copy {c.copy} session {s.id}: {r.error}")
+        t0 = time.perf_counter()  # the run starts once the prefixes are in the cache
         for c in copies:
             c.t0 = t0
     base = loop.time() + 0.05
