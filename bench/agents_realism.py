@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
 import sys
 import tempfile
@@ -114,7 +115,8 @@ def replay_here(run_dir: Path, env: str, preset: str, sweep_levels: list[int], t
                                              warm_prefixes=True))  # the smoke's prefix, as the original had
         one = result.as_dict()
         sweep = {"exact_tokens_by_level": {"1": result.exact_tokens}, "turns_by_level": {"1": one["turns"]},
-                 "started": started, "ended": datetime.now(UTC), "engine": preset}
+                 "started": started, "ended": datetime.now(UTC), "engine": preset, "warmed": result.warmed,
+                 "warm_errors": result.warm_errors}
         if sweep_levels:
             outcome, path = run_agents(trace, base_url=unit["base_url"], model=unit["served_name"],
                                        levels=sweep_levels, slo=Slo(ttft_p99_s=ttft, turn_p99_s=turn), stagger_s=5,
@@ -173,10 +175,14 @@ def compare(run_dir: Path, tol: float, serve: list[str] | None = None, sweep_lev
         when, capacity = (sweep["started"], sweep["ended"]), sweep.get("capacity") or "no sweep"
         how = (f"served again here after the run (`llms-benchmark serve {serve[0]} {serve[1]}`), the trace from "
                f"`{trace.source}`")
+        warm_note = (f"`load-agents --warm-prefixes`: {sweep['warmed']} prefix(es), untimed"
+                     + (f"; failed: {'; '.join(sweep['warm_errors'])}" if sweep["warm_errors"] else "")
+                     if sweep["warmed"] or sweep["warm_errors"] else "")
     else:
         rec, trace, replayed, sweep = pairs(run_dir)
         when, capacity = (rec.capacity.started, rec.capacity.ended), rec.capacity.headline()
         how = "the `--capacity` sweep's first level on the same serve"
+        warm_note = ""  # the sweep warms nothing: its copies start cold
         if rec.capacity.host_load:
             how += f"; host load average {' → '.join(f'{x:g}' for x in rec.capacity.host_load)} over it"
     lines = [f"### {rec.engine.describe() if rec.engine else rec.stack}: run `{rec.run_id}`", "",
@@ -229,8 +235,11 @@ def compare(run_dir: Path, tol: float, serve: list[str] | None = None, sweep_lev
                       f"{t.ttft_s:.2f} s, an implied {t.prompt_tokens / t.ttft_s:,.0f} tok/s against the probe's "
                       f"prefill of {probe:g} tok/s on this serve: the original found most of its prompt already "
                       "in the server's prefix cache (opencode's system prompt and tool list, which its smoke and "
-                      "earlier sessions sent: a prefix shared across sessions). The trace carries reuse within a "
-                      "session only, so the replay, whose copies share nothing by design, prefilled it whole."]
+                      "earlier sessions sent: a prefix shared across sessions). "
+                      + (f"The replay sent that prefix first ({warm_note}), so its first turn read it from the "
+                         "cache too." if warm_note else
+                         "The trace carries reuse within a session only, so the replay, whose copies share "
+                         "nothing by design, prefilled it whole.")]
     summary = {"run": rec.run_id, "engine": rec.engine.describe() if rec.engine else rec.stack, "turns": n, "cut": cut,
                "prompt_exact": exact, "prefill_within": pre_ok, "decode_within": dec_ok,
                "prefill_ratio_p50": statistics.median(pre_r) if pre_r else None,
@@ -282,13 +291,15 @@ def main() -> int:
         return _fail(exc.render())
     load1, load5, load15 = os.getloadavg()
     head = ["# Realism: one replayed copy against the original run, same engine", "",
-            f"`.venv/bin/python bench/agents_realism.py {' '.join(str(r) for r in args.runs)} --tolerance "
-            f"{args.tolerance:g}` ({datetime.now(UTC):%Y-%m-%d %H:%M} UTC; host load average when written "
+            f"`.venv/bin/python bench/agents_realism.py {' '.join(shlex.quote(a) for a in sys.argv[1:])}` "
+            f"({datetime.now(UTC):%Y-%m-%d %H:%M} UTC; host load average when written "
             f"{load1:.1f} / {load5:.1f} / {load15:.1f} over 1/5/15 min, on {os.cpu_count()} CPUs — the runs "
             "shared the machine with other work, so CPU timings carry that noise).", "",
             "Original: the run's own wire log (prefill = request start to first data, decode = first data to "
-            "the end). Replay: the `--capacity` sweep's first level, one copy, on the same serve after the "
-            "mission, its prompts sized on the server's own tokenizer. A ratio is replay / original; "
+            "the end). Replay: one copy, its prompts sized on the server's own tokenizer: the `--capacity` "
+            "sweep's first level on the same serve after the mission, or with `--serve` the preset served again "
+            "here, each session's first-turn prefix that the original read from the server's cache sent first "
+            "(untimed). A ratio is replay / original; "
             f"within ±{args.tolerance:.0%} means in [1/{1 + args.tolerance:g}, {1 + args.tolerance:g}].", "",
             "| engine | run | turns | prompt tokens exact | prefill within | decode within | prefill ratio p50 "
             "| decode ratio p50 |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
