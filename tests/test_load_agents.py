@@ -34,6 +34,14 @@ TRACE = AgentTrace(block_size=16, sessions=[
 ])
 
 
+def first_turn_cached(trace: AgentTrace, tokens: int) -> AgentTrace:
+    """`trace` with its first session's first turn recorded as `tokens` read from the server's cache."""
+    s0 = trace.sessions[0]
+    first = s0.turns[0].model_copy(update={"cached_tokens": tokens})
+    return trace.model_copy(update={"sessions": [s0.model_copy(update={"turns": [first, *s0.turns[1:]]}),
+                                                 *trace.sessions[1:]]})
+
+
 def test_copies_keep_think_times_order_forks_and_distinct_content(make_timed) -> None:  # noqa: F811
     server = make_timed("--ttft", "0.02", "--itl", "0.002")
     result = replay(TRACE, ReplayOptions(base_url=server.url, model=MODEL, copies=3, stagger_s=0.05, limit_s=60))
@@ -158,11 +166,7 @@ def test_cli_trace_then_sweep(make_timed, tmp_path: Path) -> None:  # noqa: F811
     assert weka.returncode == 0, weka.stderr
     assert json.loads(weka.stdout)["sustained"] == 1
     # --warm-prefixes: a first turn the recorded server answered partly from its cache is warmed first
-    s0 = TRACE.sessions[0]
-    cached = TRACE.model_copy(update={"sessions": [
-        s0.model_copy(update={"turns": [s0.turns[0].model_copy(update={"cached_tokens": 40}), *s0.turns[1:]]}),
-        TRACE.sessions[1]]})
-    dump(cached, tmp_path / "cached.trace.jsonl")
+    dump(first_turn_cached(TRACE, 40), tmp_path / "cached.trace.jsonl")
     before = len(server.log())
     warmed = cli("load-agents", str(tmp_path / "cached.trace.jsonl"), "--base-url", server.url, "--copies", "1",
                  "--warm-prefixes", "--out-dir", str(tmp_path / "out"), "--json", cwd=tmp_path)
@@ -224,10 +228,7 @@ def test_a_prefix_another_session_cached_is_warmed_before_the_run_and_never_repo
     another session left there): with warm_prefixes each copy sends that prefix once, in whole blocks
     (32 tokens at block size 16), one token asked, before its run starts; the turns are as without."""
     server = make_timed("--ttft", "0.01", "--itl", "0.002")
-    s0 = TRACE.sessions[0]
-    warm_trace = TRACE.model_copy(update={"sessions": [
-        s0.model_copy(update={"turns": [s0.turns[0].model_copy(update={"cached_tokens": 40}), *s0.turns[1:]]}),
-        TRACE.sessions[1]]})
+    warm_trace = first_turn_cached(TRACE, 40)
     result = replay(warm_trace, ReplayOptions(base_url=server.url, model=MODEL, copies=2, stagger_s=0.05,
                                               limit_s=60, warm_prefixes=True))
     assert result.warmed == 2 and result.warm_errors == [] and all(t.ok for t in result.turns)
