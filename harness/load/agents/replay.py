@@ -151,10 +151,15 @@ class _Copy:
             self.session_end[s.id] = prev_end if prev_end is not None else self.loop.time()
             self.done[s.id].set()
 
-    def prepare(self, s: Session, i: int) -> bytes:
-        text = self.texts[(s.id, i)] if self.texts is not None else self.synth.prompt(s.id, i)
-        payload = chat_payload(self.opts.model, text, s.turns[i].output_tokens)
+    def _text(self, s: Session, i: int) -> str:
+        return self.texts[(s.id, i)] if self.texts is not None else self.synth.prompt(s.id, i)
+
+    def _chat(self, text: str, max_tokens: int) -> bytes:
+        payload = chat_payload(self.opts.model, text, max_tokens)
         return self.client.request_bytes("POST", CHAT_PATH, json.dumps(payload).encode())
+
+    def prepare(self, s: Session, i: int) -> bytes:
+        return self._chat(self._text(s, i), s.turns[i].output_tokens)
 
     def warm_prefix(self, s: Session) -> bytes | None:
         """The request that leaves `s`'s first-turn cached prefix in the server's cache: the first
@@ -165,11 +170,8 @@ class _Copy:
         keep = min(t.cached_tokens or 0, t.prompt_tokens) // size * size
         if not keep:
             return None
-        text = self.texts[(s.id, 0)] if self.texts is not None else self.synth.prompt(s.id, 0)
-        words = text.split(" ")
         # Words are one token each for Synth; an exact-length text has about one a token too.
-        payload = chat_payload(self.opts.model, " ".join(words[:keep]), 1)
-        return self.client.request_bytes("POST", CHAT_PATH, json.dumps(payload).encode())
+        return self._chat(" ".join(self._text(s, 0).split(" ")[:keep]), 1)
 
     async def request(self, s: Session, i: int, request: bytes, target: float | None,
                       wait_from: float | None) -> float:
@@ -192,9 +194,7 @@ async def _run(trace: AgentTrace, opts: ReplayOptions) -> ReplayResult:
     loop = asyncio.get_running_loop()
     client = StreamClient(opts.base_url, api_key=opts.api_key, idle_timeout=opts.request_timeout_s)
     result = ReplayResult(copies=opts.copies)
-    # loop.time() and perf_counter_ns() read the same monotonic clock on Linux (CLOCK_MONOTONIC)
-    t0 = time.perf_counter()
-    copies = [_Copy(trace, c, opts, client, loop, t0, result.turns) for c in range(opts.copies)]
+    copies = [_Copy(trace, c, opts, client, loop, 0.0, result.turns) for c in range(opts.copies)]
     if opts.exact_tokens:
         from harness.load.agents.exact import counter, exact_prompts
 
@@ -202,9 +202,6 @@ async def _run(trace: AgentTrace, opts: ReplayOptions) -> ReplayResult:
         result.exact_tokens = count is not None
         for c in copies if count is not None else []:
             c.texts = await loop.run_in_executor(None, exact_prompts, trace, c.synth, count)
-        t0 = time.perf_counter()  # the run starts once the prompts are measured
-        for c in copies:
-            c.t0 = t0
     if opts.warm_prefixes:
         for c in copies:
             for s in trace.sessions:
@@ -215,9 +212,11 @@ async def _run(trace: AgentTrace, opts: ReplayOptions) -> ReplayResult:
                         result.warmed += 1
                     else:  # the run goes on: that first turn reads no cache, and the result says why
                         result.warm_errors.append(f"copy {c.copy} session {s.id}: {r.error}")
-        t0 = time.perf_counter()  # the run starts once the prefixes are in the cache
-        for c in copies:
-            c.t0 = t0
+    # The run starts once the prompts are measured and the prefixes warmed. loop.time() and
+    # perf_counter_ns() read the same monotonic clock on Linux (CLOCK_MONOTONIC).
+    t0 = time.perf_counter()
+    for c in copies:
+        c.t0 = t0
     base = loop.time() + 0.05
     tasks = [asyncio.ensure_future(c.run(base + c.copy * opts.stagger_s)) for c in copies]
     try:
