@@ -11,10 +11,13 @@ turn time as our client measured them). Per turn:
 - prompt tokens: the server's count of the replayed prompt against the recorded one, exact;
 - prefill and decode time: replay / original, within `--tolerance` (a ratio in [1/(1+t), 1+t]).
 
-The replay's prompts are synthetic words, not the agent's text: what the server's prefix cache
-holds between turns differs by the previous answer (the agent's next prompt holds it; ours holds
-the previous prompt only), so a turn after the first prefills that many more tokens than the
-original did. The host's load (os.getloadavg) is written beside the figures: this machine has
+The replay's prompts are synthetic words, not the agent's text. What the server's prefix cache
+holds between turns: the agent's next prompt holds its previous answer, which the server cached
+as it wrote it. With `--feed-answers` (the default; `load-agents --feed-answers`, and what
+`launch --capacity` replays with) each appending turn carries the answer the server gave the
+replay's previous turn, so the cache holds it too; with `--no-feed-answers` a turn after the
+first prefills the previous answer's length again. The cached tokens of each turn (the server's
+usage, where it reports them) are set beside the original's. The host's load (os.getloadavg) is written beside the figures: this machine has
 2 cores shared with other work, and CPU timing moves with it.
 
     .venv/bin/python bench/agents_realism.py RUN_DIR [RUN_DIR ...] [--tolerance 0.25]
@@ -89,7 +92,7 @@ def wire_of(run_dir: Path) -> Path:
 
 
 def replay_here(run_dir: Path, env: str, preset: str, sweep_levels: list[int], ttft: float, turn: float,
-                limit: float) -> tuple[RunRecord, AgentTrace, list[dict], dict]:
+                limit: float, feed: bool) -> tuple[RunRecord, AgentTrace, list[dict], dict]:
     """Serve the preset, replay one copy of the run's wire log (and sweep), destroy."""
     import subprocess
 
@@ -112,15 +115,17 @@ def replay_here(run_dir: Path, env: str, preset: str, sweep_levels: list[int], t
     try:
         result = replay(trace, ReplayOptions(base_url=unit["base_url"], model=unit["served_name"], copies=1,
                                              limit_s=limit, exact_tokens=True, salt=int(time.time()),
-                                             warm_prefixes=True))  # the smoke's prefix, as the original had
+                                             warm_prefixes=True,  # the smoke's prefix, as the original had
+                                             feed_answers=feed))
         one = result.as_dict()
         sweep = {"exact_tokens_by_level": {"1": result.exact_tokens}, "turns_by_level": {"1": one["turns"]},
                  "started": started, "ended": datetime.now(UTC), "engine": preset, "warmed": result.warmed,
-                 "warm_errors": result.warm_errors}
+                 "warm_errors": result.warm_errors, "feed_answers": feed}
         if sweep_levels:
             outcome, path = run_agents(trace, base_url=unit["base_url"], model=unit["served_name"],
                                        levels=sweep_levels, slo=Slo(ttft_p99_s=ttft, turn_p99_s=turn), stagger_s=5,
-                                       limit_s=limit, out_root=Path(tempfile.mkdtemp()), exact_tokens=True)
+                                       limit_s=limit, out_root=Path(tempfile.mkdtemp()), exact_tokens=True,
+                                       warm_prefixes=True, feed_answers=feed)
             sweep["capacity"] = outcome.headline()
             sweep["levels"] = [(lv.copies, lv.passed, lv.ttft_p99_s, lv.turn_p99_s, lv.why) for lv in outcome.levels]
     finally:
@@ -162,7 +167,7 @@ def unmeasured(run_dir: Path, why: str) -> tuple[list[str], dict]:
 
 
 def compare(run_dir: Path, tol: float, serve: list[str] | None = None, sweep_levels: list[int] | None = None,
-            ttft: float = 120, turn: float = 300, limit: float = 900) -> tuple[list[str], dict]:
+            ttft: float = 120, turn: float = 300, limit: float = 900, feed: bool = True) -> tuple[list[str], dict]:
     try:  # a run whose wire log holds no completed exchange left nothing to replay: said, not an error
         from harness.load.agents.trace import from_wire
 
@@ -171,7 +176,8 @@ def compare(run_dir: Path, tol: float, serve: list[str] | None = None, sweep_lev
         if (run_dir / "run.json").is_file():
             return unmeasured(run_dir, exc.render().splitlines()[0])
     if serve:
-        rec, trace, replayed, sweep = replay_here(run_dir, serve[0], serve[1], sweep_levels or [], ttft, turn, limit)
+        rec, trace, replayed, sweep = replay_here(run_dir, serve[0], serve[1], sweep_levels or [], ttft, turn, limit,
+                                                  feed)
         when, capacity = (sweep["started"], sweep["ended"]), sweep.get("capacity") or "no sweep"
         how = (f"served again here after the run (`llms-benchmark serve {serve[0]} {serve[1]}`), the trace from "
                f"`{trace.source}`")
@@ -182,7 +188,8 @@ def compare(run_dir: Path, tol: float, serve: list[str] | None = None, sweep_lev
         rec, trace, replayed, sweep = pairs(run_dir)
         when, capacity = (rec.capacity.started, rec.capacity.ended), rec.capacity.headline()
         how = "the `--capacity` sweep's first level on the same serve"
-        warm_note = ""  # the sweep warms nothing: its copies start cold
+        warm_note = ("the `--capacity` sweep's own warm-up (`warm_prefixes`)" if sweep.get("warm_prefixes")
+                     else "")  # a sweep from before it warmed started cold
         if rec.capacity.host_load:
             how += f"; host load average {' → '.join(f'{x:g}' for x in rec.capacity.host_load)} over it"
     lines = [f"### {rec.engine.describe() if rec.engine else rec.stack}: run `{rec.run_id}`", "",
@@ -190,12 +197,15 @@ def compare(run_dir: Path, tol: float, serve: list[str] | None = None, sweep_lev
              f"({rec.status.value}{', stopped at ' + rec.stopped_at if rec.stopped_at else ''}); the original: "
              f"{sum(len(s.turns) for s in trace.sessions)} turns in {len(trace.sessions)} session(s); replayed "
              f"{when[0]:%H:%M:%S}–{when[1]:%H:%M:%S} UTC ({how}), prompts sized on the server's tokenizer: "
-             f"{sweep.get('exact_tokens_by_level', {}).get('1')}.", "",
-             "| session | turn | prompt tokens (original) | prompt tokens (replay) | exact | prefill s (original) "
-             "| prefill s (replay) | ratio | decode s (original) | decode s (replay) | ratio | output tokens |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             f"{sweep.get('exact_tokens_by_level', {}).get('1')}; previous answers fed: "
+             f"{'yes' if sweep.get('feed_answers') else 'no'}.", "",
+             "| session | turn | prompt tokens (original) | prompt tokens (replay) | exact | cached (original) "
+             "| cached (replay) | fed | prefill s (original) | prefill s (replay) | ratio | decode s (original) "
+             "| decode s (replay) | ratio | output tokens |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     exact = pre_ok = dec_ok = n = cut = 0
     pre_r, dec_r = [], []
+    cached_pairs: list[tuple[int, int]] = []  # (original, replay) cached tokens, where both are known
     k = 0
     for s in trace.sessions:
         for i, t in enumerate(s.turns):
@@ -204,7 +214,7 @@ def compare(run_dir: Path, tol: float, serve: list[str] | None = None, sweep_lev
             if not r or not r["ok"]:  # not replayed whole: cut at the level's limit, or failed
                 cut += 1
                 lines.append(f"| {s.id} | {i} | {t.prompt_tokens} | — | not replayed "
-                             f"({(r or {}).get('error') or 'never sent'}) | | | | | | | {t.output_tokens} |")
+                             f"({(r or {}).get('error') or 'never sent'}) | | | | | | | | | | {t.output_tokens} |")
                 continue
             n += 1
             o_pre = t.ttft_s
@@ -223,8 +233,11 @@ def compare(run_dir: Path, tol: float, serve: list[str] | None = None, sweep_lev
 
             def f(v: float | None) -> str:
                 return "—" if v is None else f"{v:.3f}"
+            if t.cached_tokens is not None and r.get("cached_tokens") is not None:
+                cached_pairs.append((t.cached_tokens, r["cached_tokens"]))
             lines.append(f"| {s.id} | {i} | {t.prompt_tokens} | {r['prompt_tokens'] if r else '—'} | "
-                         f"{'yes' if same else 'no'} | {f(o_pre)} | {f(r_pre)} | "
+                         f"{'yes' if same else 'no'} | {_n(t.cached_tokens)} | {_n(r.get('cached_tokens'))} | "
+                         f"{'yes' if r.get('fed') else 'no'} | {f(o_pre)} | {f(r_pre)} | "
                          f"{f(r_pre / o_pre) if r_pre and o_pre else '—'} | {f(o_dec)} | {f(r_dec)} | "
                          f"{f(r_dec / o_dec) if r_dec and o_dec else '—'} | {t.output_tokens} |")
     probe = rec.probe.prefill_tps if rec.probe else None
@@ -244,12 +257,17 @@ def compare(run_dir: Path, tol: float, serve: list[str] | None = None, sweep_lev
                "prompt_exact": exact, "prefill_within": pre_ok, "decode_within": dec_ok,
                "prefill_ratio_p50": statistics.median(pre_r) if pre_r else None,
                "decode_ratio_p50": statistics.median(dec_r) if dec_r else None,
-               "capacity": capacity}
+               "capacity": capacity,
+               "cached_original": sum(o for o, _ in cached_pairs) if cached_pairs else None,
+               "cached_replay": sum(r for _, r in cached_pairs) if cached_pairs else None}
     lines += ["", (f"{cut} turn(s) not replayed whole (the level's wall-clock limit, or a failed request); "
                    f"the figures below are over the {n} replayed. " if cut else "")
               + f"Prompt tokens exact on {exact}/{n} turns; prefill within ±{tol:.0%} on {pre_ok}/{n} "
               f"(median ratio {summary['prefill_ratio_p50'] or float('nan'):.2f}); decode within ±{tol:.0%} on "
-              f"{dec_ok}/{n} (median ratio {summary['decode_ratio_p50'] or float('nan'):.2f}).",
+              f"{dec_ok}/{n} (median ratio {summary['decode_ratio_p50'] or float('nan'):.2f})."
+              + (f" Cached prompt tokens over the {len(cached_pairs)} turns the server reported them for: "
+                 f"{summary['cached_original']:,} in the original, {summary['cached_replay']:,} in the replay."
+                 if cached_pairs else ""),
               f"Capacity: {capacity}."]
     for lv in sweep.get("levels") or []:
         if isinstance(lv, dict):  # agents.json's level
@@ -258,6 +276,10 @@ def compare(run_dir: Path, tol: float, serve: list[str] | None = None, sweep_lev
                      f"{lv[3]:.1f} s: {lv[4]})" if lv[2] is not None else f"- {lv[0]} agents: FAIL ({lv[4]})")
     lines.append("")
     return lines, summary
+
+
+def _n(v: int | None) -> str:
+    return "—" if v is None else str(v)
 
 
 def main() -> int:
@@ -271,6 +293,9 @@ def main() -> int:
     ap.add_argument("--ttft-p99", type=float, default=120.0)
     ap.add_argument("--turn-p99", type=float, default=300.0)
     ap.add_argument("--limit", type=float, default=900.0, help="one replay's wall-clock limit (s)")
+    ap.add_argument("--feed-answers", action=argparse.BooleanOptionalAction, default=True,
+                    help="with --serve: each appending turn carries the replay's previous answer (load-agents "
+                         "--feed-answers)")
     args = ap.parse_args()
     if args.serve and len(args.serve) != len(args.runs):
         return _fail("give one --serve ENV PRESET per RUN_DIR")
@@ -284,7 +309,7 @@ def main() -> int:
     try:
         for k, run in enumerate(args.runs):
             lines, summary = compare(run, args.tolerance, args.serve[k] if args.serve else None, levels,
-                                     args.ttft_p99, args.turn_p99, args.limit)
+                                     args.ttft_p99, args.turn_p99, args.limit, args.feed_answers)
             sections += lines
             summaries.append(summary)
     except UserError as exc:
@@ -313,11 +338,13 @@ def main() -> int:
                     + (f" (+{s['cut']} cut)" if s.get("cut") else "") + f" | {s['prompt_exact']}/{s['turns']} | "
                     f"{s['prefill_within']}/{s['turns']} | {s['decode_within']}/{s['turns']} | "
                     f"{r(s['prefill_ratio_p50'])} | {r(s['decode_ratio_p50'])} |")
-    head += ["", "Why a replayed turn may prefill more than the original: the agent's next prompt holds its "
-             "previous answer, which the server's prefix cache already holds; our synthetic next prompt holds "
-             "the previous prompt but not the answer the server generated for it (ignore_eos, the recorded "
-             "length), so those output tokens are prefilled again. The first turn of a session has no such "
-             "difference.", ""]
+    head += ["", "What the server's cache holds between turns: the agent's next prompt holds its previous answer, "
+             "which the server cached as it wrote it. With answers fed (`--feed-answers`, the default with "
+             "`--serve`, and what `launch --capacity` replays with), the replay's next turn carries the answer the "
+             "server wrote for the replay's own previous turn, so the cache holds it as it held the agent's; "
+             "without, those output tokens are prefilled again. What can still differ: opencode sends an answer "
+             "back as the template renders a tool call, ours as plain text re-tokenised, so the cached share can "
+             "end a few tokens earlier or later.", ""]
     args.out.write_text("\n".join(head + sections).rstrip() + "\n")
     print("\n".join(head[:len(head)]))
     return 0

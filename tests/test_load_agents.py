@@ -174,6 +174,16 @@ def test_cli_trace_then_sweep(make_timed, tmp_path: Path) -> None:  # noqa: F811
     assert json.loads(Path(json.loads(warmed.stdout)["results"]).read_text())["warm_prefixes"] is True
     new_rows = server.log(at_least=before + 1 + 5)[before:]
     assert [r["usage"]["prompt_tokens"] for r in new_rows if r["usage"]["completion_tokens"] == 1] == [32]
+    # --feed-answers: the appending turns carry the previous answer, and the results say it was on
+    before = len(server.log(at_least=before + 1 + 5))
+    dump(TRACE, tmp_path / "plain.trace.jsonl")
+    fed = cli("load-agents", str(tmp_path / "plain.trace.jsonl"), "--base-url", server.url, "--copies", "1",
+              "--feed-answers", "--out-dir", str(tmp_path / "out"), "--json", cwd=tmp_path)
+    assert fed.returncode == 0, fed.stderr
+    record = json.loads(Path(json.loads(fed.stdout)["results"]).read_text())
+    assert record["feed_answers"] is True
+    assert sum(t["fed"] for t in record["turns_by_level"]["1"]) == 3
+    assert sorted(len(r["messages"]) for r in server.log(at_least=before + 5)[before:]) == [1, 1, 3, 3, 5]
 
 
 @pytest.mark.parametrize("args,field", [
@@ -245,3 +255,59 @@ def test_a_prefix_another_session_cached_is_warmed_before_the_run_and_never_repo
     assert plain.warmed == 0
     none = replay(TRACE, ReplayOptions(base_url=server.url, model=MODEL, copies=1, limit_s=60, warm_prefixes=True))
     assert none.warmed == 0
+
+
+def answer_digest(tokens: int) -> list:
+    """The log's digest of the assistant message that carries the timed server's answer of `tokens`
+    tokens (it streams WORDS in turn)."""
+    from harness.replay.timed import WORDS
+    from harness.replay.timed_wire import messages_digest
+
+    text = "".join(WORDS[k % len(WORDS)] for k in range(tokens))
+    return messages_digest({"messages": [{"role": "assistant", "content": text}]})[0]
+
+
+def test_feed_answers_carries_each_copys_own_previous_answer_at_the_recorded_length(make_timed) -> None:  # noqa: F811
+    """With feed_answers, an appending turn is the previous request's messages, the answer the
+    server streamed for it, and new words to the recorded count; copies still share nothing."""
+    server = make_timed("--ttft", "0.01", "--itl", "0.002")
+    result = replay(TRACE, ReplayOptions(base_url=server.url, model=MODEL, copies=2, stagger_s=0.05, limit_s=60,
+                                         feed_answers=True))
+    assert not result.timed_out and all(t.ok for t in result.turns) and len(result.turns) == 2 * 5
+    # every turn but each session's first appends in TRACE, so all of those are fed
+    assert {(t.session, t.turn) for t in result.turns if t.fed} == {("s0", 1), ("s0", 2), ("s1", 1)}
+    rows = server.log(at_least=2 * 5)
+    by_tag: dict[str, list[dict]] = defaultdict(list)
+    for row in sorted(rows, key=lambda r: r["index"]):
+        by_tag[row["tag"]].append(row)
+    assert sorted(by_tag) == ["a0-s0", "a0-s1", "a1-s0", "a1-s1"]
+    for tag, session_rows in by_tag.items():
+        trace_turns = TRACE.session(tag.split("-")[1]).turns
+        assert [r["usage"]["prompt_tokens"] for r in session_rows] == [t.prompt_tokens for t in trace_turns]
+        assert [r["messages"][0][0] for r in session_rows] == ["user"] * len(trace_turns)
+        for i in range(1, len(session_rows)):
+            before, now = session_rows[i - 1]["messages"], session_rows[i]["messages"]
+            # the previous request whole, then its answer as the server wrote it, then one new user message
+            assert now[:len(before)] == before
+            assert now[len(before)] == answer_digest(trace_turns[i - 1].output_tokens)
+            assert [m[0] for m in now[len(before) + 1:]] == ["user"]
+    # the copies' words differ: no message a copy wrote appears in the other's requests
+    words = {c: {m[2] for tag, rs in by_tag.items() if tag.startswith(f"a{c}-") for r in rs for m in r["messages"]
+                 if m[0] == "user"} for c in (0, 1)}
+    assert words[0] and not words[0] & words[1]
+
+
+def test_feed_answers_sends_a_turn_that_does_not_append_as_its_own_message(make_timed) -> None:  # noqa: F811
+    """A shrink (a compaction: nothing reused) or growth too small for the previous answer cannot
+    hold that answer: those turns go as a single user message at the recorded length."""
+    trace = AgentTrace(block_size=16, sessions=[Session(id="s0", turns=[
+        turn(0.0, 200, 0, 8, None), turn(0.2, 120, 0, 8, 0.1),  # shrank: a new context
+        turn(0.4, 125, 7, 8, 0.1),  # grew by 5 after an 8-token answer: no room for it
+        turn(0.6, 180, 7, 4, 0.1)])])  # appends again: fed
+    server = make_timed("--ttft", "0.01", "--itl", "0.002")
+    result = replay(trace, ReplayOptions(base_url=server.url, model=MODEL, copies=1, limit_s=60, feed_answers=True))
+    assert all(t.ok for t in result.turns) and [t.fed for t in result.turns] == [False, False, False, True]
+    rows = sorted(server.log(at_least=4), key=lambda r: r["index"])
+    assert [r["usage"]["prompt_tokens"] for r in rows] == [200, 120, 125, 180]
+    assert [len(r["messages"]) for r in rows] == [1, 1, 1, 3]
+    assert rows[3]["messages"][:2] == [rows[2]["messages"][0], answer_digest(8)]

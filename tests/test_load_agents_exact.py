@@ -9,11 +9,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from harness.load.agents.exact import counter, exact_prompts
+from harness.load.agents.exact import counter, exact_prompts, fit
 from harness.load.agents.synth import Synth
 from harness.load.agents.trace import AgentTrace, Session, Turn
 
-TEMPLATE = "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
+def render(messages: list[dict]) -> str:
+    """A ChatML-like template of a whole chat, the generation prompt last."""
+    return "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages) + "<|im_start|>assistant\n"
 
 
 def tokens(text: str) -> int:
@@ -29,9 +31,9 @@ def serve(kind: str):
         def do_POST(self):
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             if kind == "vllm" and self.path == "/tokenize" and "messages" in body:
-                out = {"count": tokens(TEMPLATE.format(body["messages"][0]["content"]))}
+                out = {"count": tokens(render(body["messages"]))}
             elif kind == "llamacpp" and self.path == "/apply-template":
-                out = {"prompt": TEMPLATE.format(body["messages"][0]["content"])}
+                out = {"prompt": render(body["messages"])}
             elif kind == "llamacpp" and self.path == "/tokenize" and "content" in body:
                 out = {"tokens": list(range(tokens(body["content"])))}
             else:
@@ -82,5 +84,25 @@ def test_a_server_without_a_tokenizer_endpoint_gives_none():
     server = serve("none")
     try:
         assert counter(f"http://127.0.0.1:{server.server_port}", "m") is None
+    finally:
+        server.shutdown()
+
+
+@pytest.mark.parametrize("kind", ["vllm", "llamacpp"])
+def test_a_fed_turn_counts_exactly_its_recorded_tokens_with_the_answer_inside(kind):
+    """feed_answers sizes a turn as the previous messages, the answer, then new words: the server's
+    count of that whole chat (template, the answer's own tokens) meets the recorded prompt tokens."""
+    server = serve(kind)
+    try:
+        count = counter(f"http://127.0.0.1:{server.server_port}/v1", "m")
+        t = trace()
+        synth = Synth(t, copy=0)
+        first = exact_prompts(t, synth, count)[("root", 0)]
+        base = [{"role": "user", "content": first},
+                {"role": "assistant", "content": "```json\n{\"name\": \"bash\", \"arguments\": {}}\n```"}]
+        words = synth.words("root", 1)[t.sessions[0].turns[0].prompt_tokens:]
+        made, got, used = fit(words, 420, count, lambda text: [*base, {"role": "user", "content": text}], 100)
+        assert got == 420 and count(made) == 420
+        assert made[:2] == base and made[2]["role"] == "user" and 0 < used <= len(words)
     finally:
         server.shutdown()

@@ -152,6 +152,10 @@ def load_agents(
     warm_prefixes: Annotated[bool, typer.Option(
         "--warm-prefixes", help="Before each level, send each copy's sessions the first-turn prefix the recorded "
                                 "server had cached (another session's, e.g. the smoke's), untimed.")] = False,
+    feed_answers: Annotated[bool, typer.Option(
+        "--feed-answers", help="Send each turn that appends to its session's previous prompt with the answer the "
+                               "server gave that copy before (an assistant message), as the agent did: the server's "
+                               "cache then holds it, as it held the agent's.")] = False,
     api_key_env: Annotated[str, typer.Option(help="Name of the env var holding the API key.")] = "",
     as_json: JsonOpt = False,
 ) -> None:
@@ -184,6 +188,7 @@ def load_agents(
                                    limit_s=limit, out_root=out_dir or project_root() / "bench-results",
                                    api_key=api_key_from_env(api_key_env or None), bisect=bisect,
                                    sample_interval_s=sample_interval, warm_prefixes=warm_prefixes,
+                                   feed_answers=feed_answers,
                                    on_level=lambda lv: say(f"  {lv.copies} agents: {'pass' if lv.passed else 'FAIL'}"
                                                            f" ({lv.why})"))
     except (KeyboardInterrupt, Interrupted):

@@ -142,19 +142,20 @@ class StreamClient:
         self._idle.extend(opened)
         return len(opened)
 
-    async def send(self, request: bytes) -> Result:
+    async def send(self, request: bytes, *, keep_text: bool = False) -> Result:
         """Write a prepared request and read its response; never raises for the server's doing.
+        With `keep_text`, the answer's text is kept (`Result.text`).
 
         A pooled connection the server closed just as the request went out (its keep-alive
         timeout or request cap; it answered nothing) is the pool's race, not the server's
         failure: the request goes once more, on a fresh connection."""
-        result = await self._send(request, pooled_ok=True)
+        result = await self._send(request, pooled_ok=True, keep_text=keep_text)
         if result.error == "incomplete response" and result.status is None and result.reused:
-            result = await self._send(request, pooled_ok=False)
+            result = await self._send(request, pooled_ok=False, keep_text=keep_text)
         return result
 
-    async def _send(self, request: bytes, *, pooled_ok: bool) -> Result:
-        result = Result()
+    async def _send(self, request: bytes, *, pooled_ok: bool, keep_text: bool) -> Result:
+        result = Result(text=[] if keep_text else None)
         result.start_ns = time.perf_counter_ns()
         try:
             if not pooled_ok:

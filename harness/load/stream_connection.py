@@ -33,6 +33,10 @@ class Result:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     finish_reason: str | None = None
+    cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens, where the server reports it
+    # The answer's text pieces (content, then text), kept only when the caller asks (StreamClient.send
+    # keep_text): every chunk is then decoded, off the compact fast path
+    text: list[str] | None = None
     body: bytes = b""  # a non-streamed body (JSON responses, errors)
     reused: bool = False  # sent on a pooled keep-alive connection
 
@@ -259,7 +263,7 @@ class StreamConnection(asyncio.Protocol):
             if self._mode == "close":
                 self._finish(now, keep=False)
             return
-        if b'"usage"' not in payload and b'"error"' not in payload:
+        if b'"usage"' not in payload and b'"error"' not in payload and result.text is None:
             at = payload.find(FAST_CONTENT)
             if at < 0:
                 at = payload.find(FAST_TEXT)
@@ -294,12 +298,19 @@ class StreamConnection(asyncio.Protocol):
             u = event["usage"]
             result.prompt_tokens = u.get("prompt_tokens", result.prompt_tokens)
             result.completion_tokens = u.get("completion_tokens", result.completion_tokens)
+            details = u.get("prompt_tokens_details")
+            if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+                result.cached_tokens = details["cached_tokens"]
         token = False
         for choice in event.get("choices") or []:
             delta = choice.get("delta") or {}
             if (delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
                     or delta.get("tool_calls") or choice.get("text")):
                 token = True
+            if result.text is not None:
+                piece = delta.get("content") or choice.get("text")
+                if isinstance(piece, str):
+                    result.text.append(piece)
             if choice.get("finish_reason"):
                 result.finish_reason = choice["finish_reason"]
         if token:

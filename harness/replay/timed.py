@@ -55,6 +55,7 @@ from harness.replay.timed_state import Config, Engine, State
 from harness.replay.wire import model_card
 from harness.replay.timed_wire import Connection
 from harness.replay.timed_wire import (
+    messages_digest,
     Stream,
     chunked,
     error_response,
@@ -298,6 +299,8 @@ class TimedServer:
                 "received_mono": received, "first_token_mono": player.first_at if player else None,
                 "last_token_mono": player.last_at if player else None,
                 "started": arrived_wall, "finished": time.time(),
+                # what a chat carried, message by message (written after the answer, off its schedule)
+                "messages": messages_digest(body) if chat else None,
             })
         return stream is False or completed
 

@@ -6,6 +6,7 @@ exposition of its state."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import random
 import socket
@@ -49,6 +50,17 @@ def prompt_of(body: dict[str, Any], chat: bool) -> tuple[int, str]:
     if isinstance(prompt, list):
         prompt = prompt[0] if prompt and isinstance(prompt[0], str) else ""
     return count_words(prompt), prompt or ""
+
+
+def messages_digest(body: dict[str, Any]) -> list[list]:
+    """[role, words, the first 16 hex digits of blake2b(content)] for each message of a chat, so a
+    test reads what each request carried (a replayed answer, say) without the log holding it."""
+    out = []
+    for m in body.get("messages") or []:
+        content = m.get("content")
+        text = content if isinstance(content, str) else json.dumps(content)
+        out.append([m.get("role"), count_words(content), hashlib.blake2b(text.encode(), digest_size=8).hexdigest()])
+    return out
 
 
 def problem(body: Any, cfg: Config, chat: bool) -> tuple[int, str] | None:

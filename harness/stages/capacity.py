@@ -6,7 +6,10 @@ The trace replayed is the run's own (the first trial's wire log, its session tre
 opencode's store where the folder keeps it: harness/load/agents/trace.py), or a trace file
 given with `--capacity-trace`. The sweep is `load-agents`' (harness/load/agents/sweep.py:
 ascending levels of N copies, stop at the first failing one, bisect; each copy's prompts
-sized on the server's own tokenizer where it offers one, exact.py). What it found goes on
+sized on the server's own tokenizer where it offers one, exact.py; each session's first-turn
+cached prefix warmed, and each appending turn carrying the copy's previous answer, as the
+agent's did: replay.py's warm_prefixes and feed_answers, so a copy reads from the cache what
+the agent read). What it found goes on
 every trial's record (`capacity`: the serve's, as GPU-hours are) and every turn of every
 level into the first trial's `capacity/` folder (trace.jsonl, agents.json).
 
@@ -108,7 +111,7 @@ def run_capacity(opts: CapacityOptions, trials: list[tuple[RunRecord, LaunchCont
         outcome, path = run_agents(
             trace, base_url=ctx.unit.base_url, model=ctx.unit.served_name, levels=opts.copies, slo=slo,
             stagger_s=opts.stagger_s, limit_s=opts.limit_s, out_root=folder, folder=folder, api_key=ctx.api_key,
-            exact_tokens=True,
+            exact_tokens=True, warm_prefixes=True, feed_answers=True,
             on_level=lambda lv: ctx.say(f"capacity: {lv.copies} agents {'pass' if lv.passed else 'FAIL'} ({lv.why})"))
         figures.sustained, figures.limit_found, figures.slo, figures.rule = (
             outcome.sustained, outcome.limit_found, outcome.slo, outcome.rule)

@@ -33,25 +33,33 @@ MAX_STEPS = 8  # tokenizer calls per turn to find the word count
 # Then, where a word of several tokens leaves the count a few off, what it lacks is made up with
 # one of these short words, repeated (one token each on common vocabularies)
 FILLERS = ("the", "of", "and", "to", "in", "is", "it", "on")
-Counter = Callable[[str], int]  # a user message's text -> prompt tokens the server would count
+# A user message's text, or a whole message list -> the prompt tokens the server would count
+Counter = Callable[[str | list[dict]], int]
+
+
+def messages(value: str | list[dict]) -> list[dict]:
+    return value if isinstance(value, list) else [{"role": "user", "content": value}]
+
+
+def count_words(value: str | list[dict]) -> int:
+    """The count where the server has no tokenizer endpoint: one token a word (exact on the timed
+    replay server, which counts the words of every message)."""
+    return sum(len(m["content"].split()) for m in messages(value) if isinstance(m.get("content"), str))
 
 
 def counter(base_url: str, model: str, api_key: str | None = None, timeout_s: float = 30.0) -> Counter | None:
-    """The server's own prompt-token count of a one-user-message chat, or None if it offers none."""
+    """The server's own prompt-token count of a chat, or None if it offers none."""
     root = root_url(base_url)
     client = httpx.Client(headers=bearer(api_key), timeout=timeout_s, verify=tls())
 
-    def messages(text: str) -> list[dict]:
-        return [{"role": "user", "content": text}]
-
-    def vllm(text: str) -> int:
-        r = client.post(f"{root}/tokenize", json={"model": model, "messages": messages(text),
+    def vllm(value: str | list[dict]) -> int:
+        r = client.post(f"{root}/tokenize", json={"model": model, "messages": messages(value),
                                                   "add_generation_prompt": True})
         r.raise_for_status()
         return int(r.json()["count"])
 
-    def llamacpp(text: str) -> int:
-        r = client.post(f"{root}/apply-template", json={"messages": messages(text)})
+    def llamacpp(value: str | list[dict]) -> int:
+        r = client.post(f"{root}/apply-template", json={"messages": messages(value)})
         r.raise_for_status()
         prompt = r.json()["prompt"]
         r = client.post(f"{root}/tokenize", json={"content": prompt, "add_special": True})
@@ -72,39 +80,50 @@ def exact_prompts(trace: AgentTrace, synth: Synth, count: Counter) -> dict[tuple
     """(session, turn) -> a prompt the server counts as the turn's recorded prompt tokens (or the closest)."""
     out: dict[tuple[str, int], str] = {}
     for s in trace.sessions:
-        guess = None  # the previous turn's template overhead, a good first guess for the next
+        guess = 0  # the previous turn's template overhead, a good first guess for the next
         for i, t in enumerate(s.turns):
             words = synth.words(s.id, i)
-            n = max(1, min(len(words), t.prompt_tokens - (guess if guess is not None else 0)))
-            best = None
-            for _ in range(MAX_STEPS):
-                got = count(" ".join(words[:n]))
-                if best is None or abs(got - t.prompt_tokens) < abs(best[1] - t.prompt_tokens):
-                    best = (n, got)
-                if got == t.prompt_tokens:
-                    break
-                step = t.prompt_tokens - got
-                nxt = max(1, min(len(words), n + step))
-                if nxt == n:
-                    break
-                n = nxt
-            text = " ".join(words[:best[0]])
-            if best[1] != t.prompt_tokens:
-                text = _swap_tail(words, best[0], t.prompt_tokens, count) or text
-            guess = best[1] - best[0]
+            text, got, n = fit(words, t.prompt_tokens, count, str, t.prompt_tokens - guess)
+            guess = got - n
             out[(s.id, i)] = text
     return out
 
 
-def _swap_tail(words: list[str], n: int, target: int, count: Counter) -> str | None:
-    """A text of the first k words (k at most n) and then as many short fillers as the count
-    lacks, that counts exactly `target`, if one does."""
+def fit(words: list[str], target: int, count: Counter, make: Callable[[str], str | list[dict]],
+        first: int) -> tuple[str | list[dict], int, int]:
+    """(made, its count, words used): `make` of the text of the first n of `words` (n tried from
+    `first`, at most MAX_STEPS counts), the one counted `target` where one is, else the closest.
+    `make` turns the text into what is counted and sent (the text itself, or a message list)."""
+    n = max(1, min(len(words), first))
+    best = None
+    for _ in range(MAX_STEPS):
+        got = count(make(" ".join(words[:n])))
+        if best is None or abs(got - target) < abs(best[1] - target):
+            best = (n, got)
+        if got == target:
+            break
+        nxt = max(1, min(len(words), n + target - got))
+        if nxt == n:
+            break
+        n = nxt
+    made = make(" ".join(words[:best[0]]))
+    if best[1] != target:
+        swapped = _swap_tail(words, best[0], target, count, make)
+        if swapped is not None:
+            return swapped, target, best[0]
+    return made, best[1], best[0]
+
+
+def _swap_tail(words: list[str], n: int, target: int, count: Counter,
+               make: Callable[[str], str | list[dict]]) -> str | list[dict] | None:
+    """`make` of the first k words (k at most n) and then as many short fillers as the count
+    lacks, where that counts exactly `target`; None if none does."""
     for k in range(min(n, len(words)), max(0, n - 4), -1):
-        lack = target - count(" ".join(words[:k]))
+        lack = target - count(make(" ".join(words[:k])))
         if not 0 < lack <= 8:
             continue
         for filler in FILLERS[:3]:
-            text = " ".join([*words[:k], *[filler] * lack])
-            if count(text) == target:
-                return text
+            made = make(" ".join([*words[:k], *[filler] * lack]))
+            if count(made) == target:
+                return made
     return None

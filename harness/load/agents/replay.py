@@ -15,6 +15,17 @@ and tool list) gets that prefix sent once before the run starts, untimed and nev
 its first turn then reads the same share from the cache, as the original did. Each copy warms
 its own words, so copies still share no cache.
 
+With `feed_answers`, a turn that appends to its session's previous prompt (every full block of it
+reused, and room for the answer) is sent as that previous request's messages, then the answer the
+server streamed this copy for it (an assistant message), then a user message of the turn's new
+words sized so the whole counts the turn's recorded prompt tokens (the server's tokenizer where it
+has one, else a word a token). An agent's next prompt holds its previous answer, which the
+server's prefix cache holds too (a model's own generated tokens are cached as it writes them):
+the replayed turn then reads the same share from the cache as the original did, rather than
+prefilling the answer's length again. A turn that cannot be fed so (the first, a shrink, a
+failed previous answer, a count that does not come out exact) is sent as its own single message.
+The sizing runs in the think before the request, never inside its timing.
+
 Bounded: every request has an idle timeout, and the whole run a wall-clock limit after which
 unfinished turns are cancelled and reported as such.
 """
@@ -26,8 +37,9 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 
+from harness.load.agents.exact import Counter, count_words, fit
 from harness.load.agents.synth import Synth
-from harness.load.agents.trace import AgentTrace, Session
+from harness.load.agents.trace import AgentTrace, Session, Turn
 from harness.load.client import CHAT_PATH, StreamClient, chat_payload
 from harness.replay.precise_loop import precise_loop, sleep_until
 
@@ -48,6 +60,8 @@ class TurnResult:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     decode_tok_s: float | None = None  # (tokens - 1) / (last token - first token)
+    cached_tokens: int | None = None  # the server's usage.prompt_tokens_details.cached_tokens
+    fed: bool = False  # sent with the previous answer (feed_answers)
 
 
 @dataclass
@@ -65,6 +79,8 @@ class ReplayOptions:
     exact_tokens: bool = False
     # Before the run: each session's first-turn cached prefix sent once, untimed (see the module doc)
     warm_prefixes: bool = False
+    # Each appending turn carries this copy's previous answer (see the module doc)
+    feed_answers: bool = False
 
 
 @dataclass
@@ -83,6 +99,20 @@ class ReplayResult:
                 "turns": [asdict(t) for t in self.turns]}
 
 
+@dataclass
+class _Prepared:
+    body: bytes  # the whole HTTP request
+    messages: list[dict]
+    fed: bool
+
+
+def appends(prev: Turn, t: Turn, block_size: int) -> bool:
+    """Whether `t` grows `prev`'s prompt by appending (its every full block reused) with room for
+    at least `prev`'s answer and one new token: a turn the agent built on its previous answer."""
+    return (t.reused_blocks >= prev.prompt_tokens // block_size
+            and t.prompt_tokens > prev.prompt_tokens + prev.output_tokens)
+
+
 def _gap(parent_end_s: float | None, start_s: float) -> float:
     return max(0.0, start_s - parent_end_s) if parent_end_s is not None else 0.0
 
@@ -93,6 +123,9 @@ class _Copy:
         self.trace, self.copy, self.opts, self.client, self.loop, self.t0 = trace, copy, opts, client, loop, t0
         self.synth = Synth(trace, copy, opts.salt)
         self.texts: dict[tuple[str, int], str] | None = None  # exact-length prompts (exact.py), if measured
+        self.count: Counter | None = None  # the server's tokenizer, if it has one and exact_tokens asked for it
+        self.sent: dict[str, list[dict]] = {}  # session -> the messages of its last answered request
+        self.answers: dict[str, str] = {}  # session -> that request's answer (feed_answers)
         self.out = out
         self.ends: dict[tuple[str, int], float] = {}  # (session, turn) -> answer's end (loop clock)
         self.done: dict[str, asyncio.Event] = {s.id: asyncio.Event() for s in trace.sessions}
@@ -139,7 +172,7 @@ class _Copy:
                     rec = self._recorded_end(child, len(child.turns) - 1)
                     waits.append((self.session_end[child.id], _gap(rec, t.start_s)))
                 wait_from, target = max(waits, key=lambda w: w[0] + w[1], default=(None, None))
-                request = self.prepare(s, i)  # built before the wait, so the wait is the whole delay
+                request = await self.prepare(s, i)  # built before the wait, so the wait is the whole delay
                 if wait_from is not None:
                     await sleep_until(self.loop, wait_from + target)
                 prev_end = await self.request(s, i, request, target, wait_from)
@@ -154,12 +187,37 @@ class _Copy:
     def _text(self, s: Session, i: int) -> str:
         return self.texts[(s.id, i)] if self.texts is not None else self.synth.prompt(s.id, i)
 
-    def _chat(self, text: str, max_tokens: int) -> bytes:
-        payload = chat_payload(self.opts.model, text, max_tokens)
+    def _chat(self, text: str | list[dict], max_tokens: int) -> bytes:
+        payload = chat_payload(self.opts.model, "", max_tokens)
+        payload["messages"] = [{"role": "user", "content": text}] if isinstance(text, str) else text
         return self.client.request_bytes("POST", CHAT_PATH, json.dumps(payload).encode())
 
-    def prepare(self, s: Session, i: int) -> bytes:
-        return self._chat(self._text(s, i), s.turns[i].output_tokens)
+    async def prepare(self, s: Session, i: int) -> _Prepared:
+        t = s.turns[i]
+        if self.opts.feed_answers and i > 0 and s.id in self.answers:
+            # the tokenizer's calls block: off the loop, which is timing the other copies' streams
+            fed = (await self.loop.run_in_executor(None, self._fed, s, i) if self.count is not None
+                   else self._fed(s, i))
+            if fed is not None:
+                return _Prepared(self._chat(fed, t.output_tokens), fed, True)
+        messages = [{"role": "user", "content": self._text(s, i)}]
+        return _Prepared(self._chat(messages, t.output_tokens), messages, False)
+
+    def _fed(self, s: Session, i: int) -> list[dict] | None:
+        """Turn i's messages: the previous request's, its answer, then new words to the recorded
+        count; None where the turn does not append or the count cannot be met exactly."""
+        prev, t = s.turns[i - 1], s.turns[i]
+        if not appends(prev, t, self.trace.block_size):
+            return None
+        base = [*self.sent[s.id], {"role": "assistant", "content": self.answers[s.id]}]
+        # the turn's words past the previous prompt: its new blocks, this copy's own
+        words = self.synth.words(s.id, i)[prev.prompt_tokens:]
+        if not words:
+            return None
+        made, got, _ = fit(words, t.prompt_tokens, self.count or count_words,
+                           lambda text: [*base, {"role": "user", "content": text}],
+                           t.prompt_tokens - prev.prompt_tokens - prev.output_tokens)
+        return made if got == t.prompt_tokens else None
 
     def warm_prefix(self, s: Session) -> bytes | None:
         """The request that leaves `s`'s first-turn cached prefix in the server's cache: the first
@@ -173,9 +231,15 @@ class _Copy:
         # Words are one token each for Synth; an exact-length text has about one a token too.
         return self._chat(" ".join(self._text(s, 0).split(" ")[:keep]), 1)
 
-    async def request(self, s: Session, i: int, request: bytes, target: float | None,
+    async def request(self, s: Session, i: int, request: _Prepared, target: float | None,
                       wait_from: float | None) -> float:
-        r = await self.client.send(request)
+        r = await self.client.send(request.body, keep_text=self.opts.feed_answers)
+        if self.opts.feed_answers:
+            if r.ok and r.text:
+                self.sent[s.id], self.answers[s.id] = request.messages, "".join(r.text)
+            else:  # nothing to feed: the session's next turn goes as its own message
+                self.sent.pop(s.id, None)
+                self.answers.pop(s.id, None)
         if r.ok and not r.token_ns:  # as StreamClient.stream judges a stream
             r.ok, r.error = False, "no output tokens received"
         start, end = r.start_ns / 1e9, (r.end_ns or r.start_ns) / 1e9
@@ -186,7 +250,7 @@ class _Copy:
             copy=self.copy, session=s.id, turn=i, ok=r.ok, error=r.error, start_s=start - self.t0, end_s=end - self.t0,
             think_target_s=target, think_s=None if wait_from is None else start - wait_from, ttft_s=r.ttft_s,
             turn_s=r.e2e_s, prompt_tokens=r.prompt_tokens, completion_tokens=r.completion_tokens,
-            decode_tok_s=decode))
+            decode_tok_s=decode, cached_tokens=r.cached_tokens, fed=request.fed))
         return end
 
 
@@ -202,6 +266,7 @@ async def _run(trace: AgentTrace, opts: ReplayOptions) -> ReplayResult:
         result.exact_tokens = count is not None
         for c in copies if count is not None else []:
             c.texts = await loop.run_in_executor(None, exact_prompts, trace, c.synth, count)
+            c.count = count
     if opts.warm_prefixes:
         for c in copies:
             for s in trace.sessions:

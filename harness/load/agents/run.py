@@ -63,7 +63,7 @@ def run_agents(trace: AgentTrace, *, base_url: str, model: str, levels: list[int
                limit_s: float, out_root: Path, api_key: str | None = None, bisect: bool = True,
                on_level: Callable[[LevelStats], None] | None = None,
                sample_interval_s: float = 1.0, exact_tokens: bool = False, warm_prefixes: bool = False,
-               folder: Path | None = None) -> tuple[SweepResult, Path]:
+               feed_answers: bool = False, folder: Path | None = None) -> tuple[SweepResult, Path]:
     """The sweep; every level's turns and figures written to out_root/<UTC>-agents/agents.json
     (or `folder`/agents.json)."""
     model = model or served_model(base_url, api_key)
@@ -76,7 +76,7 @@ def run_agents(trace: AgentTrace, *, base_url: str, model: str, levels: list[int
         with Watcher(base_url, api_key=api_key, interval_s=sample_interval_s) as watcher:
             result = replay(trace, ReplayOptions(base_url=base_url, model=model, copies=n, stagger_s=stagger_s,
                                                  api_key=api_key, limit_s=limit_s, exact_tokens=exact_tokens,
-                                                 warm_prefixes=warm_prefixes,
+                                                 warm_prefixes=warm_prefixes, feed_answers=feed_answers,
                                                  salt=n))  # no level reads a cache an earlier one left
         turns[n] = result.as_dict()["turns"]
         measured[n] = result.exact_tokens
@@ -87,7 +87,8 @@ def run_agents(trace: AgentTrace, *, base_url: str, model: str, levels: list[int
     outcome = sweep(level, levels, slo, bisect=bisect, on_level=on_level)
     path = folder / "agents.json"
     path.write_text(json.dumps({"trace": trace.source, "sessions": len(trace.sessions), "exact_tokens": exact_tokens,
-                                "warm_prefixes": warm_prefixes, "turns_per_copy": sum(len(s.turns) for s in trace.sessions), "model": model,
+                                "warm_prefixes": warm_prefixes, "feed_answers": feed_answers,
+                                "turns_per_copy": sum(len(s.turns) for s in trace.sessions), "model": model,
                                 "base_url": base_url, "stagger_s": stagger_s, **outcome.as_dict(),
                                 "exact_tokens_by_level": measured, "turns_by_level": turns}, indent=1) + "\n")
     return outcome, path
