@@ -85,3 +85,18 @@ def test_capacity_options_refused_before_anything_is_served(project: Project, tm
         assert code == 2, (extra, out, err)
         assert "Traceback" not in err and field in err, (extra, err)
         assert project.run_dirs() == []
+
+
+def test_a_given_trace_is_named_on_the_record_by_its_file_and_source_never_its_path(tmp_path: Path):
+    """The record is committed: `--capacity-trace /abs/dir/x.trace.jsonl` must not put /abs/dir on it."""
+    from harness.load.agents.trace import AgentTrace, Session, Turn, dump
+    from harness.stages.capacity import CapacityOptions, _trace
+
+    path = tmp_path / "deep" / "x.trace.jsonl"
+    path.parent.mkdir()
+    dump(AgentTrace(source="20261204T000000Z-some-run", sessions=[Session(id="s", turns=[
+        Turn(start_s=0, prompt_tokens=10, reused_blocks=0, output_tokens=2)])]), path)
+    opts = CapacityOptions(trace=path.resolve())
+    trace, named = _trace(opts, [])
+    assert named == "x.trace.jsonl (from 20261204T000000Z-some-run)" and str(tmp_path) not in opts.describe()
+    assert len(trace.sessions) == 1

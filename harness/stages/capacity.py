@@ -47,7 +47,7 @@ class CapacityOptions:
 
     def describe(self) -> str:
         return (f"copies {','.join(map(str, self.copies))}, TTFT p99 <= {self.ttft_p99_s:g} s, turn p99 <= "
-                f"{self.turn_p99_s:g} s, trace {self.trace or 'the run’s own wire log'}")
+                f"{self.turn_p99_s:g} s, trace {self.trace.name if self.trace else 'the run’s own wire log'}")
 
 
 def parse_copies(text: str) -> list[int]:
@@ -81,7 +81,10 @@ def _trace(opts: CapacityOptions, trials: list[tuple[RunRecord, LaunchContext]])
     from harness.load.agents.trace import from_run, load
 
     if opts.trace is not None:
-        return load(opts.trace), str(opts.trace)
+        # named by its file and the run it came from, never by where it lies here: the record is committed
+        # (the trace itself is copied into the run folder, capacity/trace.jsonl)
+        trace = load(opts.trace)
+        return trace, opts.trace.name + (f" (from {trace.source})" if trace.source else "")
     for rec, ctx in trials:
         if (ctx.paths.dir / "wire.jsonl").is_file():
             trace = from_run(ctx.paths.dir)
