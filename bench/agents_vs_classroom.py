@@ -14,8 +14,11 @@ rule are written beside it.
     .venv/bin/python bench/agents_vs_classroom.py TRACE --serve ENV PRESET [--levels 1,2,4]
         [--ttft-p99 S] [--turn-p99 S] [--limit S] [--classroom-duration S] [--classroom-grace S]
         [--time-scale X]
+    .venv/bin/python bench/agents_vs_classroom.py --agents-from RUN_DIR --serve ENV PRESET [...]
 
-The preset is served here (`llms-benchmark serve`) and destroyed after, whatever happens.
+With `--agents-from`, the agents side is a run's own `launch --capacity` sweep (its
+capacity/agents.json and record: levels, SLO, trace), and only the classroom runs here, at
+those levels and under that SLO, on the run's preset served again. The preset is served here (`llms-benchmark serve`) and destroyed after, whatever happens.
 Loopback only; every level bounded (`--limit` for the agents, duration + grace for the
 classroom). Writes bench/results/agents-vs-classroom.md.
 """
@@ -72,6 +75,19 @@ def classroom_level(base_url: str, model: str, users: int, stagger: float, durat
             "prompt_p50": p(prompts, 50), "output_p50": p(outputs, 50), "folder": str(result.folder)}
 
 
+def from_run(run_dir: Path) -> dict:
+    """A run's own capacity sweep: its agents.json, levels, SLO and headline, from its record."""
+    from harness.run.record import RunRecord
+
+    rec = RunRecord.load(run_dir / "run.json")
+    cap = rec.capacity
+    if cap is None or not cap.results or not (run_dir / cap.results).is_file():
+        raise UserError(f"run {run_dir.name} has no capacity sweep", file=run_dir / "run.json", field="capacity",
+                        fix="give a run folder launched with --capacity")
+    return {"agents": json.loads((run_dir / cap.results).read_text()), "levels": [lv.model_dump() for lv in cap.levels],
+            "ttft_p99_s": cap.ttft_p99_s, "turn_p99_s": cap.turn_p99_s, "headline": cap.headline(), "rule": cap.rule}
+
+
 def meets(ttft_p99: float | None, time_p99: float | None, failed: int, slo: Slo) -> bool:
     return (failed == 0 and ttft_p99 is not None and time_p99 is not None
             and ttft_p99 <= slo.ttft_p99_s and time_p99 <= slo.turn_p99_s)
@@ -79,7 +95,8 @@ def meets(ttft_p99: float | None, time_p99: float | None, failed: int, slo: Slo)
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("trace", type=Path, help="a *.trace.jsonl (llms-benchmark load-trace)")
+    ap.add_argument("trace", type=Path, nargs="?", help="a *.trace.jsonl (llms-benchmark load-trace)")
+    ap.add_argument("--agents-from", type=Path, help="a run folder launched with --capacity: its sweep, not a new one")
     ap.add_argument("--serve", nargs=2, metavar=("ENV", "PRESET"), required=True)
     ap.add_argument("--levels", default="1,2,4", help="agents (and students) per level")
     ap.add_argument("--ttft-p99", type=float, default=60.0)
@@ -93,7 +110,13 @@ def main() -> int:
     args = ap.parse_args()
     try:
         levels = sorted({int(x) for x in args.levels.split(",") if x.strip()})
-        trace = read_trace(args.trace)
+        given = from_run(args.agents_from) if args.agents_from else None
+        if given is None and args.trace is None:
+            raise UserError("give a TRACE or --agents-from RUN_DIR", field="trace", fix="name one")
+        trace = read_trace(args.trace) if given is None else read_trace(args.agents_from / "capacity" / "trace.jsonl")
+        if given is not None:  # the run's levels and SLO, so both loads are judged alike
+            levels = [lv["copies"] for lv in given["levels"]]
+            args.ttft_p99, args.turn_p99 = given["ttft_p99_s"], given["turn_p99_s"]
     except ValueError:
         print(f"agents_vs_classroom: --levels {args.levels!r} is not a list of integers", file=sys.stderr)
         return 2
@@ -112,13 +135,20 @@ def main() -> int:
     loads = [round(os.getloadavg()[0], 2)]
     classroom: dict[int, dict] = {}
     try:
-        outcome, path = run_agents(trace, base_url=unit["base_url"], model=unit["served_name"], levels=levels,
-                                   slo=slo, stagger_s=args.stagger, limit_s=args.limit,
-                                   out_root=Path(tempfile.mkdtemp()), exact_tokens=True, warm_prefixes=True,
-                                   feed_answers=True, bisect=False,
-                                   on_level=lambda lv: print(f"agents {lv.copies}: {lv.why}", flush=True))
-        loads.append(round(os.getloadavg()[0], 2))
-        agents = json.loads(path.read_text())
+        if given is None:
+            outcome, path = run_agents(trace, base_url=unit["base_url"], model=unit["served_name"], levels=levels,
+                                       slo=slo, stagger_s=args.stagger, limit_s=args.limit,
+                                       out_root=Path(tempfile.mkdtemp()), exact_tokens=True, warm_prefixes=True,
+                                       feed_answers=True, bisect=False,
+                                       on_level=lambda lv: print(f"agents {lv.copies}: {lv.why}", flush=True))
+            loads.append(round(os.getloadavg()[0], 2))
+            agents = json.loads(path.read_text())
+            headline, rule, where = outcome.headline(), outcome.rule, "this serve, before the classroom"
+        else:
+            agents = given["agents"]
+            headline, rule = given["headline"], given["rule"]
+            where = (f"run `{args.agents_from.name}`'s own `launch --capacity` sweep, on its serve after its "
+                     f"mission (the classroom on the same preset served again here)")
         out = Path(tempfile.mkdtemp())
         for n in levels:
             classroom[n] = classroom_level(unit["base_url"], unit["served_name"], n, args.stagger,
@@ -133,13 +163,13 @@ def main() -> int:
     def f(v: float | None, digits: int = 2) -> str:
         return "—" if v is None else f"{v:.{digits}f}"
 
-    by_level = {lv.copies: lv for lv in outcome.levels}
+    by_level = {lv["copies"]: lv for lv in agents["levels"]}
     lines = ["# Seed 002's classroom beside the agents sweep, one serve", "",
              f"`.venv/bin/python bench/agents_vs_classroom.py {' '.join(shlex.quote(a) for a in sys.argv[1:])}` "
              f"({started:%Y-%m-%d %H:%M}–{ended:%H:%M} UTC; host load average (1 min) "
              f"{', '.join(f'{x:g}' for x in loads)} at the start and after each load, on {os.cpu_count()} CPUs).", "",
              f"Served: `{preset}` on `{env}` (`llms-benchmark serve`, destroyed after), model `{unit['served_name']}`. "
-             f"The agents: `{trace.source or args.trace.name}`, {len(trace.sessions)} session(s), "
+             f"The agents ({where}): `{trace.source or args.trace.name}`, {len(trace.sessions)} session(s), "
              f"{sum(len(s.turns) for s in trace.sessions)} turns a copy, copies {args.stagger:g} s apart, prompts "
              f"sized on the server's tokenizer, first-turn prefixes warmed and answers fed (as `launch --capacity`). "
              f"The classroom: seed 002's simulated students (`llms-benchmark classroom`, Java lab, up to 4 requests "
@@ -161,7 +191,7 @@ def main() -> int:
                      f"{f(p(a_ttft, 99))} | {f(p(a_turn, 50))} | {f(p(a_turn, 99))} | "
                      f"{f(p([t['prompt_tokens'] for t in ok if t['prompt_tokens']], 50), 0)} | "
                      f"{f(p([t['completion_tokens'] for t in ok if t['completion_tokens']], 50), 0)} | "
-                     f"{'yes' if lv and lv.passed else 'no' if lv else 'not run (the sweep stopped)'} |")
+                     f"{'yes' if lv and lv['passed'] else 'no' if lv else 'not run (the sweep stopped)'} |")
         c = classroom.get(n)
         if c:
             lines.append(f"| {n} | classroom | {c['ok']} / {c['failed']}"
@@ -173,7 +203,7 @@ def main() -> int:
         classroom[n]["ttft_p99"], classroom[n]["time_p99"], classroom[n]["failed"], slo)
         and all(classroom.get(m) and meets(classroom[m]["ttft_p99"], classroom[m]["time_p99"], classroom[m]["failed"],
                                            slo) for m in levels if m < n)), default=0)
-    lines += ["", f"**Agents (this model's own sessions): {outcome.headline()}.** The rule: {outcome.rule}", "",
+    lines += ["", f"**Agents (this model's own sessions): {headline}.** The rule: {rule}", "",
               f"**Classroom (seed 002) at the same levels: {sustained_classroom} student(s) sustained** under the same "
               "SLO (the largest level passing with none failing beneath it).", ""]
     args.out.write_text("\n".join(lines) + "\n")
