@@ -182,7 +182,7 @@ def main() -> int:
              "turn/request p99 s | prompt tokens p50 | output tokens p50 | meets the SLO |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for n in levels:
-        turns = [t for t in agents["turns_by_level"].get(str(n), [])]
+        turns = agents["turns_by_level"].get(str(n), [])
         ok = [t for t in turns if t["ok"]]
         lv = by_level.get(n)
         a_ttft = [t["ttft_s"] for t in ok if t["ttft_s"] is not None]

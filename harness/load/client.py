@@ -219,11 +219,17 @@ class StreamClient:
         self._idle.clear()
 
 
-def chat_payload(model: str, prompt: str, max_tokens: int, *, ignore_eos: bool = True) -> dict[str, Any]:
-    """The benchmark's request: one user message, exactly max_tokens out (ignore_eos), usage in the stream."""
+def as_messages(prompt: str | list[dict]) -> list[dict]:
+    """A chat's messages: a text is one user message; a message list is itself."""
+    return prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
+
+
+def chat_payload(model: str, prompt: str | list[dict], max_tokens: int, *, ignore_eos: bool = True) -> dict[str, Any]:
+    """The benchmark's request: one user message (or the messages given), exactly max_tokens out
+    (ignore_eos), usage in the stream."""
     return {
         "model": model,
-        "messages": [{"role": "user", "content": prompt}],
+        "messages": as_messages(prompt),
         "max_tokens": max_tokens,
         "temperature": 0,
         "stream": True,

@@ -26,6 +26,7 @@ import httpx
 
 from harness.load.agents.synth import Synth
 from harness.load.agents.trace import AgentTrace
+from harness.load.client import as_messages
 from harness.wire.openai import bearer, root_url
 from harness.wire.tls import tls
 
@@ -37,14 +38,10 @@ FILLERS = ("the", "of", "and", "to", "in", "is", "it", "on")
 Counter = Callable[[str | list[dict]], int]
 
 
-def messages(value: str | list[dict]) -> list[dict]:
-    return value if isinstance(value, list) else [{"role": "user", "content": value}]
-
-
 def count_words(value: str | list[dict]) -> int:
     """The count where the server has no tokenizer endpoint: one token a word (exact on the timed
     replay server, which counts the words of every message)."""
-    return sum(len(m["content"].split()) for m in messages(value) if isinstance(m.get("content"), str))
+    return sum(len(m["content"].split()) for m in as_messages(value) if isinstance(m.get("content"), str))
 
 
 def counter(base_url: str, model: str, api_key: str | None = None, timeout_s: float = 30.0) -> Counter | None:
@@ -53,13 +50,13 @@ def counter(base_url: str, model: str, api_key: str | None = None, timeout_s: fl
     client = httpx.Client(headers=bearer(api_key), timeout=timeout_s, verify=tls())
 
     def vllm(value: str | list[dict]) -> int:
-        r = client.post(f"{root}/tokenize", json={"model": model, "messages": messages(value),
+        r = client.post(f"{root}/tokenize", json={"model": model, "messages": as_messages(value),
                                                   "add_generation_prompt": True})
         r.raise_for_status()
         return int(r.json()["count"])
 
     def llamacpp(value: str | list[dict]) -> int:
-        r = client.post(f"{root}/apply-template", json={"messages": messages(value)})
+        r = client.post(f"{root}/apply-template", json={"messages": as_messages(value)})
         r.raise_for_status()
         prompt = r.json()["prompt"]
         r = client.post(f"{root}/tokenize", json={"content": prompt, "add_special": True})

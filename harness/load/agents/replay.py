@@ -188,8 +188,7 @@ class _Copy:
         return self.texts[(s.id, i)] if self.texts is not None else self.synth.prompt(s.id, i)
 
     def _chat(self, text: str | list[dict], max_tokens: int) -> bytes:
-        payload = chat_payload(self.opts.model, "", max_tokens)
-        payload["messages"] = [{"role": "user", "content": text}] if isinstance(text, str) else text
+        payload = chat_payload(self.opts.model, text, max_tokens)
         return self.client.request_bytes("POST", CHAT_PATH, json.dumps(payload).encode())
 
     async def prepare(self, s: Session, i: int) -> _Prepared:
