@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 
-from conftest import TEST_TRAJECTORIES, Project
-from harness.load.agents.figures import CapacityFigures
+from conftest import REPO, TEST_TRAJECTORIES, Project
+from harness.load.agents.figures import CapacityFigures, CapacityLevel
 from harness.results.columns import DASH, columns, headers
 
 
@@ -100,3 +101,49 @@ def test_a_given_trace_is_named_on_the_record_by_its_file_and_source_never_its_p
     trace, named = _trace(opts, [])
     assert named == "x.trace.jsonl (from 20261204T000000Z-some-run)" and str(tmp_path) not in opts.describe()
     assert len(trace.sessions) == 1
+
+
+def _bench_capacity():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("agents_capacity", REPO / "bench" / "agents_capacity.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_capacity_tables_are_written_from_the_sweeps_own_record(tmp_path: Path, capsys):
+    """bench/agents_capacity.py: a found limit reads as found, a failing level says why, a sweep
+    whose levels all passed reads as a lower bound, and a run with no sweep is refused."""
+    bench = _bench_capacity()
+    levels = [CapacityLevel(copies=1, passed=True, turns=12, failed=0, ttft_p99_s=5.8, turn_p99_s=9.7,
+                            why="within the SLO"),
+              CapacityLevel(copies=2, passed=False, turns=24, failed=0, ttft_p99_s=13.3, turn_p99_s=19.6,
+                            why="TTFT p99 13.3 s > 10 s")]
+    found = CapacityFigures(sustained=1, limit_found=True, slo="TTFT p99 <= 10 s", ttft_p99_s=10, turn_p99_s=120,
+                            trace="own", levels=levels)
+    (tmp_path / "found").mkdir()
+    (tmp_path / "found" / "run.json").write_text(json.dumps(
+        {"status": "ok", "mission": "hello", "capacity": found.model_dump(mode="json")}))
+    text = bench.render(bench.load(tmp_path / "found"))
+    assert "**1 agents sustained**" in text and "≥" not in text
+    assert "| 2 | 24 | 0 | 13.3 s | 19.6 s | no: TTFT p99 13.3 s > 10 s |" in text
+
+    # the folder's full sweep wins over the record's summary, with the watcher's readings
+    bound = found.model_copy(update={"limit_found": False, "sustained": 1, "levels": levels[:1],
+                                     "results": "capacity/agents.json"})
+    (tmp_path / "bound" / "capacity").mkdir(parents=True)
+    (tmp_path / "bound" / "run.json").write_text(json.dumps({"capacity": bound.model_dump(mode="json")}))
+    (tmp_path / "bound" / "capacity" / "agents.json").write_text(json.dumps({"warm_prefixes": True, "levels": [
+        {"copies": 1, "turns": 12, "failed": 0, "ttft_p50_s": 1.3, "ttft_p99_s": 5.8, "turn_p50_s": 8.0,
+         "turn_p99_s": 9.7, "decode_p50_tok_s": 15.5, "passed": True, "why": "within the SLO",
+         "server": {"kv_usage_peak": 0.38, "prefix_cache_hit": 0.91, "preemptions": 0, "waiting_peak": 3}}]}))
+    text = bench.render(bench.load(tmp_path / "bound"))
+    assert "**≥ 1 agents sustained (1 the most tried: a lower bound)**" in text
+    assert "| 1 | 12 | 0 | 1.3 / 5.8 s | 8.0 / 9.7 s | 15.5 tok/s | 38 % | 91 % | 0 | 3 | yes |" in text
+
+    (tmp_path / "none").mkdir()
+    (tmp_path / "none" / "run.json").write_text(json.dumps({"capacity": None}))
+    with pytest.raises(SystemExit) as exc:
+        bench.load(tmp_path / "none")
+    assert exc.value.code == 2 and "--capacity" in capsys.readouterr().err

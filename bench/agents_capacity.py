@@ -1,0 +1,108 @@
+"""Capacity, as the launches found it (issue 37): one table per `launch … --capacity` run folder,
+written from what the sweep recorded, never retyped.
+
+Each run folder's `capacity/agents.json` (every level of the sweep, with what the /metrics
+watcher read: KV peak, prefix-cache hit, preemptions, waiting peak) is read when the folder
+keeps it, else the run record's `capacity` (the levels' p99s and verdicts only: what is
+committed). The SLO, the stopping rule and the trace replayed are the sweep's own words.
+
+    .venv/bin/python bench/agents_capacity.py RUN_DIR [RUN_DIR ...] [--out FILE]
+
+A folder that holds no capacity sweep exits 2 naming the file and the fix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _fmt(value, spec: str = ".1f", suffix: str = "") -> str:
+    return "—" if value is None else f"{value:{spec}}{suffix}"
+
+
+def _pct(value) -> str:
+    return "—" if value is None else f"{100 * value:.0f} %"
+
+
+def load(run_dir: Path) -> dict:
+    """The run record's identity and capacity, with the sweep's full levels where the folder has them."""
+    record_path = run_dir / "run.json"
+    try:
+        record = json.loads(record_path.read_text())
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"{record_path}: cannot read the run record ({exc}); give a run folder "
+                         "from .llms-benchmark/runs/") from None
+    capacity = record.get("capacity")
+    if not capacity:
+        print(f"{record_path}: field capacity is empty: this run made no sweep; launch it with "
+              "--capacity", file=sys.stderr)
+        raise SystemExit(2)
+    full = None
+    agents = run_dir / (capacity.get("results") or "capacity/agents.json")
+    if agents.is_file():
+        full = json.loads(agents.read_text())
+    return {"record": record, "capacity": capacity, "full": full, "name": run_dir.name}
+
+
+def render(run: dict) -> str:
+    rec, cap, full = run["record"], run["capacity"], run["full"]
+    engine = (rec.get("engine") or {}).get("name") or rec.get("stack")
+    lines = [f"### {run['name']}", ""]
+    if cap.get("sustained") is None:
+        verdict = f"no capacity: {cap.get('error')}"
+    else:
+        verdict = f"{'' if cap.get('limit_found') else '≥ '}{cap['sustained']} agents sustained"
+        if not cap.get("limit_found"):
+            verdict += f" ({max(level['copies'] for level in cap['levels'])} the most tried: a lower bound)"
+    lines += [
+        f"- **{verdict}** under {cap.get('slo')}",
+        f"- engine {engine}, preset {(rec.get('key') or {}).get('preset')}, mission {rec.get('mission')} "
+        f"({rec.get('status')})",
+        f"- trace: {cap.get('trace')}; {cap.get('sessions')} session(s), {cap.get('turns_per_copy')} turns a copy"
+        + ("" if full is None else f"; prefixes warmed: {full.get('warm_prefixes')}, answers fed: "
+           f"{full.get('feed_answers')}, stagger {full.get('stagger_s')} s"),
+        f"- rule: {cap.get('rule')}",
+        f"- sweep {cap.get('started')} → {cap.get('ended')}; host load (1 min) at start and end "
+        f"{cap.get('host_load')}",
+        "",
+    ]
+    if full is not None:
+        lines += ["| agents | turns | failed | TTFT p50 / p99 | turn p50 / p99 | decode p50 | KV peak | "
+                  "prefix hit | preemptions | waiting peak | within the SLO |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for level in sorted(full["levels"], key=lambda x: x["copies"]):
+            server = level.get("server") or {}
+            lines.append(
+                f"| {level['copies']} | {level['turns']} | {level['failed']} | "
+                f"{_fmt(level.get('ttft_p50_s'))} / {_fmt(level.get('ttft_p99_s'))} s | "
+                f"{_fmt(level.get('turn_p50_s'))} / {_fmt(level.get('turn_p99_s'))} s | "
+                f"{_fmt(level.get('decode_p50_tok_s'), suffix=' tok/s')} | {_pct(server.get('kv_usage_peak'))} | "
+                f"{_pct(server.get('prefix_cache_hit'))} | {_fmt(server.get('preemptions'), '.0f')} | "
+                f"{_fmt(server.get('waiting_peak'), '.0f')} | {'yes' if level['passed'] else 'no: ' + level['why']} |")
+    else:
+        lines += ["| agents | turns | failed | TTFT p99 | turn p99 | within the SLO |", "|---|---|---|---|---|---|"]
+        for level in sorted(cap["levels"], key=lambda x: x["copies"]):
+            lines.append(f"| {level['copies']} | {level['turns']} | {level['failed']} | "
+                         f"{_fmt(level.get('ttft_p99_s'))} s | {_fmt(level.get('turn_p99_s'))} s | "
+                         f"{'yes' if level['passed'] else 'no: ' + level['why']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("runs", nargs="+", type=Path, help="run folders launched with --capacity")
+    ap.add_argument("--out", type=Path, help="write the tables here (else stdout)")
+    args = ap.parse_args(argv)
+    text = "\n".join(render(load(run_dir)) for run_dir in args.runs)
+    if args.out:
+        args.out.write_text(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
