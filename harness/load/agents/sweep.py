@@ -32,6 +32,10 @@ class Slo:
         return f"TTFT p99 <= {self.ttft_p99_s:g} s and turn time p99 <= {self.turn_p99_s:g} s, no failed turn"
 
 
+def _secs(value: float | None) -> str:
+    return "none measured" if value is None else f"{value:.2f} s"
+
+
 def _pct(values: list[float], p: float) -> float | None:
     return float(np.percentile(np.asarray(values, dtype=float), p)) if values else None
 
@@ -77,9 +81,9 @@ class LevelStats:
             faults.append(f"{self.failed} failed turns" + (f" ({kinds})" if kinds else "")
                           + (", timed out" if self.timed_out else ""))
         if self.ttft_p99_s is None or self.ttft_p99_s > slo.ttft_p99_s:
-            faults.append(f"TTFT p99 {self.ttft_p99_s} s > {slo.ttft_p99_s:g} s")
+            faults.append(f"TTFT p99 {_secs(self.ttft_p99_s)} > {slo.ttft_p99_s:g} s")
         if self.turn_p99_s is None or self.turn_p99_s > slo.turn_p99_s:
-            faults.append(f"turn p99 {self.turn_p99_s} s > {slo.turn_p99_s:g} s")
+            faults.append(f"turn p99 {_secs(self.turn_p99_s)} > {slo.turn_p99_s:g} s")
         self.passed, self.why = not faults, "; ".join(faults) or "within the SLO"
         return self
 
