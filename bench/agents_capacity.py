@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 
@@ -54,7 +55,7 @@ def render(run: dict) -> str:
     if cap.get("sustained") is None:
         verdict = f"no capacity: {cap.get('error')}"
     else:
-        verdict = f"{'' if cap.get('limit_found') else '≥ '}{cap['sustained']} agents sustained"
+        verdict = f"{'' if cap.get('limit_found') else '≥ '}{cap['sustained']} agent{'' if cap['sustained'] == 1 else 's'} sustained"
         if not cap.get("limit_found"):
             verdict += f" ({max(level['copies'] for level in cap['levels'])} the most tried: a lower bound)"
     lines += [
@@ -96,7 +97,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("runs", nargs="+", type=Path, help="run folders launched with --capacity")
     ap.add_argument("--out", type=Path, help="write the tables here (else stdout)")
     args = ap.parse_args(argv)
-    text = "\n".join(render(load(run_dir)) for run_dir in args.runs)
+    runs = [load(run_dir) for run_dir in args.runs]
+    command = " ".join(["bench/agents_capacity.py", *(str(r) for r in args.runs)]
+                       + (["--out", str(args.out)] if args.out else []))
+    head = (f"# Capacity: concurrent agents each launch's serve sustained\n\n`.venv/bin/python {command}` "
+            f"({datetime.now(UTC):%Y-%m-%d %H:%M} UTC), written from the records, one section a launch.\n\n")
+    text = head + "\n".join(render(run) for run in runs)
     if args.out:
         args.out.write_text(text)
     else:

@@ -344,7 +344,14 @@ def main() -> int:
              "server wrote for the replay's own previous turn, so the cache holds it as it held the agent's; "
              "without, those output tokens are prefilled again. What can still differ: opencode sends an answer "
              "back as the template renders a tool call, ours as plain text re-tokenised, so the cached share can "
-             "end a few tokens earlier or later.", ""]
+             "end earlier or later. The replay's answer is forced to the recorded length on a synthetic prompt, "
+             "and greedy decoding then often writes a tokenisation that is not the tokeniser's own (\" water\" + "
+             "\"ing\", which the text tokenises as \" watering\"), or, on llama.cpp, whose `ignore_eos` masks the "
+             "end-of-generation tokens, a special token such as `<|im_start|>` that its streamed text leaves out: "
+             "sent back as text, such an answer tokenises differently and the cache match ends there, so the next "
+             "turn prefills the rest of the answer again. vLLM's end of turn comes back in the text, as the replay "
+             "asks (`skip_special_tokens: false`); llama.cpp has no such field. `bench/agents_retokenize.py` "
+             "measures how often (`bench/results/agents-retokenize.md`).", ""]
     args.out.write_text("\n".join(head + sections).rstrip() + "\n")
     print("\n".join(head[:len(head)]))
     return 0

@@ -126,7 +126,7 @@ def test_capacity_tables_are_written_from_the_sweeps_own_record(tmp_path: Path, 
     (tmp_path / "found" / "run.json").write_text(json.dumps(
         {"status": "ok", "mission": "hello", "capacity": found.model_dump(mode="json")}))
     text = bench.render(bench.load(tmp_path / "found"))
-    assert "**1 agents sustained**" in text and "≥" not in text
+    assert "**1 agent sustained**" in text and "≥" not in text
     assert "| 2 | 24 | 0 | 13.3 s | 19.6 s | no: TTFT p99 13.3 s > 10 s |" in text
 
     # the folder's full sweep wins over the record's summary, with the watcher's readings
@@ -139,7 +139,7 @@ def test_capacity_tables_are_written_from_the_sweeps_own_record(tmp_path: Path, 
          "turn_p99_s": 9.7, "decode_p50_tok_s": 15.5, "passed": True, "why": "within the SLO",
          "server": {"kv_usage_peak": 0.38, "prefix_cache_hit": 0.91, "preemptions": 0, "waiting_peak": 3}}]}))
     text = bench.render(bench.load(tmp_path / "bound"))
-    assert "**≥ 1 agents sustained (1 the most tried: a lower bound)**" in text
+    assert "**≥ 1 agent sustained (1 the most tried: a lower bound)**" in text
     assert "| 1 | 12 | 0 | 1.3 / 5.8 s | 8.0 / 9.7 s | 15.5 tok/s | 38 % | 91 % | 0 | 3 | yes |" in text
 
     (tmp_path / "none").mkdir()

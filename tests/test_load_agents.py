@@ -68,6 +68,7 @@ def test_copies_keep_think_times_order_forks_and_distinct_content(make_timed) ->
     seen: dict[str, list[int]] = defaultdict(list)
     for row in server.log(at_least=3 * 5):
         seen[row["tag"]].append(row["usage"]["prompt_tokens"])
+        assert row["skip_special_tokens"] is None  # asked for only when answers are fed
     assert {tag: sorted(v) for tag, v in seen.items()} == {
         f"a{c}-{sid}": sorted(t.prompt_tokens for t in TRACE.session(sid).turns)
         for c in range(3) for sid in ("s0", "s1")}
@@ -178,10 +179,12 @@ def test_cli_trace_then_sweep(make_timed, tmp_path: Path) -> None:  # noqa: F811
     before = len(server.log(at_least=before + 1 + 5))
     dump(TRACE, tmp_path / "plain.trace.jsonl")
     fed = cli("load-agents", str(tmp_path / "plain.trace.jsonl"), "--base-url", server.url, "--copies", "1",
-              "--feed-answers", "--out-dir", str(tmp_path / "out"), "--json", cwd=tmp_path)
+              "--feed-answers", "--exact-tokens", "--out-dir", str(tmp_path / "out"), "--json", cwd=tmp_path)
     assert fed.returncode == 0, fed.stderr
     record = json.loads(Path(json.loads(fed.stdout)["results"]).read_text())
     assert record["feed_answers"] is True
+    # --exact-tokens asked; this server offers no tokenizer, so the level says so and the words stand
+    assert record["exact_tokens"] is True and record["exact_tokens_by_level"] == {"1": False}
     assert sum(t["fed"] for t in record["turns_by_level"]["1"]) == 3
     assert sorted(len(r["messages"]) for r in server.log(at_least=before + 5)[before:]) == [1, 1, 3, 3, 5]
 
@@ -281,6 +284,8 @@ def test_feed_answers_carries_each_copys_own_previous_answer_at_the_recorded_len
     for row in sorted(rows, key=lambda r: r["index"]):
         by_tag[row["tag"]].append(row)
     assert sorted(by_tag) == ["a0-s0", "a0-s1", "a1-s0", "a1-s1"]
+    # every answer asked with its special tokens in the text, so it tokenises back to what was cached
+    assert all(row["skip_special_tokens"] is False for row in rows)
     for tag, session_rows in by_tag.items():
         trace_turns = TRACE.session(tag.split("-")[1]).turns
         assert [r["usage"]["prompt_tokens"] for r in session_rows] == [t.prompt_tokens for t in trace_turns]

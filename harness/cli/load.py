@@ -156,6 +156,10 @@ def load_agents(
         "--feed-answers", help="Send each turn that appends to its session's previous prompt with the answer the "
                                "server gave that copy before (an assistant message), as the agent did: the server's "
                                "cache then holds it, as it held the agent's.")] = False,
+    exact_tokens: Annotated[bool, typer.Option(
+        "--exact-tokens", help="Size each copy's prompts on the server's own tokenizer (vLLM's /tokenize, "
+                               "llama.cpp's /apply-template + /tokenize) to the recorded prompt tokens, before the "
+                               "level; without it, or where the server has none, one word a token.")] = False,
     api_key_env: Annotated[str, typer.Option(help="Name of the env var holding the API key.")] = "",
     as_json: JsonOpt = False,
 ) -> None:
@@ -188,7 +192,7 @@ def load_agents(
                                    limit_s=limit, out_root=out_dir or project_root() / "bench-results",
                                    api_key=api_key_from_env(api_key_env or None), bisect=bisect,
                                    sample_interval_s=sample_interval, warm_prefixes=warm_prefixes,
-                                   feed_answers=feed_answers,
+                                   feed_answers=feed_answers, exact_tokens=exact_tokens,
                                    on_level=lambda lv: say(f"  {lv.copies} agents: {'pass' if lv.passed else 'FAIL'}"
                                                            f" ({lv.why})"))
     except (KeyboardInterrupt, Interrupted):

@@ -301,6 +301,7 @@ class TimedServer:
                 "started": arrived_wall, "finished": time.time(),
                 # what a chat carried, message by message (written after the answer, off its schedule)
                 "messages": messages_digest(body) if chat else None,
+                "skip_special_tokens": body.get("skip_special_tokens"),
             })
         return stream is False or completed
 
