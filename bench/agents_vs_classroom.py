@@ -18,7 +18,8 @@ rule are written beside it.
 
 With `--agents-from`, the agents side is a run's own `launch --capacity` sweep (its
 capacity/agents.json and record: levels, SLO, trace), and only the classroom runs here, at
-those levels and under that SLO, on the run's preset served again. The preset is served here (`llms-benchmark serve`) and destroyed after, whatever happens.
+those levels and under that SLO, on the run's preset served again. The preset is served here
+(`llms-benchmark serve`) and destroyed after, whatever happens.
 Loopback only; every level bounded (`--limit` for the agents, duration + grace for the
 classroom). Writes bench/results/agents-vs-classroom.md.
 """
@@ -84,7 +85,9 @@ def from_run(run_dir: Path) -> dict:
     if cap is None or not cap.results or not (run_dir / cap.results).is_file():
         raise UserError(f"run {run_dir.name} has no capacity sweep", file=run_dir / "run.json", field="capacity",
                         fix="give a run folder launched with --capacity")
-    return {"agents": json.loads((run_dir / cap.results).read_text()), "levels": [lv.model_dump() for lv in cap.levels],
+    results = run_dir / cap.results
+    return {"agents": json.loads(results.read_text()), "trace": results.parent / "trace.jsonl",
+            "levels": [lv.model_dump() for lv in cap.levels],
             "ttft_p99_s": cap.ttft_p99_s, "turn_p99_s": cap.turn_p99_s, "headline": cap.headline(), "rule": cap.rule}
 
 
@@ -113,7 +116,7 @@ def main() -> int:
         given = from_run(args.agents_from) if args.agents_from else None
         if given is None and args.trace is None:
             raise UserError("give a TRACE or --agents-from RUN_DIR", field="trace", fix="name one")
-        trace = read_trace(args.trace) if given is None else read_trace(args.agents_from / "capacity" / "trace.jsonl")
+        trace = read_trace(args.trace) if given is None else read_trace(given["trace"])
         if given is not None:  # the run's levels and SLO, so both loads are judged alike
             levels = [lv["copies"] for lv in given["levels"]]
             args.ttft_p99, args.turn_p99 = given["ttft_p99_s"], given["turn_p99_s"]
