@@ -192,8 +192,11 @@ def run_opencode(
     abort_reason: list[str] | None = None,
     on_event: Callable[[dict], None] | None = None,
     guards: list[Callable[[], str | None]] | tuple = (),
+    explain_stall: Callable[[float], str] | None = None,
 ) -> RunResult:
-    """Run opencode to completion or until the cap/watchdog/abort/a guard ends it."""
+    """Run opencode to completion or until the cap/watchdog/abort/a guard ends it.
+    `explain_stall(window_s)` says what the server did while opencode was silent (the
+    stall's cause, from the server's own progress), appended to the watchdog's reason."""
     prompt_file = events_path.parent / f".{events_path.stem}.prompt"
     prompt_file.write_bytes(prompt.encode("utf-8"))
     result = RunResult(started=time.time())
@@ -231,6 +234,11 @@ def run_opencode(
                                    f"({stuck[:320]})")
             elif now - watch.last_activity > limits.stall_s:
                 result.ended_by = f"watchdog: no new opencode event for {limits.stall_s:.0f}s"
+                if explain_stall is not None:
+                    try:
+                        result.ended_by += f"; {explain_stall(limits.stall_s)}"
+                    except Exception as exc:  # noqa: BLE001 - the stall ends the run all the same
+                        result.ended_by += f"; the server's progress was not readable ({type(exc).__name__})"
             elif now - started > limits.time_cap_s:
                 result.ended_by = f"time cap of {limits.time_cap_s:.0f}s reached"
             elif abort is not None and abort.is_set():

@@ -23,10 +23,11 @@ import httpx
 
 from harness.embedded import models as embedded
 from harness.embedded import server as server_build
-from harness.errors import PreflightError
+from harness.errors import PreflightError, StackError
+from harness.stacks import cpu_threads
 from harness.stacks.base import GpuCell, Unit
 from harness.stacks.key_handover import key_fifo
-from harness.stacks.local_process import API_KEY_ENV, LocalProcessStack
+from harness.stacks.local_process import API_KEY_ENV, LocalProcessStack, _children, processes_with_marker
 from harness.vot.environment import Environment
 from harness.vot.preset import ResolvedPreset
 from harness.wire.tls import tls
@@ -226,8 +227,97 @@ class LlamaCppStack(LocalProcessStack):
                 fix="run `make setup` to build the portable server, or set config.server to a build of your own",
             )
 
+    # -- threads for the box it runs on (harness/stacks/cpu_threads.py) ---------------------
+    threads_now: cpu_threads.ThreadChoice | None = None
+
+    def choose_threads(self, env: Environment, exclude: tuple[int, ...] = ()) -> cpu_threads.ThreadChoice:
+        """The environment's `config.threads` where set (the user's choice), else what is free now."""
+        if env.config.get("threads"):
+            n = int(env.config["threads"])
+            usable, source = cpu_threads.usable_cores()
+            return cpu_threads.ThreadChoice(n, usable, 0.0, source, f"config.threads: {n} (the environment's choice)")
+        return cpu_threads.choose_now(exclude=exclude)
+
+    def serve(self, unit: Unit, env: Environment, preset: ResolvedPreset, *, append_log: bool = False) -> Unit:
+        if self.threads_now is None or not append_log:
+            self.threads_now = self.choose_threads(env)
+        unit.extra["threads"] = self.threads_now.as_record()
+        (self.run_dir / "slots").mkdir(parents=True, exist_ok=True)
+        return super().serve(unit, env, preset, append_log=append_log)
+
+    def alive(self, unit: Unit) -> bool:
+        # A restart for new threads is not a death.
+        return unit.extra.get("restarting", False) or super().alive(unit)
+
+    def retune(self, unit: Unit, env: Environment, preset: ResolvedPreset,
+               choice: cpu_threads.ThreadChoice | None = None) -> cpu_threads.ThreadChoice | None:
+        """Serve again with the threads chosen now, when they differ from those serving: the
+        slot's KV cache saved before and restored after (`--slot-save-path`), so the next turn
+        does not prefill the whole conversation again. Returns the new choice, None if kept."""
+        if env.config.get("threads"):
+            return None
+        choice = choice or self.choose_threads(env, exclude=(unit.pid,) if unit.pid else ())
+        if self.threads_now is not None and choice.threads == self.threads_now.threads:
+            return None
+        saved = self._slot_action(unit, "save")
+        unit.extra["restarting"] = True
+        try:
+            self._stop_process(unit)
+            self.threads_now = choice
+            self.serve(unit, env, preset, append_log=True)
+            self._wait_health(unit)
+        finally:
+            unit.extra["restarting"] = False
+        if saved:
+            self._slot_action(unit, "restore")
+        history = unit.extra.setdefault("retunes", [])
+        history.append(choice.as_record())
+        return choice
+
+    def _slot_file(self, unit: Unit) -> str:
+        return f"{unit.name}-slot0.bin"
+
+    def _slot_action(self, unit: Unit, action: str) -> bool:
+        key = os.environ.get(unit.api_key_env) if unit.api_key_env else None
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        try:
+            r = httpx.post(f"{unit.base_url}/slots/0", params={"action": action},
+                           json={"filename": self._slot_file(unit)}, headers=headers, timeout=120, verify=tls())
+            return r.status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def _stop_process(self, unit: Unit) -> None:
+        marker = unit.extra.get("marker", "")
+        proc = _children.pop(marker, None)
+        if proc is not None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=self.stop_grace_s)
+            except Exception:
+                proc.kill()
+                proc.wait(timeout=10)
+        for left in processes_with_marker(marker):
+            left.kill()
+
+    def _wait_health(self, unit: Unit) -> None:
+        import time
+
+        deadline = time.monotonic() + self.ready_timeout_s
+        while time.monotonic() < deadline:
+            if not super().alive(unit):
+                raise StackError(f"{unit.name} exited while serving again with new threads")
+            try:
+                if httpx.get(f"{unit.base_url}/health", timeout=5, verify=tls()).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise StackError(f"{unit.name} did not answer within {self.ready_timeout_s}s of serving again")
+
     def command(self, env: Environment, preset: ResolvedPreset, port: int) -> list[str]:
-        threads = int(env.config.get("threads") or os.cpu_count() or 1)
+        choice = self.threads_now or self.choose_threads(env)
+        threads = choice.threads
         # The preset's VLLM_API_KEY (vLLM's convention, honoured by every local stack): the
         # server demands it, read from a one-shot FIFO (never argv, never a file on disk).
         # Port 0 is describe()'s flag listing, which starts nothing: no FIFO then.
@@ -240,6 +330,8 @@ class LlamaCppStack(LocalProcessStack):
             "--threads", str(threads),
             "--parallel", "1",  # one slot: the default 4 would split the context four ways
             "--metrics",
+            # A restart for new threads saves the slot's cache here first and restores it after.
+            "--slot-save-path", str(self.run_dir / "slots"),
             "--log-verbosity", "4",  # trace: system_info, the template's example, prompt-cache decisions
             *SPEED_FLAGS,
             *(flag for pair in self.model(preset).sampling for flag in pair),
@@ -260,6 +352,8 @@ class LlamaCppStack(LocalProcessStack):
             "model_source": f"PyPI {model.source}",
             "flags": flags,
         }
+        if self.threads_now is not None:
+            facts["threads"] = f"{self.threads_now.threads}: {self.threads_now.why}"
         build = server_build.installed_build()
         if env.config.get("server"):
             facts["build"] = "the environment's own server (config.server)"

@@ -117,11 +117,12 @@ class LocalProcessStack:
             api_key_env=API_KEY_ENV if API_KEY_ENV in preset.env else None,
         )
 
-    def serve(self, unit: Unit, env: Environment, preset: ResolvedPreset) -> Unit:
+    def serve(self, unit: Unit, env: Environment, preset: ResolvedPreset, *, append_log: bool = False) -> Unit:
+        """Start the unit's process; `append_log` (a restart) keeps the log from the unit's creation."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
         argv = self.command(env, preset, unit.extra["port"])
         child_env = {**os.environ, MARKER_VAR: unit.extra["marker"], **self.extra_env(env, preset)}
-        with open(unit.log_path, "wb") as log:
+        with open(unit.log_path, "ab" if append_log else "wb") as log:
             try:
                 proc = subprocess.Popen(
                     argv,

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
+from pathlib import Path
 
 from harness.sandbox import untrusted
 from harness.errors import UserError
@@ -14,6 +16,8 @@ from harness.opencode import config as oc_config
 from harness.opencode.runner import Limits, run_opencode
 from harness.run.record import RunOutcome, RunRecord, utcnow
 from harness.sandbox.wirelog import WIRE_LOG
+from harness.serving.pace import PaceMonitor
+from harness.serving.retune import Retuner
 from harness.serving.timeline import Sampler
 from harness.stages.context import LaunchContext
 from harness.stages.report_stop import ReportStop
@@ -25,6 +29,37 @@ SMOKE_LIMITS = Limits(time_cap_s=10 * 60, stall_s=5 * 60)
 
 class SmokeFailed(UserError):
     pass
+
+
+# A parser's symptom: the model wrote a call as text (Hermes tags, or a JSON object naming a
+# tool and its arguments) that no parser turned into a tool_use. Bounded: one pass, no nesting.
+_CALL_AS_TEXT = re.compile(r"<tool_call>|<function[=>]|\{\s*\"name\"\s*:\s*\"[^\"]{1,64}\"\s*,\s*\"(?:arguments|parameters)\"")
+
+
+def pace_monitor(rec: RunRecord, ctx: LaunchContext, on_reading=None) -> PaceMonitor:
+    """The server's pace while opencode runs (what a stall's reason says)."""
+    unit = ctx.unit
+    own_log = Path(unit.log_path) if unit.log_path else None
+    log = own_log if own_log is not None and own_log.is_file() else ctx.paths.unit_log
+    return PaceMonitor(unit.base_url, api_key=ctx.api_key, log_path=log, probe=rec.probe,
+                       reference=ctx.pace_reference, server_pid=lambda: unit.pid, on_reading=on_reading)
+
+
+def _smoke_fix(result, slow: bool) -> tuple[str, str]:
+    """(what failed, the fix), from what the run shows: a parser is blamed only on a parser's symptom."""
+    text = "\n".join(result.texts)[:200_000]
+    if slow:
+        return ("the smoke could not finish: the machine is too busy or too slow for this preset",
+                "free the machine (stop other CPU-bound processes) or serve a smaller preset, then launch again")
+    if _CALL_AS_TEXT.search(text):
+        return ("the served model failed the smoke: it wrote a tool call as text that no parser turned into a call",
+                "serve the model with a working tool-call parser (and a tool-capable chat template)")
+    if result.texts:
+        return ("the served model failed the smoke: it answered in prose, with no tool call",
+                "serve a model (or chat template) that calls tools; a model that answers in prose cannot "
+                "drive the mission")
+    return ("the served model failed the smoke",
+            "read the smoke's events and the unit log; serve a model that calls tools")
 
 
 def configure(rec: RunRecord, ctx: LaunchContext) -> None:
@@ -52,12 +87,23 @@ def smoke(rec: RunRecord, ctx: LaunchContext) -> None:
     env = ctx.agent_env(smoke_dir / "opencode")
     ctx.say("smoke: asking for one bash tool call through opencode")
     before = generated_tokens(unit.base_url, api_key=ctx.api_key)
-    with ctx.confined(rec, scratch, smoke_dir / "opencode", [unit.base_url], smoke_dir / WIRE_LOG) as box:
-        argv = box.argv([*ctx.argv_base, "--title", "llms-benchmark smoke"], smoke_dir)
-        result = run_opencode(argv, prompt=SMOKE_PROMPT, env=env,
-                              cwd=scratch, events_path=smoke_dir / "events.jsonl",
-                              stderr_path=smoke_dir / "stderr.log", limits=SMOKE_LIMITS,
-                              abort=ctx.collector.problem, abort_reason=ctx.collector.reason, guards=[box.disk])
+    pace = pace_monitor(rec, ctx).start()
+    diagnoses = []
+
+    def explain(window_s: float) -> str:
+        diagnoses.append(pace.explain(window_s))
+        return diagnoses[-1].text
+
+    try:
+        with ctx.confined(rec, scratch, smoke_dir / "opencode", [unit.base_url], smoke_dir / WIRE_LOG) as box:
+            argv = box.argv([*ctx.argv_base, "--title", "llms-benchmark smoke"], smoke_dir)
+            result = run_opencode(argv, prompt=SMOKE_PROMPT, env=env,
+                                  cwd=scratch, events_path=smoke_dir / "events.jsonl",
+                                  stderr_path=smoke_dir / "stderr.log", limits=SMOKE_LIMITS,
+                                  abort=ctx.collector.problem, abort_reason=ctx.collector.reason, guards=[box.disk],
+                                  explain_stall=explain)
+    finally:
+        pace.stop()
     ctx.collector.raise_if_problem()
     has_bash, has_text = "bash" in result.tool_uses, bool(result.texts)
     if has_bash and has_text:
@@ -74,12 +120,8 @@ def smoke(rec: RunRecord, ctx: LaunchContext) -> None:
         how += f"; the server generated {after - before:,.0f} tokens meanwhile"
     used = ", ".join(result.tool_uses) or "none"
     rec.smoke = f"failed: no {missing}; {how}; tools used: {used}"
-    raise SmokeFailed(
-        f"the served model failed the smoke: {rec.smoke}",
-        file=smoke_dir / "events.jsonl",
-        fix="serve the model with a working tool-call parser (and a tool-capable chat template); "
-            "a model that answers in prose cannot drive the mission",
-    )
+    what, fix = _smoke_fix(result, slow=any(d.box_too_slow for d in diagnoses))
+    raise SmokeFailed(f"{what}: {rec.smoke}", file=smoke_dir / "events.jsonl", fix=fix)
 
 
 def mission_setup(rec: RunRecord, ctx: LaunchContext) -> None:
@@ -107,6 +149,10 @@ def run_mission(rec: RunRecord, ctx: LaunchContext) -> None:
         # The serving timeline covers opencode's run and nothing else.
         sampler = Sampler(unit.base_url, paths.serving_timeline, api_key=ctx.api_key).start()
         rec.artifacts.serving_timeline = str(sampler.path)
+        # The server's pace: a stall's cause, and (llama.cpp) threads chosen again if the box changes.
+        retuner = Retuner(ctx.pf.stack, unit, ctx.pf.env, ctx.pf.preset, ctx.say) \
+            if hasattr(ctx.pf.stack, "retune") else None
+        pace = pace_monitor(rec, ctx, on_reading=retuner).start()
         stop = ReportStop(workspace, mission.manifest.report, paths.stop_request, ctx.opts.stop_after_report)
 
         def on_event(event: dict) -> None:
@@ -117,9 +163,13 @@ def run_mission(rec: RunRecord, ctx: LaunchContext) -> None:
             result = ctx.result = run_opencode(
                 argv, prompt=mission.prompt_text, env=ctx.env, cwd=workspace, events_path=paths.opencode_events,
                 stderr_path=paths.opencode_stderr, limits=limits, abort=ctx.collector.problem,
-                abort_reason=ctx.collector.reason, on_event=on_event, guards=[box.disk, stop])
+                abort_reason=ctx.collector.reason, on_event=on_event, guards=[box.disk, stop],
+                explain_stall=lambda window_s: pace.explain(window_s).text)
         finally:
+            pace.stop()
             sampler.stop()
+    if retuner is not None and retuner.done:
+        rec.serving_config["threads_retuned"] = [f"{r['threads']}: {r['why']}" for r in retuner.done]
     rec.times.mission_end = utcnow()
     rec.sandbox.denials, rec.sandbox.denied = box.denials(paths.opencode_events)
     ctx.stop_services()  # services flush their telemetry on the way down

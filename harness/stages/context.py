@@ -17,7 +17,7 @@ from harness.opencode import config as oc_config
 from harness.opencode.runner import RunResult
 from harness.run.paths import RunPaths
 from harness.run.preflight import Preflight
-from harness.run.record import RunRecord
+from harness.run.record import Probe, RunRecord
 from harness.sandbox.confine import Sandbox
 from harness.sandbox.limits import cgroup_name
 from harness.sandbox.secrets import secrets_from
@@ -69,6 +69,7 @@ class LaunchContext:
     env: dict[str, str] = field(default_factory=dict)  # the mission agent's environment
     title: str = ""
     result: RunResult | None = None
+    pace_reference: Probe | None = None  # the best probe of this preset seen on this machine
 
     @property
     def root(self) -> Path:

@@ -9,13 +9,14 @@ from pathlib import Path
 
 import httpx
 
-from harness.errors import StackError
+from harness.errors import StackError, UserError
 from harness.run.preflight import run_preflight
 from harness.probe import LONG_TARGET, run_probe
 from harness.run.record import RunRecord, SandboxFigures, utcnow
 from harness.sandbox import agentfs
 from harness.sandbox.confine import agent_view
 from harness.sandbox.identity import hand_over
+from harness.serving import pace
 from harness.serving.engine import identify
 from harness.serving.preflight_fit import estimate_against_log
 from harness.sandbox.proof import must_stay_hidden, prove_unprivileged, prove_view
@@ -114,6 +115,8 @@ def _describe_serving(rec: RunRecord, ctx: LaunchContext) -> None:
         c = rec.serving_config
         ctx.say(f"kv cache: vLLM holds {int(c['kv_cache_tokens']):,} tokens in {c['kv_cache_gib']} GiB; the fit "
                 f"check's formula gives {int(c['kv_cache_tokens_estimate']):,} ({c['kv_estimate_off_pct']} %)")
+    if threads := rec.serving_config.get("threads"):
+        ctx.say(f"server: threads {threads}")
     if backend := rec.serving_config.get("cpu_backend"):
         ctx.say(f"server: CPU backend {backend} (the variant llama.cpp chose for this CPU)")
     if info := rec.serving_config.get("system_info"):
@@ -133,7 +136,76 @@ def probe(rec: RunRecord, ctx: LaunchContext) -> None:
         why = "--probe-long-tokens" if opts.probe_long_tokens else f"the {pf.stack.name} stack's cap"
         rec.probe.notes.append(f"long-context target {long_target} tokens ({why})")
     ctx.collector.raise_if_problem()
-    rec.times.probed = utcnow()
     p = rec.probe
     ctx.say(f"probe: decode {p.decode_short_tps} tok/s short, {p.decode_long_tps} tok/s at "
             f"{p.long_context_tokens} tokens; prefill {p.prefill_tps} tok/s")
+    _retune_after_probe(rec, ctx, long_target)
+    rec.times.probed = utcnow()
+    ctx.pace_reference = pace.remember(f"{pf.preset.sha256[:16]} {rec.key.gpu}", rec.probe)
+    fits_smoke(rec, ctx)
+
+
+def _retune_after_probe(rec: RunRecord, ctx: LaunchContext, long_target: int) -> None:
+    """A CPU server whose box changed since it was served (another process started, or ended)
+    is served again with the threads the free cores call for, and probed again."""
+    pf, unit = ctx.pf, ctx.unit
+    retune = getattr(pf.stack, "retune", None)
+    if retune is None:
+        return
+    before = pf.stack.threads_now
+    new = retune(unit, pf.env, pf.preset)
+    if new is None:
+        return
+    ctx.say(f"probe: the box changed since the serve: threads {before.threads} -> {new.threads} ({new.why}); "
+            "probing again")
+    first = rec.probe
+    try:
+        rec.probe = run_probe(unit.base_url, unit.served_name, max_model_len=unit.max_model_len,
+                              api_key=ctx.api_key, long_target=long_target)
+    except httpx.HTTPError as exc:
+        raise StackError(f"{unit.name} failed the speed probe after serving again: {exc}") from exc
+    rec.probe.notes = [*first.notes, f"probed again after threads {before.threads} -> {new.threads} "
+                                     f"(first probe: decode {first.decode_short_tps} tok/s short, "
+                                     f"prefill {first.prefill_tps} tok/s)"]
+    rec.serving_config["threads"] = f"{new.threads}: {new.why}"
+    p = rec.probe
+    ctx.say(f"probe: decode {p.decode_short_tps} tok/s short, {p.decode_long_tps} tok/s at "
+            f"{p.long_context_tokens} tokens; prefill {p.prefill_tps} tok/s")
+
+
+# opencode's first request: its system prompt and tool list, ~5-7k tokens with the mission's
+# workspace (the smoke's, measured on the embedded model); its first answer, a tool call.
+FIRST_PROMPT_TOKENS = 7000
+FIRST_ANSWER_TOKENS = 128
+
+
+class TooSlowForMission(UserError):
+    pass
+
+
+def first_turn_s(probe) -> float | None:
+    """Seconds opencode's first turn takes at the probed pace (None: the probe lacks a figure)."""
+    if not probe.prefill_tps or not probe.decode_short_tps:
+        return None
+    return FIRST_PROMPT_TOKENS / probe.prefill_tps + FIRST_ANSWER_TOKENS / probe.decode_short_tps
+
+
+def fits_smoke(rec: RunRecord, ctx: LaunchContext) -> None:
+    """Refuse before the smoke, nothing billed past the probe, when the probed pace cannot
+    answer opencode's first turn within the smoke's or the mission's stall limit."""
+    from harness.stages.agent import SMOKE_LIMITS
+
+    need = first_turn_s(rec.probe)
+    if need is None:
+        return
+    limit = min(SMOKE_LIMITS.stall_s, ctx.pf.mission.manifest.stall_minutes * 60)
+    if need <= limit:
+        return
+    p = rec.probe
+    threads = rec.serving_config.get("threads")
+    raise TooSlowForMission(
+        f"at the probed pace (prefill {p.prefill_tps} tok/s, decode {p.decode_short_tps} tok/s) opencode's first "
+        f"turn (~{FIRST_PROMPT_TOKENS:,} prompt tokens) takes ~{need:.0f} s, past the {limit:.0f} s stall limit: "
+        f"the machine is too busy or too slow for this preset" + (f" (threads {threads})" if threads else ""),
+        fix="free the machine (stop other CPU-bound processes) or serve a smaller preset, then launch again",
+    )

@@ -1,0 +1,74 @@
+"""llama.cpp's threads chosen for the box it runs on (issue 47): the cores others leave free."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from harness.stacks import cpu_threads
+from harness.stacks.cpu_threads import choose
+
+
+@pytest.mark.parametrize(("usable", "busy", "threads"), [
+    (2, 0.05, 2),   # an idle 2-core box: all of them, as before
+    (2, 0.2, 2),    # background noise does not take a core away
+    (2, 1.0, 1),    # one CPU-bound process beside: the collapse case
+    (2, 2.0, 1),    # never fewer than one
+    (2, 5.0, 1),
+    (4, 1.1, 3),    # 2.9 free: a third core 90 % free counts
+    (4, 1.3, 2),    # 2.7 free: a core 70 % free does not (a thread there waits at every barrier)
+    (4, 0.9, 3),
+    (1.5, 0.0, 1),  # a quota of 1.5 cores: one whole thread
+    (8, 0.0, 8),
+])
+def test_choice_gives_the_free_cores(usable, busy, threads):
+    got = choose(usable, busy, "test")
+    assert got.threads == threads, got
+    assert got.busy_cores == round(busy, 2)
+    assert "test" in got.why and f"{busy:.1f}" in got.why
+
+
+def test_a_choice_below_the_cores_says_why():
+    assert "no thread waits" in choose(2, 1.0, "2 CPUs").why
+    assert "all 2" in choose(2, 0.0, "2 CPUs").why
+
+
+def test_cgroup_v2_quota(tmp_path):
+    (tmp_path / "cpu.max").write_text("150000 100000\n")
+    assert cpu_threads.cgroup_quota(tmp_path) == 1.5
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert cpu_threads.cgroup_quota(tmp_path) is None
+
+
+def test_cgroup_v1_quota(tmp_path):
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("50000\n")
+    (tmp_path / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
+    assert cpu_threads.cgroup_quota(tmp_path) == 0.5
+    (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("-1\n")
+    assert cpu_threads.cgroup_quota(tmp_path) is None
+
+
+def test_no_cgroup_files_means_no_quota(tmp_path):
+    assert cpu_threads.cgroup_quota(tmp_path / "absent") is None
+
+
+def test_a_quota_below_the_affinity_caps_the_usable_cores(tmp_path):
+    (tmp_path / "cpu.max").write_text("50000 100000\n")
+    usable, source = cpu_threads.usable_cores(tmp_path)
+    assert usable == 0.5 and "quota" in source
+
+
+def test_a_busy_process_is_seen_and_our_own_is_not():
+    """A real CPU-bound process: counted as others' load, and not when it is ours (excluded)."""
+    child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        counted = cpu_threads.busy_cores(1.0)
+        excluded = cpu_threads.busy_cores(1.0, exclude=(child.pid,))
+    finally:
+        child.kill()
+        child.wait()
+    assert counted >= 0.6, counted
+    assert counted - excluded >= 0.5, (counted, excluded)
