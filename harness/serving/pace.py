@@ -28,9 +28,9 @@ from harness.run.record import Probe
 from harness.stacks import cpu_threads
 from harness.stacks.cpu_threads import FREE_SHARE
 
-# llama-server at -lv 4: "... prompt processing progress, n_tokens = 2048, batch.n_tokens = 2048, progress = 0.41"
-# (older builds put "n_past = N, " first). Our own server's log, never the agent's text.
-_PROGRESS = re.compile(rb"prompt processing progress, (?:n_past = \d+, )?n_tokens = (\d+)[^\n]{0,80}?progress = ([0-9.]+)")
+# llama-server at -lv 4: "... prompt processing, n_tokens =    512, progress = 0.41, t = ..." (this build;
+# others write "prompt processing progress, [n_past = N, ]n_tokens = N, batch.n_tokens = N, progress = 0.41"). Our own server's log, never the agent's text.
+_PROGRESS = re.compile(rb"prompt processing(?: progress)?, (?:n_past = \d+, )?n_tokens = +(\d+)[^\n]{0,80}?progress = ([0-9.]+)")
 LOG_READ_CAP = 4 << 20  # bytes read from the log per reading
 SLOW_SHARE = 0.25  # below a quarter of the pace the probe measured: the box, not the model
 
