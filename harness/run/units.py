@@ -66,7 +66,9 @@ def _owner_alive(unit: Unit) -> bool:
     if not owner:
         return True  # served by hand with `serve`: not a leftover
     try:
-        return psutil.Process(owner).create_time() == unit.extra.get("owner_started")
+        proc = psutil.Process(owner)
+        # A zombie is dead: killed, its parent gone, and nobody reaped it (a container's init may never).
+        return proc.create_time() == unit.extra.get("owner_started") and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
 
