@@ -240,6 +240,11 @@ def test_ctrl_c_leaves_no_app_and_a_resume_finishes_the_rest(plan: Project, arm:
         assert len(cell["attempts"]) == before[cell["preset"]] + (0 if before[cell["preset"]] and
                                                                   cell["attempts"][0]["exit_code"] == 0 else 1)
     assert state["runs"] == 2 and state["interrupted"] is None
+    # Every serve counted, the interrupted ones too: the state and the report agree with the records.
+    spent = records_spent(plan, state)
+    report = (plan.root / ".llms-benchmark" / "matrices" / "four" / "report.md").read_text()
+    assert round(sum(a["gpu_hours"] for c in state["cells"] for a in c["attempts"]) * 3600, 2) == round(spent, 2)
+    assert f"GPU spent: ${spent:.2f}" in report, report
     assert arm.peak_apps() <= 3
     assert_no_app_left(plan, arm)
 

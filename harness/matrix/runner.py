@@ -141,6 +141,7 @@ class MatrixRun:
         self.read_quota = read_quota
         self.gate_until: float | None = None
         self.gate_looks = 0
+        self.last_quota = quota_full
         if quota_full is not None:
             self._hold_for_quota(quota_full)
 
@@ -288,6 +289,7 @@ class MatrixRun:
 
     # -- the quota full at preflight -------------------------------------------------------------
     def _hold_for_quota(self, quota) -> None:
+        self.last_quota = quota
         self.gate_looks += 1
         waiting = [c for c in self.state.cells if self._startable(c) or
                    (c.status == CellStatus.queued and (c.reason or "").startswith(QUOTA_FULL))]
@@ -313,7 +315,11 @@ class MatrixRun:
             return True
         if time.monotonic() < self.gate_until:
             return False
-        quota = self.read_quota() if self.read_quota is not None else None
+        try:
+            quota = self.read_quota() if self.read_quota is not None else None
+        except Exception as exc:  # noqa: BLE001 - an ARM hiccup mid-matrix is one more look, not the end
+            self.say(f"could not read the GPU quota again ({getattr(exc, 'message', exc)}); the cells stay queued")
+            quota = self.last_quota
         if quota is not None and quota.free < 1:
             self._hold_for_quota(quota)
             return False
