@@ -245,3 +245,110 @@ def test_the_live_table_on_a_terminal_shows_cells_status_elapsed_and_gpu_cost(pr
     assert report.is_file() and "| `replay-hello` medium | done | 1 |" in report.read_text()
     assert len(rendered) == 1 and "### Local serving" in page.read_text()  # the results page, once
     assert project.ledger() == {}
+
+
+# -- the money (issue 51): a cell's bound is its whole serve; transient faults; a leftover's cost ------------
+def _serve(root: Path, preset: str, run_id: str, *, cold: float, probe: float, smoke: float, missions: list[float],
+           tail: float, gpus: int = 1) -> None:
+    """One earlier serve of `preset` with its trials, stamped as a launch stamps them."""
+    t0 = utcnow() - timedelta(hours=1)
+    ready, probed = t0 + timedelta(seconds=cold), t0 + timedelta(seconds=cold + probe)
+    smoked = probed + timedelta(seconds=smoke)
+    at, recs = smoked, []
+    for index, secs in enumerate(missions, start=1):
+        rid = run_id if index == 1 else f"{run_id}-t{index}"
+        times = Timestamps(launch=t0, serve_start=t0, ready=ready, probed=probed, smoked=smoked, mission_start=at,
+                           mission_end=at + timedelta(seconds=secs))
+        at = at + timedelta(seconds=secs)
+        recs.append((rid, times, index))
+    destroyed = at + timedelta(seconds=tail)
+    hours = (destroyed - t0).total_seconds() / 3600 * gpus
+    for rid, times, index in recs:
+        times.destroyed = times.end = destroyed
+        RunRecord(run_id=rid, key=RowKey(preset=preset, effort="medium", effort_requested="medium", gpu="A100"),
+                  environment="azure-sweden", stack="azure", mission="hello", status=Status.ok, times=times,
+                  trial=Trial(group=run_id, index=index, of=len(missions)), gpu_hours=hours, gpus=gpus,
+                  ).save(root / ".llms-benchmark" / "runs" / rid)
+
+
+def test_a_cells_bound_is_its_whole_serve_from_the_presets_earlier_records(tmp_path: Path):
+    from harness.matrix.bound import estimate
+    from harness.matrix.plan import ServeCosts
+
+    defaults = ServeCosts()
+    none = estimate(tmp_path, "azure-sweden", "p", 2, 30, defaults)
+    assert none.seconds == 900 + 300 + 300 + 300 + 2 * 1800 and "defaults" in none.source
+    _serve(tmp_path, "p", "20260101T000000Z-p-medium-aaaa", cold=600, probe=60, smoke=90, missions=[1000, 1200],
+           tail=120)
+    _serve(tmp_path, "p", "20260102T000000Z-p-medium-bbbb", cold=400, probe=80, smoke=30, missions=[2000], tail=200)
+    _serve(tmp_path, "q", "20260103T000000Z-q-medium-cccc", cold=9000, probe=1, smoke=1, missions=[1], tail=1)
+    b = estimate(tmp_path, "azure-sweden", "p", 3, 30, defaults)
+    # The longest of each part over the preset's own serves; a mission: the longer of the cap and the longest seen.
+    assert (b.cold_start_s, b.probe_s, b.smoke_s, b.destroy_s, b.trial_s, b.trials) == \
+        pytest.approx((600, 80, 90, 200, 2000, 3))
+    assert b.usd(3600.0) == pytest.approx(600 + 80 + 90 + 200 + 3 * 2000)
+    assert "2 earlier serve(s)" in b.source and "$6970.00" in b.describe(3600.0)
+    other_env = estimate(tmp_path, "elsewhere", "p", 1, 30, defaults)
+    assert "defaults" in other_env.source  # another environment's serves say nothing of this one
+
+
+@pytest.mark.parametrize("reason, transient", [
+    ("Azure refused to create vot-x: HTTP 503 (ServiceUnavailable) The service is unavailable", True),
+    ("creating vot-x failed: HTTP 500 (InternalServerError) boom", True),
+    ("Azure refused to create vot-x: HTTP 429 (TooManyRequests) Too many requests; retry later.", True),
+    ("vot-x did not list 'm' on /v1/models within 1800s", True),
+    ("creating vot-x did not finish in time (Azure still reports it in progress)", True),
+    ("probe failed: ConnectionResetError: [Errno 104] Connection reset by peer", True),
+    ("the unit went away: RemoteProtocolError: Server disconnected without sending a response", True),
+    ("fatal line in the unit log: ERROR EngineCore failed to start.", False),
+    ("restarted 2 times (CrashLoopBackOff): CUDA error: no kernel image is available", False),
+    ("smoke failed: the model never called a tool", False),
+    ("HTTP 404 (ResourceNotFound) the image does not exist", False),
+])
+def test_what_counts_as_a_transient_fault(reason, transient):
+    from harness.matrix.runner import TRANSIENT_FAULT
+
+    assert bool(TRANSIENT_FAULT.search(reason)) is transient
+
+
+def test_a_leftovers_cost_is_its_life_as_the_cloud_reports_it():
+    from harness.run.units import leftover_gpu_hours
+    from harness.stacks.base import Unit
+
+    destroyed = utcnow()
+    created = destroyed - timedelta(seconds=3600)
+    rec = RunRecord(run_id="r", key=RowKey(preset="p", effort="medium", effort_requested="medium", gpu="A100"),
+                    environment="azure-sweden", stack="azure", mission="hello",
+                    times=Timestamps(launch=created, serve_start=destroyed - timedelta(seconds=1800)), gpus=None)
+    unit = Unit(name="vot-p", stack="azure", environment="azure-sweden", preset="p", base_url="", served_name="p",
+                max_model_len=None, extra={"created_at": created.isoformat()})
+    assert leftover_gpu_hours(unit, rec, destroyed) == pytest.approx(1.0)  # from createdAt, one A100
+    unit.extra["created_at"] = None
+    assert leftover_gpu_hours(unit, rec, destroyed) == pytest.approx(0.5)  # no cloud stamp: from the serve's start
+    rec.gpus = 2
+    assert leftover_gpu_hours(unit, rec, destroyed) == pytest.approx(1.0)
+
+
+def test_a_resume_keeps_the_finished_trials_of_a_launch_that_died(tmp_path: Path):
+    """A launch that died with the matrix: its finished trial is kept and its serve counted; the
+    cell runs again for the missing trial only; a cell with every trial kept is done."""
+    first = "20260101T000000Z-p-medium-aaaa"
+    _serve(tmp_path, "p", first, cold=10, probe=1, smoke=1, missions=[5, 5], tail=2)
+    second = tmp_path / ".llms-benchmark" / "runs" / f"{first}-t2" / "run.json"
+    rec = RunRecord.load(second)
+    rec.status, rec.reason = Status.fault, "the launch process died without finishing"
+    rec.save(second.parent)
+    plan = MatrixPlan(name="m", environment="azure-sweden", presets=["p"], trials=2)
+    dead = Attempt(index=1, started=utcnow(), pid=2 ** 22 + 12345, run_ids=[first])
+    state = _state(Cell(preset="p", effort="medium", status=CellStatus.running, attempts=[dead]))
+    state.trials, state.gpu_hourly_usd = 2, 3600.0
+    notes = prepare(state, plan, tmp_path)
+    cell = state.cells[0]
+    assert cell.status == CellStatus.pending and cell.trials_finished == 1 and "1 of 2 trial(s) finished" in notes[0]
+    assert dead.run_ids == [first, f"{first}-t2"] and dead.finished == [first]
+    assert state.spent_usd() == pytest.approx((10 + 1 + 1 + 10 + 2) * 1.0, abs=0.01)
+    rec.status = Status.ok
+    rec.save(second.parent)
+    cell.status = CellStatus.interrupted
+    prepare(state, plan, tmp_path)
+    assert cell.status == CellStatus.done and cell.trials_finished == 2

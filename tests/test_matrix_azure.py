@@ -27,6 +27,7 @@ from test_launch_e2e import dump
 ENV = "azure-sweden"
 PRESETS = ["mx-a", "mx-b", "mx-c", "mx-d"]
 CELL = REPO / "tests" / "fakes" / "matrix_cell.py"
+SERVE_COSTS = {"cold_start_s": 3.0, "probe_s": 0.5, "smoke_s": 0.5, "destroy_s": 2.0}
 
 
 @pytest.fixture
@@ -49,7 +50,8 @@ def plan(project: Project, arm: FakeArm) -> Project:  # noqa: F811
 def write_plan(project: Project, **changes) -> None:
     data = {"environment": ENV, "presets": PRESETS, "efforts": ["medium"], "mission": "quick", "trials": 2,
             "parallel": 3, "no_sandbox": True, "retry": {"backoff_s": 1, "backoff_max_s": 2, "max_attempts": 4},
-            **changes}
+            # a serve's parts before a preset has records: the fake's are about a second each
+            "serve_costs": SERVE_COSTS, **changes}
     folder = project.root / ".vot" / "matrices"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "four.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
@@ -66,6 +68,16 @@ def cells(state: dict) -> dict[str, dict]:
 def assert_no_app_left(project: Project, arm: FakeArm) -> None:  # noqa: F811
     assert not arm.apps, f"apps left in the fake ARM: {list(arm.apps)}"
     assert project.ledger() == {}, f"the ledger still holds {project.ledger()}"
+
+
+def assert_trials_kept(project: Project, cell: dict, trials: int = 2) -> list[dict]:
+    """Over all the cell's launches: each trial finished once (ok), none served again."""
+    records = [json.loads((project.runs_dir / r / "run.json").read_text())
+               for a in cell["attempts"] for r in a["run_ids"] if (project.runs_dir / r / "run.json").is_file()]
+    ok = [r for r in records if r["status"] == "ok"]
+    assert len(ok) == trials, [(r["run_id"], r["status"], r["reason"]) for r in records]
+    assert sorted(r for a in cell["attempts"] for r in a["finished"]) == sorted(r["run_id"] for r in ok)
+    return ok
 
 
 def assert_records_of(project: Project, cell: dict, trials: int = 2) -> list[dict]:
@@ -144,20 +156,55 @@ def test_a_faulting_cell_never_stops_the_others(plan: Project, arm: FakeArm):  #
 
 @pytest.mark.timeout(300)
 def test_a_budget_stops_the_last_cell_before_it_serves(plan: Project, arm: FakeArm):  # noqa: F811
-    plan.env["MATRIX_CELL_TRIAL_S"] = "2.0"  # each serve lasts > 4 s: over $4 spent once one cell ends
-    # Each cell's bound: 0.01 min × 2 trials × $3600/h = $1.20. Three fit at once ($3.60 of $4.20);
-    # the fourth needs what is spent (at least one cell's serve) + $1.20 to fit: it cannot.
-    code, out, err = plan.run_cli(["matrix", "four", "--budget-usd", "4.2", "--json"], timeout=240)
+    """A cell's bound is its whole serve (cold start, probe, smoke, trials, destroy): the first
+    from the plan's serve_costs ($3 + $0.5 + $0.5 + 2 × $0.60 + $2 = $7.20), the later ones from
+    the records of the serves before them. $12 holds one serve and a second one's bound at most:
+    the rest are not started, and what was spent, by the records and by the server's own log of
+    app lives, stays within the budget."""
+    plan.env["MATRIX_CELL_TRIAL_S"] = "1.0"
+    code, out, err = plan.run_cli(["matrix", "four", "--budget-usd", "12", "--json"], timeout=240)
     assert code == 1, dump(out, err)
     state = json.loads(out)
-    by = cells(state)
-    assert [by[p]["status"] for p in PRESETS] == ["done", "done", "done", "over-budget"], state
-    assert by["mx-d"]["attempts"] == [] and "exceeds the budget $4.20" in by["mx-d"]["reason"]
-    assert "vot-mx-d" not in arm.created, "the over-budget cell was served"
-    assert state["budget_usd"] == 4.2 and state["gpu_hourly_usd"] == 3600.0
-    spent = sum(a["gpu_hours"] for c in state["cells"] for a in c["attempts"]) * 3600
-    assert spent > 4.2 - 1.2, spent
+    statuses = [c["status"] for c in state["cells"]]
+    assert statuses[0] == "done" and "over-budget" in statuses and set(statuses) <= {"done", "over-budget"}, state
+    never = [c for c in state["cells"] if c["status"] == "over-budget" and not c["attempts"]]
+    assert never, state
+    for cell in state["cells"]:
+        if cell["status"] == "over-budget" and not cell["attempts"]:
+            assert "exceeds the budget $12.00" in cell["reason"], cell
+            assert f"vot-{cell['preset']}" not in arm.created, "an over-budget cell was served"
+        elif cell["status"] == "over-budget":  # its stand-in missions outran their cap: stopped in time
+            assert "stopped before the budget $12.00 was passed" in cell["reason"], cell
+    assert "cold start 3s + probe 0s + smoke 0s + 2 trial(s)" in err or "earlier serve" in err, dump(out, err)
+    spent = records_spent(plan, state)
+    assert spent <= 12.0, spent
+    assert round(sum(a["gpu_hours"] for c in state["cells"] for a in c["attempts"]) * 3600, 2) == round(spent, 2)
+    assert cloud_spent(arm) <= 12.0, arm.app_log
     assert_no_app_left(plan, arm)
+
+
+def records_spent(project: Project, state: dict) -> float:
+    """$ billed by the records (one serve per launch: its trials share the GPU-hours), at $1 a second."""
+    total = 0.0
+    for cell in state["cells"]:
+        for attempt in cell["attempts"]:
+            hours = [json.loads(p.read_text())["gpu_hours"] or 0.0 for r in attempt["run_ids"]
+                     for p in (project.runs_dir / r / "run.json", project.root / ".llms-benchmark" / "refused" / r /
+                               "run.json") if p.is_file()]
+            total += max(hours, default=0.0) * 3600
+    return total
+
+
+def cloud_spent(arm: FakeArm) -> float:
+    """$ the apps lived by the server's own log (created -> deleted), at $1 a second."""
+    born: dict[str, float] = {}
+    total = 0.0
+    for t, what, name in sorted(arm.app_log):
+        if what == "created":
+            born[name] = t
+        else:
+            total += t - born.pop(name)
+    return total
 
 
 @pytest.mark.timeout(400)
@@ -189,10 +236,15 @@ def test_ctrl_c_leaves_no_app_and_a_resume_finishes_the_rest(plan: Project, arm:
     state = json.loads(out)
     for cell in state["cells"]:
         assert cell["status"] == "done", cell
-        assert_records_of(plan, cell)
+        assert_trials_kept(plan, cell)
         assert len(cell["attempts"]) == before[cell["preset"]] + (0 if before[cell["preset"]] and
                                                                   cell["attempts"][0]["exit_code"] == 0 else 1)
     assert state["runs"] == 2 and state["interrupted"] is None
+    # Every serve counted, the interrupted ones too: the state and the report agree with the records.
+    spent = records_spent(plan, state)
+    report = (plan.root / ".llms-benchmark" / "matrices" / "four" / "report.md").read_text()
+    assert round(sum(a["gpu_hours"] for c in state["cells"] for a in c["attempts"]) * 3600, 2) == round(spent, 2)
+    assert f"GPU spent: ${spent:.2f}" in report, report
     assert arm.peak_apps() <= 3
     assert_no_app_left(plan, arm)
 
@@ -244,4 +296,6 @@ def test_a_killed_matrix_takes_its_launches_down_and_a_resume_finishes(plan: Pro
     assert code == 0, dump(out, err)
     assert "its launch ended with the matrix that started it" in err
     assert all(c["status"] == "done" for c in json.loads(out)["cells"])
+    for cell in json.loads(out)["cells"]:
+        assert_trials_kept(plan, cell)
     assert_no_app_left(plan, arm)

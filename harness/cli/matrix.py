@@ -33,13 +33,21 @@ def matrix(
     name: Annotated[str | None, typer.Option(help="The state's name for a plan given as flags.")] = None,
     no_sandbox: Annotated[bool, typer.Option("--no-sandbox", help="Run every cell's agent unconfined.")] = False,
     fresh: Annotated[bool, typer.Option("--fresh", help="Start over (the earlier state is kept beside it).")] = False,
+    display: Annotated[str, typer.Option(
+        "--display", help="rich: the live table; plain: a status line every --status-every seconds (for logs); "
+                          "auto: the table on a terminal, else plain.")] = "auto",
+    status_every: Annotated[float, typer.Option(
+        "--status-every", min=1, max=3600, help="Seconds between status lines with --display plain.")] = 30.0,
     as_json: JsonOpt = False,
 ) -> None:
     """Run a matrix of presets × efforts × trials, cells at once on separate units; resumable."""
-    from harness.matrix import run_matrix
+    from harness.matrix import DISPLAYS, run_matrix
     from harness.matrix.plan import MatrixPlan, load_plan, plan_path, validate_plan
 
     root = project_root()
+    if display not in DISPLAYS:
+        raise UserError(f"--display {display[:40]!r} is not a display", field="--display",
+                        fix=f"use one of: {', '.join(DISPLAYS)}")
     flags = {k: v for k, v in {"environment": environment, "presets": preset or None, "efforts": effort or None,
                                "mission": mission, "trials": trials, "parallel": parallel,
                                "budget_usd": budget_usd}.items() if v is not None}
@@ -61,7 +69,8 @@ def matrix(
         draft = validate_plan({"name": name or "adhoc", **flags})
         the_plan = draft if name else MatrixPlan.model_validate(
             {**draft.model_dump(), "name": f"{draft.environment}-{draft.identity()[:8]}"})
-    code, state, report = run_matrix(root, the_plan, file, fresh=fresh, say=say, console=err)
+    code, state, report = run_matrix(root, the_plan, file, fresh=fresh, say=say, console=err, display=display,
+                                     status_every_s=status_every)
     if as_json:
         out.print_json(state.model_dump_json())
     else:

@@ -31,6 +31,24 @@ class RetryPolicy(BaseModel):
     backoff_s: float = Field(60.0, gt=0, le=3600, description="the first wait; doubled after each refusal")
     backoff_max_s: float = Field(900.0, gt=0, le=6 * 3600, description="the longest wait")
     max_attempts: int = Field(8, ge=1, le=50, description="launches of one cell before it is given up")
+    # A launch that ended in a transient fault (ARM 5xx or throttling past the SDK's own retries,
+    # a revision that never became ready, a lost connection) is launched again after the same
+    # backoff, at most this many launches in all; any other fault is final at once.
+    transient_attempts: int = Field(3, ge=1, le=20, description="launches of one cell ending in transient faults")
+
+
+class ServeCosts(BaseModel):
+    """What a serve bills besides its trials, in seconds, when the preset has no earlier record
+    on the environment to read it from (a cell's budget bound; `bound.py`). The defaults are an
+    A100 Container App's: image pull and weights, the speed probe, the smoke, setup between
+    trials, collect and the destroy."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cold_start_s: float = Field(900.0, ge=0, le=4 * 3600, description="serve until it lists its model")
+    probe_s: float = Field(300.0, ge=0, le=3600, description="the speed probe")
+    smoke_s: float = Field(300.0, ge=0, le=3600, description="the smoke test")
+    destroy_s: float = Field(300.0, ge=0, le=3600, description="setup and collect around the trials, and the destroy")
 
 
 class MatrixPlan(BaseModel):
@@ -47,6 +65,7 @@ class MatrixPlan(BaseModel):
     probe_long_tokens: int = Field(0, ge=0)
     no_sandbox: bool = False
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
+    serve_costs: ServeCosts = Field(default_factory=ServeCosts)
 
     def cells(self) -> list[tuple[str, str]]:
         """(preset, effort) in plan order: presets first, so one preset's efforts are adjacent."""
@@ -54,7 +73,7 @@ class MatrixPlan(BaseModel):
 
     def identity(self) -> str:
         """What a resume must agree with: everything but the knobs a re-run may turn
-        (parallel, budget, retry)."""
+        (parallel, budget, retry, serve_costs)."""
         core = self.model_dump(include={"environment", "presets", "efforts", "mission", "trials",
                                         "probe_long_tokens", "no_sandbox"})
         return hashlib.sha256(json.dumps(core, sort_keys=True).encode()).hexdigest()[:16]
@@ -74,6 +93,8 @@ def _error(exc: ValidationError, path: Path | None) -> UserError:
         "trials": "a whole number from 1 to 20",
         "parallel": f"a whole number from 1 to {MAX_PARALLEL}",
         "budget_usd": "a positive number of US dollars, or leave it out for no budget",
+        "serve_costs": "seconds: cold_start_s, probe_s, smoke_s, destroy_s (each 0 or more)",
+        "retry": "backoff_s, backoff_max_s, max_attempts, transient_attempts",
     }
     fix = fixes.get(str(first["loc"][0]) if first["loc"] else "", "see docs: the matrix plan's fields in README")
     if first["type"] == "extra_forbidden":

@@ -1,15 +1,18 @@
-"""What a matrix shows: the live table (cells × status × elapsed × GPU $) while it runs, and
-at the end the matrix report (markdown): each cell's row, its trials' spread and, for a cell
+"""What a matrix shows: the live table (cells × status × elapsed × GPU $) on a terminal, or a
+plain status line every N seconds without one, while it runs; at the end the matrix report
+(markdown): each cell's row, its trials' spread (kept over every launch) and, for a cell
 without a row, its non-conclusive reason. Rendered from the state and the run records alone."""
 
 from __future__ import annotations
 
 import statistics
+import time
 from pathlib import Path
 
 from rich.markup import escape
 from rich.table import Table
 
+from harness.matrix.spend import load_records, settle_state
 from harness.matrix.state import Cell, CellStatus, MatrixState
 from harness.run.paths import ProjectPaths
 from harness.run.record import RunRecord, Status
@@ -24,11 +27,9 @@ def live_table(run) -> Table:
     """The matrix now: `run` is the MatrixRun (it knows what is in flight)."""
     state: MatrixState = run.state
     budget = f" of ${state.budget_usd:.2f}" if state.budget_usd is not None else ""
-    spent = state.spent_usd() + sum(run.live_cost(r.cell) - r.cell.gpu_hours * (state.gpu_hourly_usd or 0)
-                                    for r in run.running.values())
     table = Table(title=f"matrix {state.name}: {state.environment}, mission {state.mission}, "
                         f"{state.trials} trial(s) per cell",
-                  caption=f"GPU ${spent:.2f}{budget} · {len(run.running)} running, at most {state.parallel} "
+                  caption=f"GPU ${run.spent_usd():.2f}{budget} · {len(run.running)} running, at most {state.parallel} "
                           f"({state.parallel_why})", caption_justify="left")
     for name, justify in (("cell", "left"), ("status", "left"), ("launch", "right"), ("elapsed", "right"),
                           ("GPU $", "right"), ("note", "left")):
@@ -42,25 +43,33 @@ def live_table(run) -> Table:
     return table
 
 
+def status_line(run) -> str:
+    """One line for a log (`--display plain`): elapsed, cells by status, GPU-hours and $ against the budget."""
+    state: MatrixState = run.state
+    count = {s: sum(1 for c in state.cells if c.status == s) for s in CellStatus}
+    waiting = count[CellStatus.pending] + count[CellStatus.interrupted]
+    ended = sum(n for s, n in count.items() if s.final and s != CellStatus.done) + count[CellStatus.over_budget]
+    usd = run.spent_usd()
+    hours = usd / state.gpu_hourly_usd if state.gpu_hourly_usd else sum(c.gpu_hours for c in state.cells)
+    budget = f" of ${state.budget_usd:.2f}" if state.budget_usd is not None else " (no budget)"
+    return (f"matrix {state.name} {elapsed_or_dash(time.monotonic() - run.t0)}: {count[CellStatus.done]} done, "
+            f"{len(run.running)} running, {count[CellStatus.queued]} queued, {waiting} waiting"
+            + (f", {ended} ended without a row" if ended else "") + f" of {len(state.cells)} · "
+            f"GPU {hours:.4f} h, ${usd:.2f}{budget}")
+
+
 def elapsed_or_dash(seconds: float | None) -> str:
     return "—" if seconds is None else f"{int(seconds) // 60}m{int(seconds) % 60:02d}s"
 
 
 def cell_records(root: Path, cell: Cell) -> list[RunRecord]:
-    """The records of the cell's last launch (its trials), as they stand."""
-    paths = ProjectPaths(root)
+    """The cell's trials: those kept from every launch, then the last launch's others."""
     if not cell.attempts:
         return []
-    out = []
-    for run_id in cell.attempts[-1].run_ids:
-        for path in (paths.run(run_id).record, paths.refused / run_id / "run.json"):
-            if path.is_file():
-                try:
-                    out.append(RunRecord.load(path))
-                except (OSError, ValueError):
-                    pass
-                break
-    return out
+    paths = ProjectPaths(root)
+    kept = [r for a in cell.attempts for r in load_records(paths, a.finished)]
+    seen = {r.run_id for r in kept}
+    return kept + [r for r in load_records(paths, cell.attempts[-1].run_ids) if r.run_id not in seen]
 
 
 def _span(values: list[float], fmt) -> str:
@@ -76,7 +85,7 @@ def trials_spread(records: list[RunRecord], of: int) -> str:
     missions = [(r.times.mission_end - r.times.mission_start).total_seconds() for r in ok
                 if r.times.mission_start and r.times.mission_end]
     turns = [float(f[1]) for r in ok if (f := r.figures()) is not None]
-    parts = [f"{len(ok)} of {of} with a row"]
+    parts = [f"{min(len(ok), of)} of {of} with a row"]
     if missions:
         parts.append(f"mission {_span(missions, format_duration)}")
     if turns:
@@ -93,7 +102,8 @@ def non_conclusive(cell: Cell, records: list[RunRecord]) -> str:
 
 
 def matrix_report(root: Path, state: MatrixState) -> str:
-    """The matrix report (markdown)."""
+    """The matrix report (markdown). Its spending is the records' (`spend.settle_state`)."""
+    settle_state(root, state)
     price = state.gpu_hourly_usd
     lines = [f"# Matrix `{state.name}`", "",
              f"- environment `{state.environment}`, mission `{state.mission}`, {state.trials} trial(s) per cell "

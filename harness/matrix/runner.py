@@ -6,18 +6,26 @@ session of its own (a cell's crash cannot take the matrix down; the launch keeps
 serve-once claim, ledger entry, run folders and signal handling). The matrix
 
 - caps how many run at once: `--parallel`, and on Azure the free GPUs of the quota read at
-  preflight (`quota.py`); two cells of one preset never run together (one unit `vot-<preset>`);
+  preflight (`quota.py`); a quota full then holds every cell queued, the quota read again
+  after a backoff (bounded); two cells of one preset never run together (one unit `vot-<preset>`);
 - queues a cell Azure refused for quota or capacity (its record's reason says so; the folder
   moves to `.llms-benchmark/refused/`, out of git) and tries it again after a backoff that
-  doubles up to `retry.backoff_max_s`, at most `retry.max_attempts` times. A 429 never gets
-  here: the SDK's retry policy waits it out inside the launch (Retry-After honoured, bounded);
-  a 409 for quota is not retryable there, so the matrix is what waits;
-- starts a cell only if what was spent (the cells' GPU-hours × the environment's price) plus
-  the bounds of the cells in flight plus its own bound (mission cap × trials × price) fit the
-  budget; once spent + its bound alone exceeds it, the cell is recorded as over budget;
+  doubles up to `retry.backoff_max_s`, at most `retry.max_attempts` times; a launch that
+  ended in a transient fault (ARM 5xx or throttling past the SDK's own retries, a revision
+  never ready, a lost connection) the same way, at most `retry.transient_attempts` launches;
+  any other fault is final at once. Each launch is an attempt in the state, its records kept;
+- serves only the trials a cell still lacks: a trial whose record is finished (ok or void) is
+  kept and counted, a resume or a retry launches `--trials <missing>` (one serve);
+- holds the budget as a hard cap (`bound.py`): a cell starts only if what was spent (read
+  from the records) plus the reserves of the cells in flight plus its bound (the whole
+  serve, not just its missions) fit; once spent + its bound alone exceeds it, the cell is
+  recorded as over budget. A running cell that would pass what is left to it is asked to
+  stop after its report (the `stop` path), and interrupted (it destroys its unit) before
+  its serve plus its destroy would pass the budget;
 - writes the state after every change; on SIGINT/SIGTERM it forwards the signal to every
   launch in flight (each destroys its unit), waits for them, records each cell, and exits
-  128+N. The launches die with it if it is killed (PR_SET_PDEATHSIG: SIGTERM, same path).
+  128+N. The launches die with it if it is killed (PR_SET_PDEATHSIG: SIGTERM, same path);
+  a launch that dies on its own has its unit swept and its records closed at once.
 """
 
 from __future__ import annotations
@@ -31,14 +39,16 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
 import psutil
 
 from harness.errors import UserError
+from harness.matrix.bound import CellBound, estimate
 from harness.matrix.plan import MatrixPlan
+from harness.matrix.spend import is_finished, kept_trials, live_hours, load_records, serve_hours, settle, settle_state
 from harness.matrix.state import Attempt, Cell, CellStatus, MatrixState, StateFolder
 from harness.run.paths import ProjectPaths
 from harness.run.record import RunRecord, Status, utcnow
@@ -49,20 +59,44 @@ Say = Callable[[str], None]
 CELL_ENTRY_VAR = "LLMS_BENCHMARK_MATRIX_CELL"
 TICK_S = 0.25
 DRAIN_TIMEOUT_S = 20 * 60  # a launch's destroy is bounded at 15 minutes (azure) plus its retries
+# How early a running cell is interrupted before its serve plus its destroy would pass what is
+# left of the budget: the loop's tick, reading the records, the signal reaching the mission.
+STOP_LEAD_S = 2.0
 # What Azure says when it has no room for one more GPU app: a refusal to queue, not a fault.
 QUOTA_REFUSAL = re.compile(
     r"quota|QuotaExceeded|InsufficientQuota|capacity|cannot take another replica|SkuNotAvailable|"
     r"ManagedEnvironment\w*Capacity", re.IGNORECASE)
+# A fault another launch may not meet: ARM's 5xx and throttling (after the SDK's own retries),
+# an LRO or a revision that never finished or became ready, a connection lost on the way.
+TRANSIENT_FAULT = re.compile(
+    r"HTTP (5\d\d|429)\b|\b(InternalServerError|ServiceUnavailable|BadGateway|GatewayTimeout|TooManyRequests|"
+    r"ServerTimeout|ServerBusy)\b|did not list '[^']*' on /v1/models within|did not finish in time|"
+    r"never became ready|\b(ConnectionError|ConnectionResetError|ConnectionRefusedError|ConnectionAbortedError|"
+    r"RemoteDisconnected|RemoteProtocolError|ReadTimeout|ConnectTimeout|ServiceRequestError|"
+    r"ServiceResponseError|IncompleteRead)\b|connection (was )?(lost|reset|closed|aborted)", re.IGNORECASE)
+QUOTA_FULL = "queued: the GPU quota is full"
 
 
 def cell_bound_usd(plan: MatrixPlan, cap_minutes: float, price: float | None, gpus: int = 1) -> float:
-    """The most a cell can bill: its mission's time cap × trials, on its GPUs, at the price."""
+    """The missions' part of a cell's bound (the whole bound: `bound.py`)."""
     return cap_minutes / 60 * plan.trials * gpus * (price or 0.0)
 
 
 def elapsed_text(seconds: float) -> str:
     seconds = max(0, int(seconds))
     return f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def backoff_s(plan: MatrixPlan, tries: int) -> float:
+    """The wait before try `tries + 1`: doubled each time, capped."""
+    return min(plan.retry.backoff_s * 2 ** max(0, tries - 1), plan.retry.backoff_max_s)
 
 
 def _pdeathsig() -> Callable[[], None] | None:
@@ -84,21 +118,32 @@ class Running:
     proc: subprocess.Popen
     announce: Path
     out: Path
-    bound_usd: float
+    bound: CellBound
     started: float
     signalled: bool = False
+    budget_stop: str | None = None  # why the matrix interrupted it for the budget
+    stop_asked: set[str] = field(default_factory=set)  # trials asked to stop after their report
 
 
 class MatrixRun:
     def __init__(self, root: Path, plan: MatrixPlan, folder: StateFolder, state: MatrixState, *, cap: int,
-                 cap_minutes: float, say: Say, view=None) -> None:
+                 cap_minutes: float, say: Say, view=None, read_quota=None, quota_full=None) -> None:
         self.root, self.plan, self.folder, self.state = root, plan, folder, state
         self.cap, self.say, self.view = cap, say, view
-        self.bound_usd = cell_bound_usd(plan, cap_minutes, state.gpu_hourly_usd)
+        self.cap_minutes = cap_minutes
         self.running: dict[str, Running] = {}
         self.stop_signal: int | None = None
         self.paths = ProjectPaths(root)
         self._deathsig = _pdeathsig()
+        self._bounds: dict[tuple[str, int], CellBound] = {}
+        self.t0 = time.monotonic()
+        # The quota full at preflight: every cell waits, the quota read again at each backoff.
+        self.read_quota = read_quota
+        self.gate_until: float | None = None
+        self.gate_looks = 0
+        self.last_quota = quota_full
+        if quota_full is not None:
+            self._hold_for_quota(quota_full)
 
     # -- signals ---------------------------------------------------------------------------
     def _on_signal(self, signum, _frame) -> None:
@@ -117,6 +162,7 @@ class MatrixRun:
                 if self.stop_signal is not None:
                     self._drain()
                     break
+                self._guard_budget()
                 self._start_what_fits()
                 self._show()
                 if not self.running and not any(self._startable(c) or c.status == CellStatus.queued
@@ -129,6 +175,7 @@ class MatrixRun:
                 self._drain()
             for s, h in previous.items():
                 signal.signal(s, h)
+        settle_state(self.root, self.state)  # the records are the truth: the state agrees with them
         self._show(final=True)
         if self.stop_signal is not None:
             self.state.interrupted = signal.Signals(self.stop_signal).name
@@ -149,8 +196,148 @@ class MatrixRun:
             return True
         return cell.status == CellStatus.queued and (cell.retry_at is None or cell.retry_at <= utcnow())
 
+    # -- the budget --------------------------------------------------------------------------
+    @property
+    def price(self) -> float:
+        return self.state.gpu_hourly_usd or 0.0
+
+    def missing(self, cell: Cell) -> int:
+        return max(0, self.plan.trials - cell.trials_finished)
+
+    def bound(self, cell: Cell) -> CellBound:
+        key = (cell.preset, self.missing(cell))
+        if key not in self._bounds:
+            self._bounds[key] = estimate(self.root, self.plan.environment, cell.preset, key[1], self.cap_minutes,
+                                         self.plan.serve_costs)
+        return self._bounds[key]
+
+    def live_usd(self, run: Running) -> float:
+        """What the cell's serve has billed so far (from its record's serve start)."""
+        first = run.attempt.run_ids[:1]
+        return live_hours(load_records(self.paths, first)) * self.price if first else 0.0
+
+    def reserve_usd(self, run: Running) -> float:
+        """What a cell in flight may still bill in all: its bound, or more once it passed it."""
+        return max(run.bound.usd(self.price), self.live_usd(run) + run.bound.tail_usd(self.price))
+
+    def spent_usd(self) -> float:
+        """Ended launches' (from their records) plus the serves running now, so far."""
+        return self.state.spent_usd() + sum(self.live_usd(r) for r in self.running.values())
+
+    def _budget_allows(self, cell: Cell) -> bool:
+        budget = self.state.budget_usd
+        if budget is None:
+            return True
+        b = self.bound(cell)
+        spent, bound = self.state.spent_usd(), b.usd(self.price)
+        if spent + bound > budget + 1e-9:
+            cell.status = CellStatus.over_budget
+            cell.retry_at = None
+            cell.reason = (f"not started: spent ${spent:.2f} + this cell's bound ${bound:.2f} ({b.describe(self.price)}) "
+                           f"exceeds the budget ${budget:.2f}")
+            self.say(f"{cell.id}: {cell.reason}")
+            self.save()
+            return False
+        in_flight = sum(self.reserve_usd(r) for r in self.running.values())
+        return spent + in_flight + bound <= budget + 1e-9  # else: wait for a cell in flight to end
+
+    def _guard_budget(self) -> None:
+        """A running cell never takes the matrix past its budget: asked to stop after its report
+        when another whole trial would not fit what is left to it, interrupted (it destroys its
+        unit) before its serve plus its destroy would pass it."""
+        budget = self.state.budget_usd
+        if budget is None or not self.running:
+            return
+        spent = self.state.spent_usd()
+        live = {cid: self.live_usd(r) for cid, r in self.running.items()}
+        reserve = {cid: max(r.bound.usd(self.price), live[cid] + r.bound.tail_usd(self.price))
+                   for cid, r in self.running.items()}
+        for cid, run in self.running.items():
+            if run.signalled:
+                continue
+            left = budget - spent - sum(v for k, v in reserve.items() if k != cid)
+            rate = run.bound.gpus * self.price / 3600
+            tail = run.bound.tail_usd(self.price)
+            if live[cid] + tail + STOP_LEAD_S * rate >= left:
+                run.budget_stop = (f"stopped before the budget ${budget:.2f} was passed: its serve had billed "
+                                   f"${live[cid]:.2f} of the ${left:.2f} left to it, its destroy reserved "
+                                   f"${tail:.2f}")
+                self._interrupt(run, "the budget")
+                reserve[cid] = live[cid] + tail
+            elif live[cid] + tail + (STOP_LEAD_S + run.bound.trial_s) * rate > left:
+                self._ask_stop(run, left)
+
+    def _ask_stop(self, run: Running, left: float) -> None:
+        """The `stop` path: its trial running now ends once its report is persisted."""
+        first = run.attempt.run_ids[:1]
+        for rec in records_of(self.paths, first[0]) if first else []:
+            if rec.times.end is None and rec.run_id not in run.stop_asked:
+                paths = self.paths.run(rec.run_id)
+                if paths.dir.is_dir():
+                    paths.stop_request.write_text("stop after the report: the matrix's budget\n")
+                    run.stop_asked.add(rec.run_id)
+                    self.say(f"{run.cell.id}: another trial would not fit the ${left:.2f} left to it; run "
+                             f"{rec.run_id} stops once its report is persisted")
+
+    def _interrupt(self, run: Running, why: str) -> None:
+        run.signalled = True
+        self.say(f"{run.cell.id}: interrupting its launch (pid {run.proc.pid}) for {why}; it destroys its unit")
+        try:
+            os.killpg(run.proc.pid, signal.SIGINT)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    # -- the quota full at preflight -------------------------------------------------------------
+    def _hold_for_quota(self, quota) -> None:
+        self.last_quota = quota
+        self.gate_looks += 1
+        waiting = [c for c in self.state.cells if self._startable(c) or
+                   (c.status == CellStatus.queued and (c.reason or "").startswith(QUOTA_FULL))]
+        if self.gate_looks > self.plan.retry.max_attempts:
+            self.gate_until = None
+            for cell in waiting:
+                cell.status, cell.retry_at = CellStatus.gave_up, None
+                cell.reason = f"the GPU quota stayed full ({quota.describe()}) through {self.gate_looks - 1} looks"
+            self.say(f"gave up waiting for the GPU quota: {quota.describe()}")
+            self.save()
+            return
+        wait = backoff_s(self.plan, self.gate_looks)
+        self.gate_until = time.monotonic() + wait
+        for cell in waiting:
+            cell.status, cell.retry_at = CellStatus.queued, utcnow() + timedelta(seconds=wait)
+            cell.reason = (f"{QUOTA_FULL} ({quota.describe()}); read again in {wait:.0f}s "
+                           f"(look {self.gate_looks} of {self.plan.retry.max_attempts})")
+        self.say(f"{QUOTA_FULL} ({quota.describe()}): {len(waiting)} cell(s) wait; read again in {wait:.0f}s")
+        self.save()
+
+    def _quota_gate_open(self) -> bool:
+        if self.gate_until is None:
+            return True
+        if time.monotonic() < self.gate_until:
+            return False
+        try:
+            quota = self.read_quota() if self.read_quota is not None else None
+        except Exception as exc:  # noqa: BLE001 - an ARM hiccup mid-matrix is one more look, not the end
+            self.say(f"could not read the GPU quota again ({getattr(exc, 'message', exc)}); the cells stay queued")
+            quota = self.last_quota
+        if quota is not None and quota.free < 1:
+            self._hold_for_quota(quota)
+            return False
+        self.gate_until = None
+        if quota is not None:
+            self.cap = min(self.plan.parallel, quota.free)
+            self.state.parallel, self.state.parallel_why = self.cap, f"the GPU quota: {quota.describe()}"
+            self.say(f"GPU quota: {quota.describe()}; the queued cells start")
+        for cell in self.state.cells:
+            if cell.status == CellStatus.queued and (cell.reason or "").startswith(QUOTA_FULL):
+                cell.status, cell.retry_at, cell.reason = CellStatus.pending, None, None
+        self.save()
+        return True
+
     # -- starting --------------------------------------------------------------------------
     def _start_what_fits(self) -> None:
+        if not self._quota_gate_open():
+            return
         busy_presets = {r.cell.preset for r in self.running.values()}
         for cell in self.state.cells:
             if len(self.running) >= self.cap:
@@ -162,27 +349,12 @@ class MatrixRun:
             self._start(cell)
             busy_presets.add(cell.preset)
 
-    def _budget_allows(self, cell: Cell) -> bool:
-        budget = self.state.budget_usd
-        if budget is None:
-            return True
-        spent, bound = self.state.spent_usd(), self.bound_usd
-        if spent + bound > budget + 1e-9:
-            cell.status = CellStatus.over_budget
-            cell.retry_at = None
-            cell.reason = (f"not started: spent ${spent:.2f} + this cell's bound ${bound:.2f} (mission cap × "
-                           f"{self.plan.trials} trial(s) × ${self.state.gpu_hourly_usd:g}/GPU-h) exceeds the budget "
-                           f"${budget:.2f}")
-            self.say(f"{cell.id}: {cell.reason}")
-            self.save()
-            return False
-        in_flight = sum(r.bound_usd for r in self.running.values())
-        return spent + in_flight + bound <= budget + 1e-9  # else: wait for a cell in flight to end
-
     def _start(self, cell: Cell) -> None:
         from harness.cli.launch import ANNOUNCE_VAR
 
         index = len(cell.attempts) + 1
+        trials = self.missing(cell)
+        bound = self.bound(cell)
         self.folder.cells.mkdir(parents=True, exist_ok=True)
         stem = f"{cell.id}-{index}"
         log, out, announce = (self.folder.cells / f"{stem}.log", self.folder.cells / f"{stem}.json",
@@ -191,7 +363,7 @@ class MatrixRun:
         entry = os.environ.get(CELL_ENTRY_VAR)
         argv = [sys.executable, *([entry] if entry else ["-m", "harness.cli"]), "launch", "local",
                 self.plan.environment, cell.preset, cell.effort, "--mission", self.plan.mission,
-                "--trials", str(self.plan.trials), "--json",
+                "--trials", str(trials), "--json",
                 *(["--probe-long-tokens", str(self.plan.probe_long_tokens)] if self.plan.probe_long_tokens else []),
                 *(["--no-sandbox"] if self.plan.no_sandbox else [])]
         env = {**os.environ, "LLMS_BENCHMARK_ROOT": str(self.root), ANNOUNCE_VAR: str(announce),
@@ -202,11 +374,14 @@ class MatrixRun:
         attempt = Attempt(index=index, started=utcnow(), pid=proc.pid, log=self._rel(log))
         cell.attempts.append(attempt)
         cell.status, cell.retry_at, cell.reason = CellStatus.running, None, None
-        self.running[cell.id] = Running(cell, attempt, proc, announce, out, self.bound_usd, time.monotonic())
-        self.say(f"{cell.id}: launch {index} started (pid {proc.pid})")
+        self.running[cell.id] = Running(cell, attempt, proc, announce, out, bound, time.monotonic())
+        kept = cell.trials_finished
+        self.say(f"{cell.id}: launch {index} started (pid {proc.pid}): {trials} trial(s)"
+                 + (f", {kept} kept from earlier launches" if kept else "")
+                 + (f"; bound ${bound.usd(self.price):.2f}" if self.state.budget_usd is not None else ""))
         self.save()
 
-    # -- ending ----------------------------------------------------------------------------
+    # -- watching --------------------------------------------------------------------------
     def _reap(self) -> None:
         for cell_id, run in list(self.running.items()):
             if not run.attempt.run_ids and run.announce.is_file():
@@ -216,23 +391,46 @@ class MatrixRun:
                 continue
             del self.running[cell_id]
             self._ended(run)
+            self._bounds.clear()  # a finished serve is history the next bound reads
             self.save()
 
     def _ended(self, run: Running) -> None:
         cell, attempt, rc = run.cell, run.attempt, run.proc.returncode
         attempt.ended, attempt.exit_code, attempt.pid = utcnow(), rc, None
         records = self._records(run)
+        if any(r.times.destroyed is None and r.times.serve_start is not None for r in records):
+            # The launch died without its destroy (SIGKILL, a crash): its unit is swept now, and
+            # its records closed with what the unit billed, before anything else starts.
+            from harness.run.units import destroy_leftovers
+
+            for name in destroy_leftovers(self.root, self.say):
+                self.say(f"{cell.id}: swept {name}, left by its launch (exit code {rc})")
+            records = self._records(run, fresh=True)
         if records:
             attempt.run_ids = [r.run_id for r in records]
-            attempt.gpu_hours = max((r.gpu_hours or 0.0) for r in records)
+            attempt.gpu_hours = serve_hours(records)
+            attempt.finished = [r.run_id for r in records if is_finished(r)]
         bad = next((r for r in records if r.status != Status.ok), None)
         reason = (bad.reason if bad is not None else None) or (None if rc == 0 else self._tail(run))
-        if rc == 0:
-            cell.status, cell.reason = CellStatus.done, None
+        missing = self.missing(cell)
+        if run.budget_stop is not None:
+            cell.status, cell.reason = CellStatus.over_budget, run.budget_stop + (
+                f"; {cell.trials_finished} of {self.plan.trials} trial(s) kept" if cell.trials_finished else "")
+        elif missing == 0:
+            kept = kept_trials(self.root, cell)
+            void = next((r for r in kept if r.status != Status.ok), None)
+            cell.status = CellStatus.done if void is None else CellStatus.void
+            cell.reason = None if void is None else (void.reason or "a trial made no row")
         elif run.signalled:
             cell.status, cell.reason = CellStatus.interrupted, f"interrupted ({reason})" if reason else "interrupted"
         elif rc == 3 and reason and QUOTA_REFUSAL.search(reason) and (bad is None or bad.stopped_at in (None, "serve")):
             self._queue(cell, attempt, reason)
+            return
+        elif rc == 3 and reason and TRANSIENT_FAULT.search(reason):
+            self._retry(cell, attempt, reason)
+            return
+        elif rc < 0:  # the launch was killed (OOM killer, a stray kill): its unit is swept above
+            self._retry(cell, attempt, f"the launch process was killed by {_signal_name(-rc)}")
             return
         else:
             cell.status = {1: CellStatus.void, 2: CellStatus.refused}.get(rc, CellStatus.fault)
@@ -243,6 +441,21 @@ class MatrixRun:
         self.say(f"{cell.id}: {cell.status.value}" + (f" — {cell.reason}" if cell.reason else "")
                  + f" ({elapsed_text(time.monotonic() - run.started)})")
 
+    def _retry(self, cell: Cell, attempt: Attempt, reason: str) -> None:
+        """A transient fault: launched again after a backoff (its missing trials only), bounded."""
+        attempt.reason = f"transient: {reason}"
+        faults, most = cell.transient_faults, self.plan.retry.transient_attempts
+        if faults >= most:
+            cell.status, cell.retry_at = CellStatus.fault, None
+            cell.reason = f"a transient fault in each of {faults} launches; last: {reason}"
+            self.say(f"{cell.id}: fault — {cell.reason}")
+            return
+        wait = backoff_s(self.plan, faults)
+        cell.status, cell.retry_at = CellStatus.queued, utcnow() + timedelta(seconds=wait)
+        cell.reason = (f"queued: a transient fault ({reason}); launch {len(cell.attempts) + 1} in {wait:.0f}s "
+                       f"(at most {most})")
+        self.say(f"{cell.id}: {cell.reason}")
+
     def _queue(self, cell: Cell, attempt: Attempt, reason: str) -> None:
         attempt.reason = f"quota: {reason}"
         # A refusal is not a run: its folders go where a launch puts a refused one, out of git
@@ -252,25 +465,30 @@ class MatrixRun:
             if source.is_dir():
                 self.paths.refused.mkdir(parents=True, exist_ok=True)
                 os.replace(source, self.paths.refused / run_id)
-        refusals, retry = cell.quota_refusals, self.plan.retry
-        if refusals >= retry.max_attempts:
+        refusals = cell.quota_refusals
+        if refusals >= self.plan.retry.max_attempts:
             cell.status, cell.retry_at = CellStatus.gave_up, None
             cell.reason = f"refused for quota or capacity {refusals} times; last: {reason}"
             self.say(f"{cell.id}: gave up — {cell.reason}")
             return
-        wait = min(retry.backoff_s * 2 ** (refusals - 1), retry.backoff_max_s)
+        wait = backoff_s(self.plan, refusals)
         cell.status, cell.retry_at = CellStatus.queued, utcnow() + timedelta(seconds=wait)
         cell.reason = f"queued: Azure refused it for quota or capacity ({reason}); next try in {wait:.0f}s"
         self.say(f"{cell.id}: {cell.reason}")
 
-    def _records(self, run: Running) -> list[RunRecord]:
-        """The launch's records: from its `--json` output, else found by its announced run id."""
-        try:
-            data = json.loads(run.out.read_text(encoding="utf-8") or "null")
-            items = data if isinstance(data, list) else [data] if isinstance(data, dict) else []
-            return [RunRecord.model_validate(item) for item in items]
-        except (OSError, ValueError):
-            pass
+    def _records(self, run: Running, fresh: bool = False) -> list[RunRecord]:
+        """The launch's records: from its `--json` output, else found by its announced run id
+        (`fresh`: always from the run folders, as a sweep left them)."""
+        if not fresh:
+            try:
+                data = json.loads(run.out.read_text(encoding="utf-8") or "null")
+                items = data if isinstance(data, list) else [data] if isinstance(data, dict) else []
+                if items:
+                    return [RunRecord.model_validate(item) for item in items]
+            except (OSError, ValueError):
+                pass
+        if not run.attempt.run_ids and run.announce.is_file():
+            run.attempt.run_ids = [run.announce.read_text().strip()]
         first = run.attempt.run_ids[0] if run.attempt.run_ids else None
         return records_of(self.paths, first) if first else []
 
@@ -307,19 +525,9 @@ class MatrixRun:
 
     # -- the view ----------------------------------------------------------------------------
     def live_cost(self, cell: Cell) -> float:
-        """The cell's GPU $ so far: finished launches', plus the one running now since its serve began."""
-        hours = cell.gpu_hours
+        """The cell's GPU $ so far: ended launches', plus the one running now since its serve began."""
         run = self.running.get(cell.id)
-        if run is not None and run.attempt.run_ids:
-            try:
-                rec = RunRecord.load(self.paths.run(run.attempt.run_ids[0]).record)
-                if rec.times.serve_start is not None:
-                    end = rec.times.destroyed or utcnow()
-                    gpus = 1 if rec.gpus is None else rec.gpus  # known from its preflight on
-                    hours += (end - rec.times.serve_start).total_seconds() / 3600 * gpus
-            except (OSError, ValueError):
-                pass
-        return hours * (self.state.gpu_hourly_usd or 0.0)
+        return cell.gpu_hours * self.price + (self.live_usd(run) if run is not None else 0.0)
 
     def elapsed(self, cell: Cell) -> float:
         run = self.running.get(cell.id)
@@ -356,19 +564,23 @@ def records_of(paths: ProjectPaths, first: str) -> list[RunRecord]:
     return sorted(found, key=lambda r: r.trial.index if r.trial else 1)
 
 
-def prepare(state: MatrixState, plan: MatrixPlan) -> list[str]:
+def prepare(state: MatrixState, plan: MatrixPlan, root: Path | None = None) -> list[str]:
     """A resumed state made ready to run again: cells the plan gained are added, interrupted or
     over-budget ones (the budget may have changed) and queued ones go back to pending; a cell
-    left `running` by a matrix that died is checked: its launch must have ended. Returns notes."""
+    left `running` by a matrix that died is checked (its launch must have ended) and its
+    launch's records read: what it billed and the trials it finished count. Every ended
+    launch's spending is read again from its records. Returns notes."""
     notes = []
     known = {c.id for c in state.cells}
     for preset, effort in plan.cells():
         cell = Cell(preset=preset, effort=effort)
         if cell.id not in known:
             state.cells.append(cell)
+    paths = ProjectPaths(root) if root is not None else None
     for cell in state.cells:
         if cell.status == CellStatus.running:
-            pid = cell.attempts[-1].pid if cell.attempts else None
+            attempt = cell.attempts[-1] if cell.attempts else None
+            pid = attempt.pid if attempt else None
             if pid and psutil.pid_exists(pid):
                 try:
                     alive = "launch" in " ".join(psutil.Process(pid).cmdline())
@@ -380,9 +592,34 @@ def prepare(state: MatrixState, plan: MatrixPlan) -> list[str]:
                                                       "then run the matrix again")
             cell.status = CellStatus.interrupted
             cell.reason = "the matrix process died while it ran (its unit, if any, is swept from the ledger)"
-            if cell.attempts:
-                cell.attempts[-1].pid = None
-            notes.append(f"{cell.id}: its launch ended with the matrix that started it; it runs again")
+            if attempt is not None:
+                attempt.pid = None
+                attempt.ended = attempt.ended or utcnow()
+                if paths is not None:
+                    _read_dead_attempt(paths, root, state, cell, attempt)
+            notes.append(f"{cell.id}: its launch ended with the matrix that started it; "
+                         f"{cell.trials_finished} of {plan.trials} trial(s) finished, the rest run again")
         if cell.status in (CellStatus.interrupted, CellStatus.over_budget, CellStatus.queued):
             cell.status, cell.retry_at = CellStatus.pending, None
+    if root is not None:
+        settle_state(root, state)
+    for cell in state.cells:  # every trial kept already: nothing to serve again
+        if cell.status == CellStatus.pending and cell.attempts and cell.trials_finished >= plan.trials:
+            kept = kept_trials(root, cell) if root is not None else []
+            void = next((r for r in kept if r.status != Status.ok), None)
+            cell.status = CellStatus.done if void is None else CellStatus.void
+            cell.reason = None if void is None else void.reason
     return notes
+
+
+def _read_dead_attempt(paths: ProjectPaths, root: Path, state: MatrixState, cell: Cell, attempt: Attempt) -> None:
+    """A launch that died with the matrix: its run ids from its records (or its announce file)."""
+    if not attempt.run_ids:
+        announce = root / ".llms-benchmark" / "matrices" / state.name / "cells" / f"{cell.id}-{attempt.index}.run-id"
+        if announce.is_file():
+            attempt.run_ids = [announce.read_text().strip()]
+    if attempt.run_ids:
+        records = records_of(paths, attempt.run_ids[0])
+        if records:
+            attempt.run_ids = [r.run_id for r in records]
+        settle(paths, attempt)

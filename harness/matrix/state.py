@@ -29,7 +29,7 @@ class CellStatus(StrEnum):
     void = "void"  # ran, no row (exit 1)
     refused = "refused"  # preflight or smoke refused it (exit 2)
     fault = "fault"  # a harness fault, or a unit that failed to serve (exit 3)
-    over_budget = "over-budget"  # never started: its bound did not fit the budget
+    over_budget = "over-budget"  # not started (its bound did not fit), or stopped before the budget was passed
     gave_up = "gave-up"  # refused for quota/capacity `max_attempts` times
     interrupted = "interrupted"  # the matrix was stopped while it ran: runs again on resume
 
@@ -48,7 +48,8 @@ class Attempt(BaseModel):
     pid: int | None = None
     exit_code: int | None = None
     run_ids: list[str] = Field(default_factory=list)  # the trials' records, the first one first
-    gpu_hours: float = 0.0  # the serve's (shared by its trials: counted once)
+    finished: list[str] = Field(default_factory=list)  # those trials whose record is finished: kept on resume
+    gpu_hours: float = 0.0  # the serve's (shared by its trials: counted once), copied from its records
     reason: str | None = None
     log: str | None = None  # the launch's stderr, relative to the project root
 
@@ -72,6 +73,14 @@ class Cell(BaseModel):
     @property
     def quota_refusals(self) -> int:
         return sum(1 for a in self.attempts if a.reason and a.reason.startswith("quota:"))
+
+    @property
+    def transient_faults(self) -> int:
+        return sum(1 for a in self.attempts if a.reason and a.reason.startswith("transient:"))
+
+    @property
+    def trials_finished(self) -> int:
+        return sum(len(a.finished) for a in self.attempts)
 
 
 class MatrixState(BaseModel):

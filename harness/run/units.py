@@ -66,7 +66,9 @@ def _owner_alive(unit: Unit) -> bool:
     if not owner:
         return True  # served by hand with `serve`: not a leftover
     try:
-        return psutil.Process(owner).create_time() == unit.extra.get("owner_started")
+        proc = psutil.Process(owner)
+        # A zombie is dead: killed, its parent gone, and nobody reaped it (a container's init may never).
+        return proc.create_time() == unit.extra.get("owner_started") and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
 
@@ -93,25 +95,57 @@ def destroy_leftovers(root: Path, say: Say) -> list[str]:
 
 def _close_dead_record(unit: Unit) -> None:
     """The dead launch never wrote its ending: say in its records what happened (the run it
-    served for, and with `--trials` the group's later trials; a trial that finished stays as it is)."""
+    served for, and with `--trials` the group's later trials; a trial that finished keeps its
+    status) and what the serve billed: its life as the cloud reports it (created, see the
+    stack's destroy) to the destroy now, on every trial's record (the serve is theirs together)."""
     first = RunPaths(Path(unit.extra.get("run_dir", "")))
     if not first.record.is_file():
         return
-    dirs = [first.dir] + sorted(p for p in first.dir.parent.glob(f"*/{first.record.name}") if p.parent != first.dir)
+    destroyed = utcnow()
+    dirs = [first.dir] + sorted(p.parent for p in first.dir.parent.glob(f"*/{first.record.name}")
+                                if p.parent != first.dir)
     for path in dirs:
-        paths = RunPaths(path if path.is_dir() else path.parent)
+        paths = RunPaths(path)
         try:
             rec = RunRecord.load(paths.record)
         except (OSError, ValueError):
             continue
         if paths.dir != first.dir and (rec.trial is None or rec.trial.group != first.dir.name):
             continue
-        if rec.times.end is not None:
-            continue
-        rec.status, rec.stopped_at = Status.fault, rec.stopped_at or "killed"
-        rec.reason = "the launch process died without finishing (SIGKILL or crash); a later command destroyed its unit"
-        rec.times.destroyed = rec.times.end = utcnow()
+        if rec.times.end is None:
+            rec.status, rec.stopped_at = Status.fault, rec.stopped_at or "killed"
+            rec.reason = ("the launch process died without finishing (SIGKILL or crash); a later command "
+                          "destroyed its unit")
+            rec.times.end = destroyed
+        if rec.times.destroyed is None:
+            rec.times.destroyed = destroyed
+        if rec.gpu_hours is None:
+            rec.gpu_hours = leftover_gpu_hours(unit, rec, destroyed)
+            if rec.serving is not None and rec.serving.gpu_hourly_usd is not None:
+                rec.serving.gpu_cost_usd = round(rec.gpu_hours * rec.serving.gpu_hourly_usd, 4)
         rec.save(paths.dir)
+
+
+def leftover_gpu_hours(unit: Unit, rec: RunRecord, destroyed) -> float:
+    """A leftover's GPU-hours: from its creation as the cloud reports it (else the serve's start,
+    whichever is earlier) to its destroy, on the GPUs its preflight found (one if it never got there)."""
+    starts = [t for t in (rec.times.serve_start, _parse_time(unit.extra.get("created_at"))) if t is not None]
+    if not starts:
+        return 0.0
+    gpus = 1 if rec.gpus is None and unit.stack == "azure" else (rec.gpus or 0)
+    return round(max(0.0, (destroyed - min(starts)).total_seconds()) / 3600 * gpus, 6)
+
+
+def _parse_time(text):
+    from datetime import datetime, timezone
+
+    if not text:
+        return None
+    try:
+        stamp = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return stamp if stamp.tzinfo else stamp.replace(tzinfo=timezone.utc)
 
 
 def refuse_if_served(root: Path, environment: str, name: str) -> None:

@@ -363,11 +363,15 @@ class AzureStack:
         poll_s, deadline = self.settings.poll_s, time.monotonic() + DESTROY_TIMEOUT_S
         try:
             try:
-                arm.container_apps.get(rg, app)
+                found = arm.container_apps.get(rg, app)
             except ResourceNotFoundError:
                 return False
             except AzureError as exc:
                 raise StackError(f"could not look up {app} to delete it: {describe(exc)}") from exc
+            # When the app began to bill, as Azure reports it: a leftover's record is closed with it.
+            created = getattr(getattr(found, "system_data", None), "created_at", None)
+            if created is not None:
+                unit.extra["created_at"] = created.isoformat()
             for _ in range(int(DESTROY_TIMEOUT_S / max(poll_s, 0.05)) + 1):
                 try:
                     _finish(arm.container_apps.begin_delete(rg, app, polling_interval=poll_s), deadline,

@@ -90,6 +90,7 @@ class Behaviour:
     enforce_quota: bool = False  # a create past the quota is refused (409 QuotaExceeded), as Azure does
     quota_refusals: dict[str, int] = field(default_factory=dict)  # app -> its next N creates refused for quota
     boot_by_app: dict[str, str] = field(default_factory=dict)  # app -> its own `boot` (the rest: `boot`)
+    boot_sequence: dict[str, list[str]] = field(default_factory=dict)  # app -> `boot` of its next creates, in turn
 
 
 def gpu_environment(name: str = ENV_NAME, profiles: list[dict] | None = None, location: str = "Sweden Central") -> dict:
@@ -160,6 +161,7 @@ class FakeApp:
     secrets: dict[str, str]
     port: int
     created: float = field(default_factory=time.monotonic)
+    created_at: str = field(default_factory=lambda: now_iso())  # systemData.createdAt, as ARM reports it
     state: str = "InProgress"  # InProgress | Succeeded | Failed | Deleting
     revision: str | None = None
     restarts: int = 0
@@ -353,7 +355,9 @@ class FakeArm:
         app.running = "Running"
         app.say(f"INFO vLLM API server version 0.30.0 serving {app.args[0]}",
                 f"INFO non-default args: model={app.args[0]!r}, served_model_name={app.arg('--served-model-name')!r}")
-        boot = b.boot_by_app.get(app.name, b.boot)
+        with self.lock:
+            sequence = b.boot_sequence.get(app.name)
+            boot = sequence.pop(0) if sequence else b.boot_by_app.get(app.name, b.boot)
         if boot == "ok":
             if stop(b.boot_s):
                 return
@@ -404,7 +408,9 @@ class FakeArm:
             managedEnvironmentId=props.get("environmentId"), outboundIpAddresses=["20.91.0.1"],
         )
         body.update(id=f"{base}/providers/Microsoft.App/containerApps/{app.name}", name=app.name,
-                    type="Microsoft.App/containerApps")
+                    type="Microsoft.App/containerApps",
+                    systemData={"createdAt": app.created_at, "createdByType": "User",
+                                "lastModifiedAt": app.created_at})
         return body
 
     def replica_view(self, app: FakeApp) -> dict:
