@@ -99,6 +99,10 @@ def _trace(opts: CapacityOptions, trials: list[tuple[RunRecord, LaunchContext]])
                     fix="run with the sandbox (its bridge writes wire.jsonl), or give --capacity-trace FILE")
 
 
+def _last_parts(source: str) -> str:
+    return ",".join(p.rstrip("/").rsplit("/", 1)[-1] for p in source.split(",")) if source else ""
+
+
 def _unit_alive(ctx: LaunchContext) -> Callable[[], bool] | None:
     """The stack's own word on whether the unit still runs (a crash, an exit), where the launch has one."""
     if ctx.pf is None:
@@ -120,7 +124,8 @@ def run_capacity(opts: CapacityOptions, trials: list[tuple[RunRecord, LaunchCont
     try:
         trace, named = _trace(opts, trials)
         folder.mkdir(parents=True, exist_ok=True)
-        dump(trace, folder / "trace.jsonl")
+        # committed with the record: named by the run or file it came from, never where it lay here
+        dump(trace.model_copy(update={"source": _last_parts(trace.source)}), folder / "trace.jsonl")
         slo = Slo(ttft_p99_s=opts.ttft_p99_s, turn_p99_s=opts.turn_p99_s)
         figures.trace, figures.sessions, figures.own_trace = named, len(trace.sessions), opts.trace is None
         figures.ttft_p99_s, figures.turn_p99_s = opts.ttft_p99_s, opts.turn_p99_s

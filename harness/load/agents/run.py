@@ -88,6 +88,7 @@ def run_agents(trace: AgentTrace, *, base_url: str, model: str, levels: list[int
     folder = folder or out_root / datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ-agents")
     folder.mkdir(parents=True, exist_ok=True)
     turns: dict[int, list] = {}
+    runs: dict[int, list] = {}  # each repeat's run: what rebuild.py needs beside its turns
     measured: dict[int, bool | None] = {}  # whether the level's prompts were sized on the server's tokenizer
 
     def level(n: int) -> LevelStats:
@@ -102,6 +103,7 @@ def run_agents(trace: AgentTrace, *, base_url: str, model: str, levels: list[int
                 if any(not t.ok and is_fault(t.error) for t in results[-1].turns):
                     break  # the level is invalid already: no more load on a broken server
         turns[n] = [{**t, "repeat": r} for r, res in enumerate(results) for t in res.as_dict()["turns"]]
+        runs[n] = [{k: v for k, v in res.as_dict().items() if k != "turns"} for res in results]
         measured[n] = results[0].exact_tokens
         stats = LevelStats.of(results, slo)
         stats.server = asdict(watcher.figures())
@@ -115,7 +117,8 @@ def run_agents(trace: AgentTrace, *, base_url: str, model: str, levels: list[int
                                 "feed_answers": feed_answers,
                                 "turns_per_copy": sum(len(s.turns) for s in trace.sessions), "model": model,
                                 "stagger_s": stagger_s, "limit_s": limit_s, **outcome.as_dict(),
-                                "exact_tokens_by_level": measured, "turns_by_level": turns}, indent=1) + "\n")
+                                "exact_tokens_by_level": measured, "runs_by_level": runs, "turns_by_level": turns},
+                               indent=1) + "\n")
     return outcome, path
 
 
