@@ -26,6 +26,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import httpx
+
 from harness.errors import UserError
 from harness.load.agents.figures import CapacityFigures, CapacityLevel
 from harness.load.agents.slo import PRODUCT_MEASURE, PRODUCT_SLO, Measure, check_measure
@@ -103,6 +105,22 @@ def _last_parts(source: str) -> str:
     return ",".join(p.rstrip("/").rsplit("/", 1)[-1] for p in source.split(",")) if source else ""
 
 
+def _probe_again(ctx: LaunchContext) -> dict | None:
+    """The launch's speed probe once more, on the same serve just before the sweep, at the same long
+    context (harness/stages/serving.py's target): how fast the box is now, beside how fast it was
+    when the mission ran. A probe that fails says why and the sweep goes on (it finds a dead server)."""
+    from harness.probe import LONG_TARGET, run_probe
+
+    cap = getattr(ctx.pf.stack, "probe_long_cap", None) if ctx.pf is not None else None
+    long_target = ctx.opts.probe_long_tokens or cap or LONG_TARGET
+    try:
+        probe = run_probe(ctx.unit.base_url, ctx.unit.served_name, max_model_len=ctx.unit.max_model_len,
+                          api_key=ctx.api_key, long_target=long_target)
+    except (httpx.HTTPError, OSError) as exc:
+        return {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+    return probe.model_dump(mode="json")
+
+
 def _unit_alive(ctx: LaunchContext) -> Callable[[], bool] | None:
     """The stack's own word on whether the unit still runs (a crash, an exit), where the launch has one."""
     if ctx.pf is None:
@@ -122,6 +140,7 @@ def run_capacity(opts: CapacityOptions, trials: list[tuple[RunRecord, LaunchCont
     figures = CapacityFigures(started=utcnow(), host_load=[round(os.getloadavg()[0], 2)])
     ctx.say(f"capacity: the agents sweep on {ctx.unit.name} ({opts.describe()})")
     try:
+        figures.probe = _probe_again(ctx)
         trace, named = _trace(opts, trials)
         folder.mkdir(parents=True, exist_ok=True)
         # committed with the record: named by the run or file it came from, never where it lay here

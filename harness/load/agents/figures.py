@@ -51,6 +51,9 @@ class CapacityFigures(BaseModel):
     ended: datetime | None = None
     error: str | None = None  # why the sweep gave no figure (the quality row stands)
     host_load: list[float] = Field(default_factory=list)  # the host's 1-min load average at the start and end
+    # the serve's speed probe again, just before the sweep (as the launch's, harness/probe.py): the replay
+    # side's measure of the box, so realism compares timings each normalised by its own side's probe
+    probe: dict | None = None
 
     def cell(self) -> str:
         """The results page's cell: the figure, its SLO and its trace (no `|`: a table cell)."""
