@@ -268,3 +268,29 @@ def test_measure_describes_itself() -> None:
     assert "one pass" in Measure().describe() and "no interval" in Measure().describe()
     text = Measure(duration_s=900, warmup_s=60, repeats=3).describe()
     assert "900 s of steady state after 60 s of warm-up" in text and "95 % interval" in text
+
+
+def test_a_level_that_failed_on_a_server_gone_quiet_is_invalid_not_overload() -> None:
+    """Turns that timed out read as overload, unless the server no longer answers at all: then the
+    level is invalid and the sweep ends saying the server died (a hung or dead unit is no limit)."""
+    from harness.load.agents.sweep import sweep
+
+    def timed_out(n: int) -> LevelStats:
+        return LevelStats(copies=n, turns=4, failed=4, ttft_p50_s=None, ttft_p99_s=None, turn_p50_s=None,
+                          turn_p99_s=None, decode_p50_tok_s=None, think_error_p50_s=None, errors={"timeout": 4})
+
+    def ok(n: int) -> LevelStats:
+        return LevelStats(copies=n, turns=4, failed=0, ttft_p50_s=0.1, ttft_p99_s=0.1, turn_p50_s=1, turn_p99_s=1,
+                          decode_p50_tok_s=10, think_error_p50_s=0)
+    asked = []
+
+    def gone() -> str:
+        asked.append(1)
+        return "its unit is no longer running"
+    out = sweep(lambda n: ok(n) if n == 1 else timed_out(n), [1, 2, 4], EASY, alive=gone)
+    assert [lv.verdict for lv in out.levels] == ["pass", "invalid"] and len(asked) == 1  # asked after 2 only
+    assert out.ended_by.startswith("the server died at 2 agents: its unit is no longer running")
+    assert out.sustained == 1 and not out.limit_found
+    # the same timeouts with the server answering: overload, a fail that finds the limit
+    out = sweep(lambda n: ok(n) if n == 1 else timed_out(n), [1, 2, 4], EASY, alive=lambda: None)
+    assert [lv.verdict for lv in out.levels] == ["pass", "fail"] and out.limit_found and out.ended_by is None

@@ -5,7 +5,9 @@ A level is N copies of the trace (replay.py), measured `repeats` times (slo.Meas
 - invalid: a turn failed for a fault, not for load (`is_fault`: a connection refused, reset or
   cut, an HTTP status other than 429, a stream with no tokens). Said, and counted as neither a
   pass nor a fail: it ends the sweep, and where the server no longer answers (`alive`) the sweep
-  says it died and why. A dead server never reads as a capacity.
+  says it died and why. A dead server never reads as a capacity; nor does a hung one: after any
+  level that did not pass the server is asked once, and a server that no longer answers (or
+  whose unit ended) makes that level invalid too, whatever its turns said.
 - fail: a turn timed out or was refused as overload (HTTP 429), the level ran past its limit, or a
   figure is past its bound.
 - pass: every turn completed, and TTFT and turn time are within the SLO's bounds: the pooled
@@ -259,11 +261,16 @@ def sweep(run_level: Callable[[int], LevelStats], levels: list[int], slo: Slo, *
         if len(out.levels) >= MAX_LEVELS:
             raise RuntimeError(f"more than {MAX_LEVELS} levels in one sweep")
         stats = run_level(n).judge(slo)
+        # a level that did not pass may have met a dead or hung server (its turns timed out, which
+        # reads as overload): asked once, a server that no longer answers makes the level invalid
+        dead = alive() if alive is not None and not stats.passed else None
+        if dead and stats.verdict != "invalid":
+            stats.verdict = "invalid"
+            stats.why = f"invalid: the server no longer answers ({stats.why}); neither a pass nor a fail"
         out.levels.append(stats)
         if on_level:
             on_level(stats)
         if stats.verdict == "invalid":
-            dead = alive() if alive is not None else None
             out.ended_by = (f"the server died at {n} agents: {dead} ({stats.why})" if dead
                             else f"{n} agents {stats.why}")
             raise _Ended
