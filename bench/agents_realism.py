@@ -88,7 +88,9 @@ def pairs(run_dir: Path) -> tuple[RunRecord, AgentTrace, list[dict], dict]:
     if not one:
         raise UserError(f"{results}: no level of one copy", file=results, field="turns_by_level",
                         fix="launch with --capacity-copies starting at 1")
-    by_key = {(t["session"], t["turn"]): t for t in one if t["copy"] == 0}
+    # the first copy's first pass of the first repeat: the replay of the original, once
+    by_key = {(t["session"], t["turn"]): t for t in one
+              if t["copy"] == 0 and t.get("repeat", 0) == 0 and t.get("lap", 0) == 0}
     return rec, trace, [by_key.get((s.id, i)) for s in trace.sessions for i in range(len(s.turns))], sweep
 
 

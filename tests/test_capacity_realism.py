@@ -31,8 +31,12 @@ def run_folder(tmp_path: Path, replay_probe: dict | None) -> Path:
                   output_tokens=20, think_s=None if i == 0 else 1.0, ttft_s=1.0, duration_s=3.0) for i in range(3)]
     dump(AgentTrace(source="20261205T000000Z-cpu-x-medium-abcd", block_size=16,
                     sessions=[Session(id="s0", turns=turns)]), run_dir / "capacity" / "trace.jsonl")
-    replayed = [{"copy": 0, "session": "s0", "turn": i, "ok": True, "ttft_s": 0.5, "turn_s": 1.5,
-                 "prompt_tokens": t.prompt_tokens, "cached_tokens": None, "fed": False} for i, t in enumerate(turns)]
+    replayed = [{"copy": 0, "session": "s0", "turn": i, "ok": True, "ttft_s": 0.5, "turn_s": 1.5, "repeat": 0,
+                 "lap": 0, "prompt_tokens": t.prompt_tokens, "cached_tokens": None, "fed": False}
+                for i, t in enumerate(turns)]
+    # a second repeat, and a second copy, of other speeds: never the replay compared with the original
+    replayed += [{**r, "repeat": 1, "ttft_s": 9.0, "turn_s": 19.0} for r in replayed]
+    replayed += [{**r, "copy": 1, "ttft_s": 7.0, "turn_s": 17.0} for r in replayed[:3]]
     (run_dir / "capacity" / "agents.json").write_text(json.dumps({"turns_by_level": {"1": replayed},
                                                                   "exact_tokens_by_level": {"1": True}}))
     now = datetime(2026, 12, 5, tzinfo=UTC)
