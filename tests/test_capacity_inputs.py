@@ -85,3 +85,18 @@ def test_git_keeps_the_capacity_inputs_beside_the_record_and_nothing_else_of_the
                        ("capacity/fault.txt", False), ("wire.jsonl", False), ("capacity/other.json", False)):
         ignored = subprocess.run(["git", "check-ignore", "-q", f"{run}/{name}"], cwd=REPO, timeout=30).returncode == 0
         assert ignored != kept, name
+
+
+def test_the_committed_repeats_measurement_is_rebuilt_from_its_turns() -> None:
+    """bench/results/agents-capacity-repeats.md states figures of a real llama.cpp sweep: its
+    committed turns give them again."""
+    saved = json.loads((REPO / "bench" / "results" / "agents-capacity-repeats.agents.json").read_text())
+    (level,) = rebuild.levels(saved)
+    assert level.copies == 1 and level.turns == 36 and level.repeats == 3 and level.stat == "max"
+    assert [round(x, 2) for x in level.ttft_by_repeat_s] == [9.57, 2.68, 3.51]
+    assert [round(x, 2) for x in level.ttft_interval_s] == [0.0, 14.6]
+    assert level.verdict == "fail" and "95 % interval 0.00-14.60 s reaches past 10 s" in level.why
+    assert level.verdict == saved["levels"][0]["verdict"] and level.ttft_p99_s == saved["levels"][0]["ttft_p99_s"]
+    assert round(level.goodput_per_s, 2) == 0.20 and round(level.inter_token_latency_p50_s * 1000, 1) == 32.0
+    text = (REPO / "bench" / "results" / "agents-capacity-repeats.md").read_text()
+    assert "0.00–14.60 s" in text and "goodput 0.20 req/s" in text

@@ -172,6 +172,8 @@ def test_a_level_passes_only_when_its_interval_does() -> None:
     assert stats.verdict == "fail" and "95 % interval" in stats.why
     tight = LevelStats.of(results([[top] * 100 for top in (7.0, 7.2, 7.4)]), PRODUCT_SLO).judge(PRODUCT_SLO)
     assert tight.passed and tight.ttft_interval_s[1] < 10
+    from harness.load.agents.sweep import interval
+    assert interval([0.1, 0.1, 5.0])[0] == 0.0  # a time's interval never reaches below zero
     one = LevelStats.of(results([[9.5] * 100]), PRODUCT_SLO).judge(PRODUCT_SLO)
     assert one.passed and one.ttft_interval_s is None  # one repeat: judged on its point, and it says no interval
 

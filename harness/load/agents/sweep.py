@@ -54,12 +54,12 @@ def is_fault(error: str | None) -> bool:
 
 
 def interval(values: list[float]) -> list[float] | None:
-    """The 95 % interval of the mean of `values` (one a repeat); None for fewer than two."""
+    """The 95 % interval of the mean of `values` (one a repeat, in seconds); None for fewer than two."""
     if len(values) < 2:
         return None
     half = T95.get(len(values) - 1, 1.96) * statistics.stdev(values) / math.sqrt(len(values))
     mean = statistics.fmean(values)
-    return [mean - half, mean + half]
+    return [max(0.0, mean - half), mean + half]  # seconds: never below zero
 
 
 def _pct(values: list[float], p: float) -> float | None:
