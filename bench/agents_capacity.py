@@ -1,10 +1,14 @@
-"""Capacity, as the launches found it (issue 37): one table per `launch … --capacity` run folder,
-written from what the sweep recorded, never retyped.
+"""Capacity, as the launches found it (issues 37, 52): one table per `launch … --capacity` run
+folder, written from what the sweep recorded, never retyped.
 
-Each run folder's `capacity/agents.json` (every level of the sweep, with what the /metrics
-watcher read: KV peak, prefix-cache hit, preemptions, waiting peak) is read when the folder
-keeps it, else the run record's `capacity` (the levels' p99s and verdicts only: what is
-committed). The SLO, the stopping rule and the trace replayed are the sweep's own words.
+A run folder's `capacity/agents.json` and `capacity/trace.jsonl` are committed with its record
+(.gitignore keeps them; run.py writes agents.json with no address, key or path of the machine).
+Where agents.json keeps every turn (`turns_by_level`, `runs_by_level`), the table is rebuilt
+from those turns (harness/load/agents/rebuild.py) and checked against the figures the sweep
+saved: a difference is printed, not hidden. An older agents.json is read as saved; a folder with
+none falls back to the run record's `capacity` (the levels' p99s and verdicts only). The SLO,
+the measurement (steady state, repeats), the stopping rule and the trace replayed are the
+sweep's own words. Column names for the per-level metrics are AIPerf's.
 
     .venv/bin/python bench/agents_capacity.py RUN_DIR [RUN_DIR ...] [--out FILE]
 
@@ -16,12 +20,26 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from harness.load.agents import rebuild  # noqa: E402
 
 
 def _fmt(value, spec: str = ".1f", suffix: str = "") -> str:
     return "—" if value is None else f"{value:{spec}}{suffix}"
+
+
+def _ms(value):
+    return None if value is None else 1000 * value
+
+
+def _band(iv) -> str:
+    return "" if not iv else f" ({iv[0]:.2f}-{iv[1]:.2f})"
 
 
 def _pct(value) -> str:
@@ -41,11 +59,26 @@ def load(run_dir: Path) -> dict:
         print(f"{record_path}: field capacity is empty: this run made no sweep; launch it with "
               "--capacity", file=sys.stderr)
         raise SystemExit(2)
-    full = None
+    full, rebuilt, drift = None, None, []
     agents = run_dir / (capacity.get("results") or "capacity/agents.json")
     if agents.is_file():
         full = json.loads(agents.read_text())
-    return {"record": record, "capacity": capacity, "full": full, "name": run_dir.name}
+        try:
+            rebuilt = [asdict(level) for level in rebuild.levels(full)]
+        except rebuild.NotRebuildable:
+            rebuilt = None
+        for again, saved in zip(rebuilt or [], full.get("levels") or [], strict=False):
+            for key in ("verdict", "turns", "failed", "faults", "stat", "ttft_p99_s", "turn_p99_s", "goodput_per_s"):
+                if not _same(again.get(key), saved.get(key)):
+                    drift.append(f"{saved['copies']} agents {key}: saved {saved.get(key)!r}, rebuilt {again.get(key)!r}")
+    return {"record": record, "capacity": capacity, "full": full, "rebuilt": rebuilt, "drift": drift,
+            "name": run_dir.name}
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return abs(a - b) <= 1e-9 * max(1.0, abs(a), abs(b))
+    return a == b
 
 
 def render(run: dict) -> str:
@@ -56,7 +89,9 @@ def render(run: dict) -> str:
         verdict = f"no capacity: {cap.get('error')}"
     else:
         verdict = f"{'' if cap.get('limit_found') else '≥ '}{cap['sustained']} agent{'' if cap['sustained'] == 1 else 's'} sustained"
-        if not cap.get("limit_found"):
+        if cap.get("ended_by"):
+            verdict += " (a lower bound: the sweep ended on a fault)"
+        elif not cap.get("limit_found"):
             verdict += f" ({max(level['copies'] for level in cap['levels'])} the most tried: a lower bound)"
     lines += [
         f"- **{verdict}** under {cap.get('slo')}",
@@ -70,11 +105,39 @@ def render(run: dict) -> str:
         f"{cap.get('host_load')}",
         "",
     ]
-    if full is not None:
+    levels = run["rebuilt"] if run.get("rebuilt") is not None else (full or {}).get("levels")
+    if full is not None and full.get("measure"):
+        lines.insert(-1, f"- measured: {full['measure'].get('text')}")
+    if full is not None and full.get("ended_by"):
+        lines.insert(-1, f"- **the sweep ended: {full['ended_by']}**")
+    if run.get("rebuilt") is not None:
+        lines.insert(-1, "- the table is rebuilt from every turn the sweep kept (capacity/agents.json)"
+                     + ("; it differs from the saved figures: " + "; ".join(run["drift"]) if run["drift"]
+                        else ", and matches the figures the sweep saved"))
+    if levels is not None and any("verdict" in level for level in levels):
+        lines += ["| agents | turns | failed / faults | TTFT p50 / stat (95 % interval) | turn p50 / stat (95 % interval) "
+                  "| inter_token_latency p50 | request_throughput | output_token_throughput | goodput | KV peak | "
+                  "prefix hit | preemptions | verdict |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for level in sorted(levels, key=lambda x: x["copies"]):
+            server = level.get("server") or {}
+            lines.append(
+                f"| {level['copies']} | {level['turns']} | {level['failed']} / {level.get('faults', 0)} | "
+                f"{_fmt(level.get('ttft_p50_s'), '.2f')} / {level.get('stat')} {_fmt(level.get('ttft_p99_s'), '.2f')}"
+                f"{_band(level.get('ttft_interval_s'))} s | "
+                f"{_fmt(level.get('turn_p50_s'), '.2f')} / {level.get('stat')} {_fmt(level.get('turn_p99_s'), '.2f')}"
+                f"{_band(level.get('turn_interval_s'))} s | "
+                f"{_fmt(_ms(level.get('inter_token_latency_p50_s')), suffix=' ms')} | "
+                f"{_fmt(level.get('request_throughput_per_s'), '.2f', ' req/s')} | "
+                f"{_fmt(level.get('output_token_throughput_per_s'), '.1f', ' tok/s')} | "
+                f"{_fmt(level.get('goodput_per_s'), '.2f', ' req/s')} | {_pct(server.get('kv_usage_peak'))} | "
+                f"{_pct(server.get('prefix_cache_hit'))} | {_fmt(server.get('preemptions'), '.0f')} | "
+                f"{level['verdict']}{'' if level['verdict'] == 'pass' else ': ' + level['why']} |")
+    elif levels is not None:
         lines += ["| agents | turns | failed | TTFT p50 / p99 | turn p50 / p99 | decode p50 | KV peak | "
                   "prefix hit | preemptions | waiting peak | within the SLO |",
                   "|---|---|---|---|---|---|---|---|---|---|---|"]
-        for level in sorted(full["levels"], key=lambda x: x["copies"]):
+        for level in sorted(levels, key=lambda x: x["copies"]):
             server = level.get("server") or {}
             lines.append(
                 f"| {level['copies']} | {level['turns']} | {level['failed']} | "

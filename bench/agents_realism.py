@@ -11,6 +11,15 @@ turn time as our client measured them). Per turn:
 - prompt tokens: the server's count of the replayed prompt against the recorded one, exact;
 - prefill and decode time: replay / original, within `--tolerance` (a ratio in [1/(1+t), 1+t]).
 
+Normalised by the box (issue 52): a CPU's timings move with what else the host runs, so a ratio
+read raw says as much about the host's load as about the replay. Each side's timings are
+compared after dividing by the speed its own probe measured on that box: the original's, the
+launch's probe (`probe` on the record); the replay's, the same probe run again just before the
+sweep (`capacity.probe`, harness/stages/capacity.py) or, with `--serve`, on the new serve before
+its replay. A normalised ratio is (replay / original) x (replay's probe rate / original's):
+prefill by the probe's prefill tok/s, decode by its short decode tok/s. Where a side has no
+probe, the raw ratio stands and the table says so.
+
 The replay's prompts are synthetic words, not the agent's text. What the server's prefix cache
 holds between turns: the agent's next prompt holds its previous answer, which the server cached
 as it wrote it. With `--feed-answers` (the default; `load-agents --feed-answers`, and what
@@ -79,7 +88,9 @@ def pairs(run_dir: Path) -> tuple[RunRecord, AgentTrace, list[dict], dict]:
     if not one:
         raise UserError(f"{results}: no level of one copy", file=results, field="turns_by_level",
                         fix="launch with --capacity-copies starting at 1")
-    by_key = {(t["session"], t["turn"]): t for t in one if t["copy"] == 0}
+    # the first copy's first pass of the first repeat: the replay of the original, once
+    by_key = {(t["session"], t["turn"]): t for t in one
+              if t["copy"] == 0 and t.get("repeat", 0) == 0 and t.get("lap", 0) == 0}
     return rec, trace, [by_key.get((s.id, i)) for s in trace.sessions for i in range(len(s.turns))], sweep
 
 
@@ -113,6 +124,11 @@ def replay_here(run_dir: Path, env: str, preset: str, sweep_levels: list[int], t
     unit = json.loads(up.stdout)
     started = datetime.now(UTC)
     try:
+        from harness.probe import run_probe
+
+        long_target = (rec.probe.long_context_tokens if rec.probe and rec.probe.long_context_tokens else 2000)
+        probe = run_probe(unit["base_url"], unit["served_name"], max_model_len=unit.get("max_model_len"),
+                          long_target=long_target).model_dump(mode="json")
         result = replay(trace, ReplayOptions(base_url=unit["base_url"], model=unit["served_name"], copies=1,
                                              limit_s=limit, exact_tokens=True, salt=int(time.time()),
                                              warm_prefixes=True,  # the smoke's prefix, as the original had
@@ -120,7 +136,7 @@ def replay_here(run_dir: Path, env: str, preset: str, sweep_levels: list[int], t
         one = result.as_dict()
         sweep = {"exact_tokens_by_level": {"1": result.exact_tokens}, "turns_by_level": {"1": one["turns"]},
                  "started": started, "ended": datetime.now(UTC), "engine": preset, "warmed": result.warmed,
-                 "warm_errors": result.warm_errors, "feed_answers": feed}
+                 "warm_errors": result.warm_errors, "feed_answers": feed, "probe": probe}
         if sweep_levels:
             outcome, path = run_agents(trace, base_url=unit["base_url"], model=unit["served_name"],
                                        levels=sweep_levels, slo=Slo(ttft_p99_s=ttft, turn_p99_s=turn), stagger_s=5,
@@ -136,11 +152,25 @@ def replay_here(run_dir: Path, env: str, preset: str, sweep_levels: list[int], t
                         for s in trace.sessions for i in range(len(s.turns))], sweep
 
 
-def ratio_ok(replay: float | None, original: float | None, tol: float) -> bool | None:
+def ratio_ok(replay: float | None, original: float | None, tol: float, scale: float = 1.0) -> bool | None:
     if replay is None or original is None or original <= 0 or replay <= 0:
         return None
-    r = replay / original
+    r = replay / original * scale
     return 1 / (1 + tol) <= r <= 1 + tol
+
+
+def box_scales(original: dict | None, replay: dict | None) -> tuple[float | None, float | None]:
+    """(prefill, decode) factors that put the replay's timings on the original's box: the replay
+    side's probe rate over the original's (a box twice as fast halves the replay's times; x2 undoes
+    it). None where either side lacks that probe figure."""
+    def rate(probe: dict | None, key: str) -> float | None:
+        value = (probe or {}).get(key)
+        return value if isinstance(value, (int, float)) and value > 0 else None
+
+    def scale(key: str) -> float | None:
+        o, r = rate(original, key), rate(replay, key)
+        return r / o if o and r else None
+    return scale("prefill_tps"), scale("decode_short_tps")
 
 
 def unmeasured(run_dir: Path, why: str) -> tuple[list[str], dict]:
@@ -171,7 +201,8 @@ def compare(run_dir: Path, tol: float, serve: list[str] | None = None, sweep_lev
     try:  # a run whose wire log holds no completed exchange left nothing to replay: said, not an error
         from harness.load.agents.trace import from_wire
 
-        from_wire(wire_of(run_dir))
+        if serve or not (run_dir / "capacity" / "trace.jsonl").is_file():  # a committed sweep keeps its trace
+            from_wire(wire_of(run_dir))
     except UserError as exc:
         if (run_dir / "run.json").is_file():
             return unmeasured(run_dir, exc.render().splitlines()[0])
@@ -192,6 +223,9 @@ def compare(run_dir: Path, tol: float, serve: list[str] | None = None, sweep_lev
                      else "")  # a sweep from before it warmed started cold
         if rec.capacity.host_load:
             how += f"; host load average {' → '.join(f'{x:g}' for x in rec.capacity.host_load)} over it"
+        sweep["probe"] = rec.capacity.probe
+    original_probe = rec.probe.model_dump(mode="json") if rec.probe else None
+    pre_scale, dec_scale = box_scales(original_probe, sweep.get("probe"))
     lines = [f"### {rec.engine.describe() if rec.engine else rec.stack}: run `{rec.run_id}`", "",
              f"Preset `{rec.key.preset}` ({rec.model}) on `{rec.environment}`, mission `{rec.mission}` "
              f"({rec.status.value}{', stopped at ' + rec.stopped_at if rec.stopped_at else ''}); the original: "
@@ -199,11 +233,13 @@ def compare(run_dir: Path, tol: float, serve: list[str] | None = None, sweep_lev
              f"{when[0]:%H:%M:%S}–{when[1]:%H:%M:%S} UTC ({how}), prompts sized on the server's tokenizer: "
              f"{sweep.get('exact_tokens_by_level', {}).get('1')}; previous answers fed: "
              f"{'yes' if sweep.get('feed_answers') else 'no'}.", "",
+             "Normalised by each side's probe: " + _scales_note(original_probe, sweep.get("probe"), pre_scale,
+                                                               dec_scale), "",
              "| session | turn | prompt tokens (original) | prompt tokens (replay) | exact | cached (original) "
-             "| cached (replay) | fed | prefill s (original) | prefill s (replay) | ratio | decode s (original) "
-             "| decode s (replay) | ratio | output tokens |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    exact = pre_ok = dec_ok = n = cut = 0
+             "| cached (replay) | fed | prefill s (original) | prefill s (replay) | ratio | normalised "
+             "| decode s (original) | decode s (replay) | ratio | normalised | output tokens |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    exact = pre_ok = dec_ok = n = cut = pre_raw_ok = dec_raw_ok = 0
     pre_r, dec_r = [], []
     cached_pairs: list[tuple[int, int]] = []  # (original, replay) cached tokens, where both are known
     k = 0
@@ -214,7 +250,7 @@ def compare(run_dir: Path, tol: float, serve: list[str] | None = None, sweep_lev
             if not r or not r["ok"]:  # not replayed whole: cut at the level's limit, or failed
                 cut += 1
                 lines.append(f"| {s.id} | {i} | {t.prompt_tokens} | — | not replayed "
-                             f"({(r or {}).get('error') or 'never sent'}) | | | | | | | | | | {t.output_tokens} |")
+                             f"({(r or {}).get('error') or 'never sent'}) | | | | | | | | | | | | {t.output_tokens} |")
                 continue
             n += 1
             o_pre = t.ttft_s
@@ -223,13 +259,17 @@ def compare(run_dir: Path, tol: float, serve: list[str] | None = None, sweep_lev
             r_dec = (r["turn_s"] - r["ttft_s"]) if r and r["ok"] and r["turn_s"] is not None else None
             same = bool(r and r["prompt_tokens"] == t.prompt_tokens)
             exact += same
-            p, d = ratio_ok(r_pre, o_pre, tol), ratio_ok(r_dec, o_dec, tol)
+            # judged normalised where both sides probed the box, raw otherwise (the note above says which)
+            p = ratio_ok(r_pre, o_pre, tol, pre_scale or 1.0)
+            d = ratio_ok(r_dec, o_dec, tol, dec_scale or 1.0)
             pre_ok += bool(p)
             dec_ok += bool(d)
+            pre_raw_ok += bool(ratio_ok(r_pre, o_pre, tol))
+            dec_raw_ok += bool(ratio_ok(r_dec, o_dec, tol))
             if r_pre and o_pre:
-                pre_r.append(r_pre / o_pre)
+                pre_r.append(r_pre / o_pre * (pre_scale or 1.0))
             if r_dec and o_dec:
-                dec_r.append(r_dec / o_dec)
+                dec_r.append(r_dec / o_dec * (dec_scale or 1.0))
 
             def f(v: float | None) -> str:
                 return "—" if v is None else f"{v:.3f}"
@@ -238,8 +278,11 @@ def compare(run_dir: Path, tol: float, serve: list[str] | None = None, sweep_lev
             lines.append(f"| {s.id} | {i} | {t.prompt_tokens} | {r['prompt_tokens'] if r else '—'} | "
                          f"{'yes' if same else 'no'} | {_n(t.cached_tokens)} | {_n(r.get('cached_tokens'))} | "
                          f"{'yes' if r.get('fed') else 'no'} | {f(o_pre)} | {f(r_pre)} | "
-                         f"{f(r_pre / o_pre) if r_pre and o_pre else '—'} | {f(o_dec)} | {f(r_dec)} | "
-                         f"{f(r_dec / o_dec) if r_dec and o_dec else '—'} | {t.output_tokens} |")
+                         f"{f(r_pre / o_pre) if r_pre and o_pre else '—'} | "
+                         f"{f(r_pre / o_pre * pre_scale) if r_pre and o_pre and pre_scale else '—'} | "
+                         f"{f(o_dec)} | {f(r_dec)} | {f(r_dec / o_dec) if r_dec and o_dec else '—'} | "
+                         f"{f(r_dec / o_dec * dec_scale) if r_dec and o_dec and dec_scale else '—'} | "
+                         f"{t.output_tokens} |")
     probe = rec.probe.prefill_tps if rec.probe else None
     for s in trace.sessions:
         t = s.turns[0]
@@ -255,6 +298,8 @@ def compare(run_dir: Path, tol: float, serve: list[str] | None = None, sweep_lev
                          "nothing by design, prefilled it whole.")]
     summary = {"run": rec.run_id, "engine": rec.engine.describe() if rec.engine else rec.stack, "turns": n, "cut": cut,
                "prompt_exact": exact, "prefill_within": pre_ok, "decode_within": dec_ok,
+               "normalised": [pre_scale is not None, dec_scale is not None],
+               "prefill_within_raw": pre_raw_ok, "decode_within_raw": dec_raw_ok,
                "prefill_ratio_p50": statistics.median(pre_r) if pre_r else None,
                "decode_ratio_p50": statistics.median(dec_r) if dec_r else None,
                "capacity": capacity,
@@ -263,8 +308,10 @@ def compare(run_dir: Path, tol: float, serve: list[str] | None = None, sweep_lev
     lines += ["", (f"{cut} turn(s) not replayed whole (the level's wall-clock limit, or a failed request); "
                    f"the figures below are over the {n} replayed. " if cut else "")
               + f"Prompt tokens exact on {exact}/{n} turns; prefill within ±{tol:.0%} on {pre_ok}/{n} "
-              f"(median ratio {summary['prefill_ratio_p50'] or float('nan'):.2f}); decode within ±{tol:.0%} on "
-              f"{dec_ok}/{n} (median ratio {summary['decode_ratio_p50'] or float('nan'):.2f})."
+              f"({'normalised' if pre_scale else 'raw: no probe on one side'}; raw {pre_raw_ok}/{n}; median "
+              f"ratio {summary['prefill_ratio_p50'] or float('nan'):.2f}); decode within ±{tol:.0%} on "
+              f"{dec_ok}/{n} ({'normalised' if dec_scale else 'raw'}; raw {dec_raw_ok}/{n}; median ratio "
+              f"{summary['decode_ratio_p50'] or float('nan'):.2f})."
               + (f" Cached prompt tokens over the {len(cached_pairs)} turns the server reported them for: "
                  f"{summary['cached_original']:,} in the original, {summary['cached_replay']:,} in the replay."
                  if cached_pairs else ""),
@@ -276,6 +323,19 @@ def compare(run_dir: Path, tol: float, serve: list[str] | None = None, sweep_lev
                      f"{lv[3]:.1f} s: {lv[4]})" if lv[2] is not None else f"- {lv[0]} agents: FAIL ({lv[4]})")
     lines.append("")
     return lines, summary
+
+
+def _scales_note(original: dict | None, replay: dict | None, pre: float | None, dec: float | None) -> str:
+    def side(p: dict | None) -> str:
+        if not p:
+            return "none"
+        if p.get("error"):
+            return f"failed ({p['error']})"
+        return f"prefill {p.get('prefill_tps')} tok/s, decode {p.get('decode_short_tps')} tok/s"
+    factors = (f"replay ratios x {pre:.3f} (prefill) and x {dec:.3f} (decode)" if pre and dec
+               else "no factor for " + " and ".join(k for k, v in (("prefill", pre), ("decode", dec)) if not v)
+               + ": those ratios stand raw")
+    return f"the original's probe {side(original)}; the replay's {side(replay)}; {factors}."
 
 
 def _n(v: int | None) -> str:
@@ -326,8 +386,10 @@ def main() -> int:
             "here, each session's first-turn prefix that the original read from the server's cache sent first "
             "(untimed). A ratio is replay / original; "
             f"within ±{args.tolerance:.0%} means in [1/{1 + args.tolerance:g}, {1 + args.tolerance:g}].", "",
-            "| engine | run | turns | prompt tokens exact | prefill within | decode within | prefill ratio p50 "
-            "| decode ratio p50 |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+            "Prefill and decode are judged normalised by each side's probe where both sides have one (raw "
+            "beside it): see each run's note.", "",
+            "| engine | run | turns | prompt tokens exact | prefill within (raw) | decode within (raw) "
+            "| prefill ratio p50 | decode ratio p50 |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for s in summaries:
         def r(v: float | None) -> str:
             return "—" if v is None else f"{v:.2f}"
@@ -336,7 +398,8 @@ def main() -> int:
             continue
         head.append(f"| {s['engine']} | `{s['run']}` | {s['turns']}"
                     + (f" (+{s['cut']} cut)" if s.get("cut") else "") + f" | {s['prompt_exact']}/{s['turns']} | "
-                    f"{s['prefill_within']}/{s['turns']} | {s['decode_within']}/{s['turns']} | "
+                    f"{s['prefill_within']}/{s['turns']} ({s['prefill_within_raw']}) | "
+                    f"{s['decode_within']}/{s['turns']} ({s['decode_within_raw']}) | "
                     f"{r(s['prefill_ratio_p50'])} | {r(s['decode_ratio_p50'])} |")
     head += ["", "What the server's cache holds between turns: the agent's next prompt holds its previous answer, "
              "which the server cached as it wrote it. With answers fed (`--feed-answers`, the default with "

@@ -170,7 +170,7 @@ def test_weka_round_trip_with_a_subagent(tmp_path: Path) -> None:
     paths = weka.export(ours, tmp_path / "weka", model="m")
     assert [p.name for p in paths] == ["s0.json"]
     obj = json.loads(paths[0].read_text())
-    assert set(obj) == {"id", "models", "block_size", "hash_id_scope", "tool_tokens", "system_tokens", "requests"}
+    assert set(obj) == {"id", "models", "block_size", "hash_id_scope", "requests", "totals"}  # totals: ours, opaque to AIPerf
     assert [r["type"] for r in obj["requests"]] == ["s", "subagent", "s", "s"]
     assert obj["requests"][1]["status"] == "completed" and obj["requests"][1]["agent_id"] == "s1"
     back = weka.import_paths([tmp_path / "weka"])

@@ -34,6 +34,9 @@ def test_launch_capacity_runs_the_sweep_on_the_serve_before_the_destroy(project:
     assert [lv["copies"] for lv in cap["levels"]] == [1, 2] and all(lv["passed"] for lv in cap["levels"])
     assert cap["sustained"] == 2 and cap["limit_found"] is False  # no level failed: the most tried
     assert cap["ttft_p99_s"] == 30 and "TTFT p99 <= 30 s" in cap["slo"]
+    assert cap["slo_def"]["ttft_p99_s"] == 30 and cap["slo_def"]["product"] is False  # given: said so
+    assert cap["measure"]["repeats"] == 1 and cap["ended_by"] is None
+    assert cap["probe"]["prefill_tps"] > 0  # the serve probed again before the sweep (realism's replay side)
     assert len(cap["host_load"]) == 2 and all(x >= 0 for x in cap["host_load"])
     # on the serve: after the mission's end, before the destroy
     times = {k: datetime.fromisoformat(v) for k, v in rec["times"].items() if v}
@@ -43,10 +46,12 @@ def test_launch_capacity_runs_the_sweep_on_the_serve_before_the_destroy(project:
     assert (run_dir / "capacity" / "trace.jsonl").is_file()
     turns = results["turns_by_level"]["2"]
     assert len(turns) == 6 and all(t["ok"] for t in turns) and {t["copy"] for t in turns} == {0, 1}
-    # what the replay server served after the mission: the sweep's 3 + 6 turns, as its fallback (no scenario),
-    # each asking for the recorded turn's output tokens
+    # what the replay server served after the mission: the probe's 4 requests, then the sweep's 3 + 6 turns, as
+    # its fallback (no scenario), each asking for the recorded turn's output tokens
     served = [json.loads(line) for line in (run_dir / "served.jsonl").read_text().splitlines() if line.strip()]
     after = [s for s in served if s["started"] >= datetime.fromisoformat(cap["started"]).timestamp()]
+    assert len(after) == 4 + 9, after
+    after = after[4:]
     assert [s["kind"] for s in after] == ["fallback"] * 9, after
     recorded = [t["output_tokens"] for line in (run_dir / "capacity" / "trace.jsonl").read_text().splitlines()[1:]
                 for t in json.loads(line)["turns"]]

@@ -26,6 +26,7 @@ from rich.markup import escape
 
 from harness.cli.common import JsonOpt, err, out, project_root, say, user_errors
 from harness.errors import UserError
+from harness.load.agents.slo import PRODUCT_MEASURE, PRODUCT_SLO
 from harness.mission import DEFAULT_MISSION
 from harness.opencode.config import EFFORTS
 from harness.run.paths import ProjectPaths
@@ -127,8 +128,19 @@ def launch_local_cmd(
                            "(the run's own sessions replayed as load, `load-agents`' sweep); on the record and "
                            "the results page.")] = False,
     capacity_copies: Annotated[str, typer.Option(help="--capacity: agents per level, comma-separated.")] = "1,2,4,8",
-    capacity_ttft_p99: Annotated[float, typer.Option(help="--capacity SLO: TTFT p99 at most this (s).")] = 10.0,
-    capacity_turn_p99: Annotated[float, typer.Option(help="--capacity SLO: turn time p99 at most this (s).")] = 120.0,
+    capacity_ttft_p99: Annotated[float, typer.Option(
+        help="--capacity SLO: TTFT p99 at most this (s); default the product's (harness/load/agents/slo.py).")
+    ] = PRODUCT_SLO.ttft_p99_s,
+    capacity_turn_p99: Annotated[float, typer.Option(help="--capacity SLO: turn time p99 at most this (s).")
+                                 ] = PRODUCT_SLO.turn_p99_s,
+    capacity_duration: Annotated[float, typer.Option(
+        help="--capacity: seconds of steady state a level's copies recycle the trace (0: each runs it once).")
+    ] = PRODUCT_MEASURE.duration_s,
+    capacity_warmup: Annotated[float, typer.Option(help="--capacity: seconds of warm-up before that window.")
+                               ] = PRODUCT_MEASURE.warmup_s,
+    capacity_repeats: Annotated[int, typer.Option(
+        help="--capacity: runs of each level (2+: a 95 % interval, and a level passes only when it does).")
+    ] = PRODUCT_MEASURE.repeats,
     capacity_stagger: Annotated[float, typer.Option(help="--capacity: seconds between copies' starts.")] = 1.0,
     capacity_limit: Annotated[float, typer.Option(help="--capacity: wall-clock limit of one level (s).")] = 900.0,
     capacity_trace: Annotated[Path | None, typer.Option(
@@ -143,11 +155,14 @@ def launch_local_cmd(
     check_launch_inputs(root, environment, preset, effort, mission)
     cap = None
     if capacity:
+        from harness.load.agents.slo import Measure
         from harness.stages.capacity import CapacityOptions, check_options, parse_copies
 
         cap = CapacityOptions(copies=parse_copies(capacity_copies), ttft_p99_s=capacity_ttft_p99,
                               turn_p99_s=capacity_turn_p99, stagger_s=capacity_stagger, limit_s=capacity_limit,
-                              trace=capacity_trace.resolve() if capacity_trace else None)
+                              trace=capacity_trace.resolve() if capacity_trace else None,
+                              measure=Measure(duration_s=capacity_duration, warmup_s=capacity_warmup,
+                                              repeats=capacity_repeats))
         check_options(cap)
     note = effort_note(root, environment, preset, effort)
     if note:
@@ -159,7 +174,9 @@ def launch_local_cmd(
         if cap is not None:
             argv += ["--capacity", "--capacity-copies", ",".join(map(str, cap.copies)), "--capacity-ttft-p99",
                      str(cap.ttft_p99_s), "--capacity-turn-p99", str(cap.turn_p99_s), "--capacity-stagger",
-                     str(cap.stagger_s), "--capacity-limit", str(cap.limit_s),
+                     str(cap.stagger_s), "--capacity-limit", str(cap.limit_s), "--capacity-duration",
+                     str(cap.measure.duration_s), "--capacity-warmup", str(cap.measure.warmup_s),
+                     "--capacity-repeats", str(cap.measure.repeats),
                      *(["--capacity-trace", str(cap.trace)] if cap.trace else [])]
         _detach(root, argv, as_json)
         return

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from harness.cli.common import JsonOpt, emit, err, project_root, say, user_errors
 from harness.errors import Interrupted, UserError
+from harness.load.agents.slo import PRODUCT_MEASURE, PRODUCT_SLO
 
 
 @user_errors
@@ -136,9 +137,18 @@ def load_agents(
     copies: Annotated[str, typer.Option(help="Concurrent agents per level, comma-separated (ascending).")
                       ] = "1,2,4,8,16",
     stagger: Annotated[float, typer.Option(help="Seconds between the starts of successive copies.")] = 1.0,
-    ttft_p99: Annotated[float, typer.Option(help="SLO: TTFT p99 at most this many seconds.")] = 2.0,
+    ttft_p99: Annotated[float, typer.Option(help="SLO: TTFT p99 at most this many seconds (default: the "
+                                                 "product's, harness/load/agents/slo.py).")] = PRODUCT_SLO.ttft_p99_s,
     turn_p99: Annotated[float, typer.Option(help="SLO: turn time (request to last token) p99 at most this (s).")
-                        ] = 60.0,
+                        ] = PRODUCT_SLO.turn_p99_s,
+    duration: Annotated[float, typer.Option(help="Steady state: seconds each level's copies recycle the trace, "
+                                                 "after --warmup (0: each copy runs it once).")
+                        ] = PRODUCT_MEASURE.duration_s,
+    warmup: Annotated[float, typer.Option(help="Steady state: seconds of turns sent before the measured window.")
+                      ] = PRODUCT_MEASURE.warmup_s,
+    repeats: Annotated[int, typer.Option(help="Runs of each level; 2 or more give each figure a 95 % interval, "
+                                              "and a level passes only when its interval does.")
+                       ] = PRODUCT_MEASURE.repeats,
     bisect: Annotated[bool, typer.Option("--bisect/--no-bisect", help="Bisect between the last pass and first fail."
                                          )] = True,
     limit: Annotated[float, typer.Option(help="Wall-clock limit of one level (s); unfinished turns fail it.")
@@ -165,7 +175,7 @@ def load_agents(
 ) -> None:
     """N concurrent copies of an agent trace; the number of agents sustained under a TTFT/turn-time SLO."""
     from harness.load.agents.run import read_trace, run_agents
-    from harness.load.agents.sweep import Slo
+    from harness.load.agents.slo import Slo, check_measure
     from harness.load.agents.trace import merge
     from harness.probe import api_key_from_env
 
@@ -180,21 +190,21 @@ def load_agents(
             raise UserError(f"{name} must be positive (got {value})", field=name, fix=f"give {name} above 0")
     if stagger < 0:
         raise UserError("--stagger cannot be negative", field="--stagger", fix="give 0 or more seconds")
+    measure = check_measure(duration, warmup, repeats, limit, prefix="--")
     if weka and mooncake_block_size is not None:
         raise UserError("give --weka or --mooncake-block-size, not both", field="--weka",
                         fix="name the one format the trace files are in")
     trace = merge([read_trace(f, mooncake_block_size=mooncake_block_size, is_weka=weka) for f in trace_files])
     slo = Slo(ttft_p99_s=ttft_p99, turn_p99_s=turn_p99)
     say(f"load-agents: {len(trace_files)} trace(s), {len(trace.sessions)} sessions a copy, at {base_url}; "
-        f"SLO: {slo.describe()}")
+        f"SLO: {slo.describe()}; {measure.describe()}")
     try:
         outcome, path = run_agents(trace, base_url=base_url, model=model, levels=levels, slo=slo, stagger_s=stagger,
                                    limit_s=limit, out_root=out_dir or project_root() / "bench-results",
                                    api_key=api_key_from_env(api_key_env or None), bisect=bisect,
                                    sample_interval_s=sample_interval, warm_prefixes=warm_prefixes,
-                                   feed_answers=feed_answers, exact_tokens=exact_tokens,
-                                   on_level=lambda lv: say(f"  {lv.copies} agents: {'pass' if lv.passed else 'FAIL'}"
-                                                           f" ({lv.why})"))
+                                   feed_answers=feed_answers, exact_tokens=exact_tokens, measure=measure,
+                                   on_level=lambda lv: say(f"  {lv.copies} agents: {lv.verdict} ({lv.why})"))
     except (KeyboardInterrupt, Interrupted):
         err.print("[bold red]interrupted[/bold red]; no sweep result written", highlight=False)
         raise typer.Exit(130) from None
@@ -204,17 +214,23 @@ def load_agents(
     def server(lv, key: str, fmt: str) -> str:
         value = (lv.server or {}).get(key)
         return "" if value is None else format(value, fmt)
-    table = Table("agents", "turns", "failed", "TTFT p50 s", "TTFT p99 s", "turn p50 s", "turn p99 s",
-                  "decode p50 tok/s", "think err p50 ms", "prefix hit", "KV peak", "preempt", "SLO",
-                  title=outcome.headline())
+    def band(iv: list[float] | None) -> str:
+        return "" if iv is None else f"{iv[0]:.3f}-{iv[1]:.3f}"
+    table = Table("agents", "turns", "failed", "faults", "stat", "TTFT p50 s", "TTFT stat s", "TTFT 95% s",
+                  "turn p50 s", "turn stat s", "turn 95% s", "ITL p50 ms", "req/s", "out tok/s", "goodput/s",
+                  "prefix hit", "KV peak", "preempt", "verdict", title=outcome.headline())
     for lv in outcome.levels:
-        table.add_row(str(lv.copies), str(lv.turns), str(lv.failed), s(lv.ttft_p50_s), s(lv.ttft_p99_s),
-                      s(lv.turn_p50_s), s(lv.turn_p99_s), s(lv.decode_p50_tok_s),
-                      "" if lv.think_error_p50_s is None else f"{lv.think_error_p50_s * 1000:.2f}",
+        table.add_row(str(lv.copies), str(lv.turns), str(lv.failed), str(lv.faults), lv.stat, s(lv.ttft_p50_s),
+                      s(lv.ttft_p99_s), band(lv.ttft_interval_s), s(lv.turn_p50_s), s(lv.turn_p99_s),
+                      band(lv.turn_interval_s),
+                      "" if lv.inter_token_latency_p50_s is None else f"{lv.inter_token_latency_p50_s * 1000:.2f}",
+                      s(lv.request_throughput_per_s), s(lv.output_token_throughput_per_s), s(lv.goodput_per_s),
                       server(lv, "prefix_cache_hit", ".1%"), server(lv, "kv_usage_peak", ".1%"),
-                      server(lv, "preemptions", "g"), "pass" if lv.passed else "fail")
+                      server(lv, "preemptions", "g"), lv.verdict)
     emit({"results": str(path), **outcome.as_dict()}, as_json, table)
-    raise typer.Exit(0 if outcome.sustained else 1)
+    if outcome.ended_by:
+        err.print(f"load-agents: the sweep ended: {outcome.ended_by}", highlight=False)
+    raise typer.Exit(0 if outcome.sustained and not outcome.ended_by else 1)
 
 
 def register_agents(app: typer.Typer) -> None:

@@ -22,11 +22,15 @@ from __future__ import annotations
 
 import os
 import traceback
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+import httpx
 
 from harness.errors import UserError
 from harness.load.agents.figures import CapacityFigures, CapacityLevel
+from harness.load.agents.slo import PRODUCT_MEASURE, PRODUCT_SLO, Measure, check_measure
 from harness.load.agents.trace import AgentTrace
 from harness.run.record import RunRecord, utcnow
 from harness.stages.context import LaunchContext
@@ -39,15 +43,17 @@ MAX_COPIES = 256
 @dataclass(frozen=True)
 class CapacityOptions:
     copies: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
-    ttft_p99_s: float = 10.0
-    turn_p99_s: float = 120.0
+    ttft_p99_s: float = PRODUCT_SLO.ttft_p99_s
+    turn_p99_s: float = PRODUCT_SLO.turn_p99_s
     stagger_s: float = 1.0
-    limit_s: float = 900.0  # one level's wall clock
+    limit_s: float = 900.0  # one level's wall clock (one repeat)
     trace: Path | None = None  # None: the run's own wire log
+    measure: Measure = PRODUCT_MEASURE
 
     def describe(self) -> str:
         return (f"copies {','.join(map(str, self.copies))}, TTFT p99 <= {self.ttft_p99_s:g} s, turn p99 <= "
-                f"{self.turn_p99_s:g} s, trace {self.trace.name if self.trace else 'the run’s own wire log'}")
+                f"{self.turn_p99_s:g} s, {self.measure.describe()}, "
+                f"trace {self.trace.name if self.trace else 'the run’s own wire log'}")
 
 
 def parse_copies(text: str) -> list[int]:
@@ -71,6 +77,8 @@ def check_options(opts: CapacityOptions) -> None:
     if opts.stagger_s < 0:
         raise UserError("--capacity-stagger cannot be negative", field="--capacity-stagger",
                         fix="give 0 or more seconds")
+    m = opts.measure
+    check_measure(m.duration_s, m.warmup_s, m.repeats, opts.limit_s, prefix="--capacity-")
     if opts.trace is not None:
         from harness.load.agents.trace import load
 
@@ -93,10 +101,38 @@ def _trace(opts: CapacityOptions, trials: list[tuple[RunRecord, LaunchContext]])
                     fix="run with the sandbox (its bridge writes wire.jsonl), or give --capacity-trace FILE")
 
 
+def _last_parts(source: str) -> str:
+    return ",".join(p.rstrip("/").rsplit("/", 1)[-1] for p in source.split(",")) if source else ""
+
+
+def _probe_again(ctx: LaunchContext) -> dict | None:
+    """The launch's speed probe once more, on the same serve just before the sweep, at the same long
+    context (harness/stages/serving.py's target): how fast the box is now, beside how fast it was
+    when the mission ran. A probe that fails says why and the sweep goes on (it finds a dead server)."""
+    from harness.probe import LONG_TARGET, run_probe
+
+    cap = getattr(ctx.pf.stack, "probe_long_cap", None) if ctx.pf is not None else None
+    long_target = ctx.opts.probe_long_tokens or cap or LONG_TARGET
+    try:
+        probe = run_probe(ctx.unit.base_url, ctx.unit.served_name, max_model_len=ctx.unit.max_model_len,
+                          api_key=ctx.api_key, long_target=long_target)
+    except (httpx.HTTPError, OSError) as exc:
+        return {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+    return probe.model_dump(mode="json")
+
+
+def _unit_alive(ctx: LaunchContext) -> Callable[[], bool] | None:
+    """The stack's own word on whether the unit still runs (a crash, an exit), where the launch has one."""
+    if ctx.pf is None:
+        return None
+    stack, unit = ctx.pf.stack, ctx.unit
+    return lambda: stack.alive(unit)
+
+
 def run_capacity(opts: CapacityOptions, trials: list[tuple[RunRecord, LaunchContext]]) -> CapacityFigures:
     """The sweep on the unit the trials ran on; its figures on every trial's record (and saved)."""
     from harness.load.agents.run import run_agents
-    from harness.load.agents.sweep import Slo
+    from harness.load.agents.slo import Slo
     from harness.load.agents.trace import dump
 
     first, ctx = trials[0]
@@ -104,9 +140,11 @@ def run_capacity(opts: CapacityOptions, trials: list[tuple[RunRecord, LaunchCont
     figures = CapacityFigures(started=utcnow(), host_load=[round(os.getloadavg()[0], 2)])
     ctx.say(f"capacity: the agents sweep on {ctx.unit.name} ({opts.describe()})")
     try:
+        figures.probe = _probe_again(ctx)
         trace, named = _trace(opts, trials)
         folder.mkdir(parents=True, exist_ok=True)
-        dump(trace, folder / "trace.jsonl")
+        # committed with the record: named by the run or file it came from, never where it lay here
+        dump(trace.model_copy(update={"source": _last_parts(trace.source)}), folder / "trace.jsonl")
         slo = Slo(ttft_p99_s=opts.ttft_p99_s, turn_p99_s=opts.turn_p99_s)
         figures.trace, figures.sessions, figures.own_trace = named, len(trace.sessions), opts.trace is None
         figures.ttft_p99_s, figures.turn_p99_s = opts.ttft_p99_s, opts.turn_p99_s
@@ -114,12 +152,16 @@ def run_capacity(opts: CapacityOptions, trials: list[tuple[RunRecord, LaunchCont
         outcome, path = run_agents(
             trace, base_url=ctx.unit.base_url, model=ctx.unit.served_name, levels=opts.copies, slo=slo,
             stagger_s=opts.stagger_s, limit_s=opts.limit_s, out_root=folder, folder=folder, api_key=ctx.api_key,
-            exact_tokens=True, warm_prefixes=True, feed_answers=True,
-            on_level=lambda lv: ctx.say(f"capacity: {lv.copies} agents {'pass' if lv.passed else 'FAIL'} ({lv.why})"))
+            exact_tokens=True, warm_prefixes=True, feed_answers=True, measure=opts.measure,
+            unit_alive=_unit_alive(ctx),
+            on_level=lambda lv: ctx.say(f"capacity: {lv.copies} agents {lv.verdict.upper()} ({lv.why})"))
         figures.sustained, figures.limit_found, figures.slo, figures.rule = (
-            outcome.sustained, outcome.limit_found, outcome.slo, outcome.rule)
-        figures.levels = [CapacityLevel(copies=lv.copies, passed=lv.passed, turns=lv.turns, failed=lv.failed,
-                                        ttft_p99_s=lv.ttft_p99_s, turn_p99_s=lv.turn_p99_s, why=lv.why)
+            outcome.figure, outcome.limit_found, outcome.slo, outcome.rule)
+        figures.ended_by, figures.slo_def, figures.measure = outcome.ended_by, outcome.slo_def, outcome.measure
+        if outcome.figure is None:
+            figures.error = f"the sweep ended before any level passed: {outcome.ended_by}"
+        keep = set(CapacityLevel.model_fields)
+        figures.levels = [CapacityLevel(**{k: v for k, v in asdict(lv).items() if k in keep})
                           for lv in outcome.levels]
         figures.results = str(path.relative_to(ctx.paths.dir))
         import json

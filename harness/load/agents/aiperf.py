@@ -14,10 +14,13 @@ its whole prompt, a `timestamp`, and no `session_id`. (With `session_id`, AIPerf
 we cannot state for a prompt that shrank.) Prefix reuse is carried by `hash_ids`: a turn's
 first `reused_blocks` ids are its previous turn's; every other block gets a fresh id, unique
 across the file. AIPerf's rows allow keys it does not declare (its base_trace_loader:
-extra="allow"), so what Mooncake cannot say travels in `llmsb_*` keys AIPerf ignores:
-session, turn, parent/fork/rejoin, think and duration. Read back with those keys, a file is
-our trace again; without them (a foreign Mooncake/AgentX export), every row is its own
-session and reuse is the common hash-id prefix with the row before it.
+extra="allow"), so what Mooncake cannot say travels in `llmsb_*` keys AIPerf ignores (`EXTRA`):
+session, turn, parent/fork/rejoin, think, duration, recorded TTFT, cached tokens, tool names,
+stop reason and reuse label. Read back with those keys, a file is our trace again (times to
+the microsecond: Mooncake's are milliseconds, written to three decimals); without them (a
+foreign Mooncake/AgentX export), every row is its own session and reuse is the common hash-id
+prefix with the row before it. AIPerf itself replays only what Mooncake holds: lengths, hash
+ids and start times, not the think times, TTFTs or cache reads in our keys.
 """
 
 from __future__ import annotations
@@ -25,8 +28,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from harness.errors import UserError
 from harness.load.agents.trace import MAX_TURNS, AgentTrace, Session, Turn, blocks
+
+EXTRA = ("llmsb_session", "llmsb_turn", "llmsb_parent", "llmsb_fork_after", "llmsb_rejoin_before", "llmsb_think_ms",
+         "llmsb_duration_ms", "llmsb_ttft_ms", "llmsb_cached_tokens", "llmsb_tools", "llmsb_stop", "llmsb_reuse")
 
 
 def to_rows(trace: AgentTrace) -> list[dict]:
@@ -50,6 +58,15 @@ def to_rows(trace: AgentTrace) -> list[dict]:
                 row["llmsb_think_ms"] = round(t.think_s * 1000, 3)
             if t.duration_s is not None:
                 row["llmsb_duration_ms"] = round(t.duration_s * 1000, 3)
+            if t.ttft_s is not None:
+                row["llmsb_ttft_ms"] = round(t.ttft_s * 1000, 3)
+            if t.cached_tokens is not None:
+                row["llmsb_cached_tokens"] = t.cached_tokens
+            if t.tool_calls:
+                row["llmsb_tools"] = t.tool_calls
+            if t.stop is not None:
+                row["llmsb_stop"] = t.stop
+            row["llmsb_reuse"] = t.reuse
             rows.append(row)
     rows.sort(key=lambda r: (r["timestamp"], r["llmsb_session"], r["llmsb_turn"]))
     return rows
@@ -78,6 +95,11 @@ def _number(row: dict, key: str, where: str):
     if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
         raise UserError(f"{where}: {key} must be a number >= 0 (got {value!r})", field=key, fix=f"correct {key}")
     return float(value)
+
+
+def _secs(ms: float | None) -> float | None:
+    """Milliseconds written to three decimals, back to seconds as they were (to the microsecond)."""
+    return None if ms is None else round(ms / 1000, 6)
 
 
 def from_rows(rows: list[dict], *, block_size: int, source: str = "") -> AgentTrace:
@@ -113,10 +135,20 @@ def from_rows(rows: list[dict], *, block_size: int, source: str = "") -> AgentTr
                     reused += 1
             ms = _number(row, "timestamp", sid) or 0.0
             think, dur = _number(row, "llmsb_think_ms", sid), _number(row, "llmsb_duration_ms", sid)
-            turns.append(Turn(start_s=ms / 1000, prompt_tokens=row["input_length"], reused_blocks=reused,
-                              output_tokens=row["output_length"], reuse="imported",
-                              think_s=None if think is None else think / 1000,
-                              duration_s=None if dur is None else dur / 1000))
+            ttft = _number(row, "llmsb_ttft_ms", sid)
+            try:
+                turns.append(Turn(start_s=_secs(ms), prompt_tokens=row["input_length"], reused_blocks=reused,
+                                  output_tokens=row["output_length"], reuse=row.get("llmsb_reuse") or "imported",
+                                  think_s=_secs(think), duration_s=_secs(dur), ttft_s=_secs(ttft),
+                                  cached_tokens=row.get("llmsb_cached_tokens"), tool_calls=row.get("llmsb_tools") or [],
+                                  stop=row.get("llmsb_stop")))
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                name = str(first["loc"][0])
+                field = {"tool_calls": "llmsb_tools", "think_s": "llmsb_think_ms", "duration_s": "llmsb_duration_ms",
+                         "ttft_s": "llmsb_ttft_ms"}.get(name, f"llmsb_{name}")
+                raise UserError(f"{source or 'trace'} session {sid}: {field}: {first['msg']}", field=field,
+                                fix="drop the llmsb_* keys, or give the file as llms-benchmark wrote it") from None
             prev = row
         t0 = min(t0, turns[0].start_s) if t0 is not None else turns[0].start_s
         sessions.append(Session(id=sid, parent=first.get("llmsb_parent"), fork_after_turn=first.get("llmsb_fork_after"),

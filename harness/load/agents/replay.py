@@ -26,8 +26,16 @@ prefilling the answer's length again. A turn that cannot be fed so (the first, a
 failed previous answer, a count that does not come out exact) is sent as its own single message.
 The sizing runs in the think before the request, never inside its timing.
 
-Bounded: every request has an idle timeout, and the whole run a wall-clock limit after which
-unfinished turns are cancelled and reported as such.
+Steady state (`duration_s` > 0): each copy replays the trace again as soon as a pass ends (a
+lap; AIPerf's AgentX recycles finished sessions the same way), each lap with new words (its own
+`Synth` salt: no lap reads a cache an earlier lap left, as AgentX busts each recycled session's
+cache), its first-turn prefixes warmed again (untimed, as before the run). Turns that start in
+the first `warmup_s` are sent but not measured (`measured` False); no turn starts after
+`warmup_s + duration_s`; turns in flight then finish. Without a duration each copy runs once and
+every turn is measured.
+
+Bounded: every request has an idle timeout, the laps a count (MAX_LAPS), and the whole run a
+wall-clock limit after which unfinished turns are cancelled and reported as such.
 """
 
 from __future__ import annotations
@@ -62,6 +70,8 @@ class TurnResult:
     decode_tok_s: float | None = None  # (tokens - 1) / (last token - first token)
     cached_tokens: int | None = None  # the server's usage.prompt_tokens_details.cached_tokens
     fed: bool = False  # sent with the previous answer (feed_answers)
+    lap: int = 0  # the copy's pass through the trace (steady state recycles it)
+    measured: bool = True  # started inside the measured window (not in the warm-up)
 
 
 @dataclass
@@ -81,6 +91,12 @@ class ReplayOptions:
     warm_prefixes: bool = False
     # Each appending turn carries this copy's previous answer (see the module doc)
     feed_answers: bool = False
+    # Steady state (see the module doc): 0 runs each copy once
+    duration_s: float = 0.0
+    warmup_s: float = 0.0
+
+
+MAX_LAPS = 10_000  # passes one copy may make in one run
 
 
 @dataclass
@@ -92,11 +108,13 @@ class ReplayResult:
     exact_tokens: bool | None = None  # None: not asked; False: the server offers no tokenizer endpoint
     warmed: int = 0  # prefixes sent before the run (warm_prefixes)
     warm_errors: list[str] = field(default_factory=list)
+    window_s: float | None = None  # the measured window's length (steady state); None: one pass, its span
+    warmup_s: float = 0.0
 
     def as_dict(self) -> dict:
         return {"copies": self.copies, "timed_out": self.timed_out, "wall_s": self.wall_s,
                 "exact_tokens": self.exact_tokens, "warmed": self.warmed, "warm_errors": self.warm_errors,
-                "turns": [asdict(t) for t in self.turns]}
+                "window_s": self.window_s, "warmup_s": self.warmup_s, "turns": [asdict(t) for t in self.turns]}
 
 
 @dataclass
@@ -119,9 +137,13 @@ def _gap(parent_end_s: float | None, start_s: float) -> float:
 
 class _Copy:
     def __init__(self, trace: AgentTrace, copy: int, opts: ReplayOptions, client: StreamClient,
-                 loop: asyncio.AbstractEventLoop, t0: float, out: list[TurnResult]) -> None:
+                 loop: asyncio.AbstractEventLoop, t0: float, out: list[TurnResult], lap: int = 0) -> None:
         self.trace, self.copy, self.opts, self.client, self.loop, self.t0 = trace, copy, opts, client, loop, t0
-        self.synth = Synth(trace, copy, opts.salt)
+        self.lap = lap
+        # lap 0 keeps the plain salt (one pass reads as it always did); later laps new words
+        self.synth = Synth(trace, copy, opts.salt if lap == 0 else f"{opts.salt}/{lap}")
+        self.measure_from: float | None = None  # loop clock: turns starting before are the warm-up
+        self.stop_at: float | None = None  # loop clock: no turn starts from here on
         self.texts: dict[tuple[str, int], str] | None = None  # exact-length prompts (exact.py), if measured
         self.count: Counter | None = None  # the server's tokenizer, if it has one and exact_tokens asked for it
         self.sent: dict[str, list[dict]] = {}  # session -> the messages of its last answered request
@@ -164,6 +186,8 @@ class _Copy:
         try:
             await sleep_until(self.loop, start_at)
             for i, t in enumerate(s.turns):
+                if self.stop_at is not None and self.loop.time() >= self.stop_at:
+                    return  # the measured window is over: this lap sends nothing more
                 # each wait is (from, how long): the own think after the previous answer, and for every
                 # child that rejoins here the recorded gap after its end; the latest deadline binds
                 waits = [(prev_end, t.think_s)] if i > 0 and prev_end is not None and t.think_s is not None else []
@@ -175,6 +199,8 @@ class _Copy:
                 request = await self.prepare(s, i)  # built before the wait, so the wait is the whole delay
                 if wait_from is not None:
                     await sleep_until(self.loop, wait_from + target)
+                if self.stop_at is not None and self.loop.time() >= self.stop_at:
+                    return
                 prev_end = await self.request(s, i, request, target, wait_from)
                 for child in self.forked.get((s.id, i), []):
                     rec = self._recorded_end(s, i)
@@ -252,44 +278,77 @@ class _Copy:
         decode = None
         if r.completion_tokens and r.completion_tokens > 1 and len(r.token_ns) > 1 and r.token_ns[-1] > r.token_ns[0]:
             decode = (r.completion_tokens - 1) / ((r.token_ns[-1] - r.token_ns[0]) / 1e9)
+        error = r.error
+        if error == "timeout" and (r.detail or "").startswith("connecting"):
+            error = "connect timeout"  # no connection: a fault (sweep.is_fault), not a slow answer
         self.out.append(TurnResult(
-            copy=self.copy, session=s.id, turn=i, ok=r.ok, error=r.error, start_s=start - self.t0, end_s=end - self.t0,
+            copy=self.copy, session=s.id, turn=i, ok=r.ok, error=error, start_s=start - self.t0, end_s=end - self.t0,
             think_target_s=target, think_s=None if wait_from is None else start - wait_from, ttft_s=r.ttft_s,
             turn_s=r.e2e_s, prompt_tokens=r.prompt_tokens, completion_tokens=r.completion_tokens,
-            decode_tok_s=decode, cached_tokens=r.cached_tokens, fed=request.fed))
+            decode_tok_s=decode, cached_tokens=r.cached_tokens, fed=request.fed, lap=self.lap,
+            measured=self.measure_from is None or start >= self.measure_from))
         return end
+
+
+async def _prepare(c: _Copy, trace: AgentTrace, count: Counter | None, loop: asyncio.AbstractEventLoop) -> None:
+    if count is not None:
+        from harness.load.agents.exact import exact_prompts
+
+        c.texts = await loop.run_in_executor(None, exact_prompts, trace, c.synth, count)
+        c.count = count
+
+
+async def _warm(c: _Copy, trace: AgentTrace, client: StreamClient, result: ReplayResult) -> None:
+    for s in trace.sessions:
+        warm = c.warm_prefix(s)
+        if warm is not None:
+            r = await client.send(warm)
+            if r.ok:
+                result.warmed += 1
+            else:  # the run goes on: that first turn reads no cache, and the result says why
+                result.warm_errors.append(f"copy {c.copy} lap {c.lap} session {s.id}: {r.error}")
 
 
 async def _run(trace: AgentTrace, opts: ReplayOptions) -> ReplayResult:
     loop = asyncio.get_running_loop()
     client = StreamClient(opts.base_url, api_key=opts.api_key, idle_timeout=opts.request_timeout_s)
-    result = ReplayResult(copies=opts.copies)
+    result = ReplayResult(copies=opts.copies, warmup_s=opts.warmup_s if opts.duration_s else 0.0,
+                          window_s=opts.duration_s or None)
     copies = [_Copy(trace, c, opts, client, loop, 0.0, result.turns) for c in range(opts.copies)]
+    count: Counter | None = None
     if opts.exact_tokens:
-        from harness.load.agents.exact import counter, exact_prompts
+        from harness.load.agents.exact import counter
 
         count = await loop.run_in_executor(None, counter, opts.base_url, opts.model, opts.api_key)
         result.exact_tokens = count is not None
-        for c in copies if count is not None else []:
-            c.texts = await loop.run_in_executor(None, exact_prompts, trace, c.synth, count)
-            c.count = count
+        for c in copies:
+            await _prepare(c, trace, count, loop)
     if opts.warm_prefixes:
         for c in copies:
-            for s in trace.sessions:
-                warm = c.warm_prefix(s)
-                if warm is not None:
-                    r = await client.send(warm)
-                    if r.ok:
-                        result.warmed += 1
-                    else:  # the run goes on: that first turn reads no cache, and the result says why
-                        result.warm_errors.append(f"copy {c.copy} session {s.id}: {r.error}")
+            await _warm(c, trace, client, result)
     # The run starts once the prompts are measured and the prefixes warmed. loop.time() and
     # perf_counter_ns() read the same monotonic clock on Linux (CLOCK_MONOTONIC).
     t0 = time.perf_counter()
-    for c in copies:
-        c.t0 = t0
     base = loop.time() + 0.05
-    tasks = [asyncio.ensure_future(c.run(base + c.copy * opts.stagger_s)) for c in copies]
+    measure_from = stop_at = None
+    if opts.duration_s:
+        measure_from, stop_at = base + opts.warmup_s, base + opts.warmup_s + opts.duration_s
+
+    async def lane(first: _Copy) -> None:
+        """One copy's laps: the trace again as soon as a pass ends, until the window closes."""
+        c, start_at = first, base + first.copy * opts.stagger_s
+        for lap in range(MAX_LAPS):
+            c.t0, c.measure_from, c.stop_at = t0, measure_from, stop_at
+            await c.run(start_at)
+            if stop_at is None or loop.time() >= stop_at:
+                return
+            c = _Copy(trace, first.copy, opts, client, loop, t0, result.turns, lap=lap + 1)
+            await _prepare(c, trace, count, loop)
+            if opts.warm_prefixes:
+                await _warm(c, trace, client, result)
+            start_at = loop.time()
+
+    tasks = [asyncio.ensure_future(lane(c)) for c in copies]
     try:
         _, pending = await asyncio.wait(tasks, timeout=opts.limit_s)
         if pending:
@@ -311,6 +370,8 @@ def replay(trace: AgentTrace, opts: ReplayOptions) -> ReplayResult:
     """Run the copies to the end (or `limit_s`); every turn's timings."""
     if opts.copies < 1:
         raise ValueError("copies must be at least 1")
+    if opts.duration_s < 0 or opts.warmup_s < 0:
+        raise ValueError("duration and warm-up cannot be negative")
     loop = precise_loop()
     try:
         return loop.run_until_complete(_run(trace, opts))

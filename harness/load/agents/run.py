@@ -13,7 +13,8 @@ import httpx
 from harness.errors import UserError
 from harness.load.agents import aiperf, weka
 from harness.load.agents.replay import ReplayOptions, replay
-from harness.load.agents.sweep import LevelStats, Slo, SweepResult, sweep
+from harness.load.agents.slo import PRODUCT_MEASURE, PRODUCT_SLO, Measure, Slo
+from harness.load.agents.sweep import LevelStats, SweepResult, is_fault, sweep
 from harness.load.agents.trace import AgentTrace, dump, from_run, from_wire, load
 from harness.load.agents.watch import Watcher
 from harness.wire.openai import bearer, model_ids, models_url, root_url
@@ -59,36 +60,68 @@ def served_model(base_url: str, api_key: str | None) -> str:
     return ids[0]
 
 
-def run_agents(trace: AgentTrace, *, base_url: str, model: str, levels: list[int], slo: Slo, stagger_s: float,
-               limit_s: float, out_root: Path, api_key: str | None = None, bisect: bool = True,
+def server_gone(base_url: str, api_key: str | None, unit_alive: Callable[[], bool] | None = None) -> str | None:
+    """Why the server no longer serves (its unit ended, or its model listing does not answer); None if it does."""
+    if unit_alive is not None and not unit_alive():
+        return "its unit is no longer running"
+    url = models_url(root_url(base_url))
+    try:
+        httpx.get(url, headers=bearer(api_key), timeout=10, verify=tls()).raise_for_status()
+    except httpx.HTTPStatusError as exc:
+        return f"GET /v1/models answers HTTP {exc.response.status_code}"
+    except httpx.HTTPError as exc:
+        return f"GET /v1/models: {type(exc).__name__}"
+    return None
+
+
+def run_agents(trace: AgentTrace, *, base_url: str, model: str, levels: list[int], slo: Slo = PRODUCT_SLO,
+               stagger_s: float, limit_s: float, out_root: Path, api_key: str | None = None, bisect: bool = True,
                on_level: Callable[[LevelStats], None] | None = None,
                sample_interval_s: float = 1.0, exact_tokens: bool = False, warm_prefixes: bool = False,
-               feed_answers: bool = False, folder: Path | None = None) -> tuple[SweepResult, Path]:
+               feed_answers: bool = False, folder: Path | None = None, measure: Measure = PRODUCT_MEASURE,
+               unit_alive: Callable[[], bool] | None = None) -> tuple[SweepResult, Path]:
     """The sweep; every level's turns and figures written to out_root/<UTC>-agents/agents.json
-    (or `folder`/agents.json)."""
+    (or `folder`/agents.json). The file is fit to commit: no address, key or path of this machine
+    (the trace is named by its source's last part), and with the trace beside it a level's table
+    is rebuilt from it alone (bench/agents_capacity.py)."""
     model = model or served_model(base_url, api_key)
     folder = folder or out_root / datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ-agents")
     folder.mkdir(parents=True, exist_ok=True)
     turns: dict[int, list] = {}
+    runs: dict[int, list] = {}  # each repeat's run: what rebuild.py needs beside its turns
     measured: dict[int, bool | None] = {}  # whether the level's prompts were sized on the server's tokenizer
 
     def level(n: int) -> LevelStats:
+        results = []
         with Watcher(base_url, api_key=api_key, interval_s=sample_interval_s) as watcher:
-            result = replay(trace, ReplayOptions(base_url=base_url, model=model, copies=n, stagger_s=stagger_s,
-                                                 api_key=api_key, limit_s=limit_s, exact_tokens=exact_tokens,
-                                                 warm_prefixes=warm_prefixes, feed_answers=feed_answers,
-                                                 salt=n))  # no level reads a cache an earlier one left
-        turns[n] = result.as_dict()["turns"]
-        measured[n] = result.exact_tokens
-        stats = LevelStats.of(result)
+            for r in range(measure.repeats):
+                results.append(replay(trace, ReplayOptions(
+                    base_url=base_url, model=model, copies=n, stagger_s=stagger_s, api_key=api_key, limit_s=limit_s,
+                    exact_tokens=exact_tokens, warm_prefixes=warm_prefixes, feed_answers=feed_answers,
+                    duration_s=measure.duration_s, warmup_s=measure.warmup_s,
+                    salt=n + 1000 * r)))  # no level or repeat reads a cache an earlier one left
+                if any(not t.ok and is_fault(t.error) for t in results[-1].turns):
+                    break  # the level is invalid already: no more load on a broken server
+        turns[n] = [{**t, "repeat": r} for r, res in enumerate(results) for t in res.as_dict()["turns"]]
+        runs[n] = [{k: v for k, v in res.as_dict().items() if k != "turns"} for res in results]
+        measured[n] = results[0].exact_tokens
+        stats = LevelStats.of(results, slo)
         stats.server = asdict(watcher.figures())
         return stats
 
-    outcome = sweep(level, levels, slo, bisect=bisect, on_level=on_level)
+    outcome = sweep(level, levels, slo, bisect=bisect, on_level=on_level, measure=measure,
+                    alive=lambda: server_gone(base_url, api_key, unit_alive))
     path = folder / "agents.json"
-    path.write_text(json.dumps({"trace": trace.source, "sessions": len(trace.sessions), "exact_tokens": exact_tokens,
-                                "warm_prefixes": warm_prefixes, "feed_answers": feed_answers,
+    path.write_text(json.dumps({"trace": _named(trace.source), "sessions": len(trace.sessions),
+                                "exact_tokens": exact_tokens, "warm_prefixes": warm_prefixes,
+                                "feed_answers": feed_answers,
                                 "turns_per_copy": sum(len(s.turns) for s in trace.sessions), "model": model,
-                                "base_url": base_url, "stagger_s": stagger_s, **outcome.as_dict(),
-                                "exact_tokens_by_level": measured, "turns_by_level": turns}, indent=1) + "\n")
+                                "stagger_s": stagger_s, "limit_s": limit_s, **outcome.as_dict(),
+                                "exact_tokens_by_level": measured, "runs_by_level": runs, "turns_by_level": turns},
+                               indent=1) + "\n")
     return outcome, path
+
+
+def _named(source: str) -> str:
+    """A trace's source as the record may keep it: each file's last part, never where it lay here."""
+    return ",".join(part.rstrip("/").rsplit("/", 1)[-1] for part in source.split(",")) if source else ""

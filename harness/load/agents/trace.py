@@ -52,7 +52,9 @@ class Turn(BaseModel):
     ttft_s: float | None = Field(None, ge=0, description="the recorded request's start to its first data")
     cached_tokens: int | None = Field(None, ge=0, description="prompt tokens the server reported cached")
     reuse: Literal["append", "none", "imported"] = "append"
-    tool_calls: list[str] = Field(default_factory=list)
+    tool_calls: list[str] = Field(default_factory=list, max_length=1000)
+    # the recorded stop reason where a format gave one (Weka's `stop`); None: said by tool_calls
+    stop: str | None = Field(None, max_length=64)
 
 
 class Session(BaseModel):
@@ -254,7 +256,12 @@ def from_run(run_dir: Path, *, block_size: int = DEFAULT_BLOCK_SIZE) -> AgentTra
 def dump(trace: AgentTrace, path: Path) -> None:
     head = trace.model_dump(mode="json", exclude={"sessions"})
     lines = [json.dumps({"kind": "agent-trace", **head})]
-    lines += [json.dumps({"kind": "session", **s.model_dump(mode="json")}) for s in trace.sessions]
+    for s in trace.sessions:
+        row = s.model_dump(mode="json")
+        for t in row["turns"]:
+            if t["stop"] is None:  # said by tool_calls: the files written before the field stay as they were
+                del t["stop"]
+        lines.append(json.dumps({"kind": "session", **row}))
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
