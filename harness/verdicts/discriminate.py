@@ -160,6 +160,15 @@ class Judge:
             return run
         return run * theirs / ours
 
+    def readings(self, check: ev.QueryCheck) -> tuple | None:
+        """What the query read on the run and on every control store read so far (None: none read):
+        two queries reading alike on all of them are one observation."""
+        q = self._queries.get(check.cited.text)
+        run, _ = ev.reading(check)
+        if q is None or not q.readings:
+            return None
+        return (run, *sorted(q.readings.items()))
+
     def shows(self, check: ev.QueryCheck, defect_id: str, direction: str | None, looks_at=None) -> Outcome:
         """`looks_at(other_id)`: whether the query itself looks at the named defect's telemetry and
         not at `other`'s (the key's literals): what breaks a tie when two fixes move it as far (a
