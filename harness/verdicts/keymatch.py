@@ -499,10 +499,14 @@ def defect_problems(d: Defect, checks: list[ev.QueryCheck], accused: ev.Accused,
             problems.append("no cited query is evidence of the defect it names" +
                             (f" ({unused[0]})" if unused else
                              " (none that re-ran to its claim reads what that defect shows)"))
-    module = ev.location_is_module_level(d.function)
-    if not accused.accuses(_relative(d.file), ev.location_functions(d.function, sources), module):
+    if not _accuses(accused, d, sources):
         problems.append("it does not accuse the defect's code (its file and the function there)")
     return problems, (supporting[0] if supporting else None), note
+
+
+def _accuses(accused: ev.Accused, d: Defect, sources: Path | None) -> bool:
+    return accused.accuses(_relative(d.file), ev.location_functions(d.function, sources),
+                           ev.location_is_module_level(d.function))
 
 
 def _unread(finding: Finding, kind: str | None) -> RuledFinding:
@@ -628,6 +632,8 @@ def draft_rulings(run_dir: Path, key_path: Path, sources: Path | None = None, co
             # A record accuses code by its fields; a markdown row by its words (paths, `file.py: fn`).
             said = finding.code if finding.queries is not None else f"{finding.text} {finding.code} {finding.evidence}"
             accused = ev.accused_code(said, sources)
+            # Of several defects with the same claim, the one whose code it accuses first.
+            matched.sort(key=lambda d: not _accuses(accused, d, sources))
             general = general_problems(finding, checks, citing, accused)
             flag = cm.contradiction(finding.text, finding.direction)
             flagged = f" Note for the person ruling: {flag}." if flag else ""
