@@ -75,7 +75,10 @@ def rule_cmd(run_id: Annotated[str, typer.Argument(help="The run to rule (a fold
 
     from rich.prompt import Prompt
 
+    from harness.verdicts.bounds import cap_memory
     from harness.verdicts.rule import VERDICT_CHOICES, GraderNotes, edited, rule
+
+    cap_memory()  # what the agent's queries and records build cannot grow this process past the cap
 
     endpoint = None
     if grader:
