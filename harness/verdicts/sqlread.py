@@ -39,7 +39,8 @@ _AGGREGATES_OVER_ROWS = {"count_star", "count", "sum", "max", "min", "avg", "mea
 
 
 # Aggregates whose value grows with the traffic driven (a longer drive, more users).
-SCALING = {"count", "sum", "fsum", "sumkahan", "kahan_sum"}
+# A distinct count grows with it too (issue 48): more requests, more distinct traces and refs.
+SCALING = {"count", "sum", "fsum", "sumkahan", "kahan_sum", "count_distinct", "approx_count_distinct", "sum_distinct"}
 
 
 @dataclass
