@@ -384,12 +384,16 @@ def test_enumerated_kinds_credit_at_most_the_true_one(run, tmp_path: Path):
     from harness.verdicts.claims import load_vocabulary
 
     kinds = list(load_vocabulary(KEY.parents[1]).kinds)
-    records = [record(store, str(i), kind, "absent", "shop-api", API, "place_order", "orders", T01_WITH)
+    records = [record(store, str(i), kind, "absent", "shop-api", API, "place_order", "orders skip db.query", T01_WITH)
                for i, kind in enumerate(kinds, 1)]
     rulings = rule(store, drive, tmp_path, "enum", records={"findings": records})
     held = [(f.number, records[int(f.number) - 1]["kind"]) for f in rulings.findings if f.verdict == HELD_UP]
     assert held == [(str(kinds.index("missing-signal") + 1), "missing-signal")]
-    assert rulings.reported == len(kinds)  # every guess counts against its accuracy
+    # Every guess counts against its accuracy, but one: `errors` names the defect `wrong-signal` named
+    # (T02 accepts both kinds), so it restates that guess.
+    restating = {f.number: f.restates for f in rulings.findings if f.counts == 0}
+    by_kind = {records[int(n) - 1]["kind"]: n for n in [f.number for f in rulings.findings]}
+    assert restating == {by_kind["errors"]: by_kind["wrong-signal"]} and rulings.reported == len(kinds) - 1
 
 
 def test_markdown_without_a_stated_claim_is_ambiguous(run, tmp_path: Path):
