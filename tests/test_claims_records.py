@@ -163,7 +163,7 @@ HONEST = [
       "WHERE name = 'shop.orders.placed'"),
      ("T04-retired-http-attribute-names", "wrong-signal", "present", "shop-mcp", MCP, "call",
       "retired HTTP names", f"WITH c AS (SELECT * FROM spans WHERE service = 'shop-mcp' AND kind = 'CLIENT') "
-      f"SELECT count(*) FROM c WHERE {J.format('http.url')} IS NOT NULL"),
+      f"SELECT avg(CASE WHEN {J.format('http.url')} IS NOT NULL THEN 1 ELSE 0 END) FROM c"),
      ("T05-operation-duration-declared-unrecorded", "missing-signal", "absent", "shop-agent", AGENT, "operation_duration",
       "duration metric absent", f"obs sql \"{T05_DURATION}\""),
      ("T06-mcp-call-logs-unexported", "missing-signal", "absent", "shop-mcp", MCP, "call",
