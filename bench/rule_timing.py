@@ -77,6 +77,15 @@ PROSE = ("shop-mcp client spans are not lower and no more than the healthy ones,
          "12 spans 404 or 409 → 40 place_order in src/shop_api/app.py stats() call() `x_y` ")
 
 
+def _under(size: int, records: list[dict]) -> str:
+    """As many of `records` as a file of at most `size` bytes holds, valid JSON."""
+    text = json.dumps({"findings": records})
+    while len(text) > size:
+        records = records[:int(len(records) * size / len(text)) - 1]
+        text = json.dumps({"findings": records})
+    return text
+
+
 def worst_records() -> dict[str, str]:
     """The issue 48 review's worst findings.json files, as text."""
     cross = "SELECT count(*) FROM spans a, spans b, spans c WHERE a.name <> b.name AND b.name <> c.name"
@@ -84,8 +93,7 @@ def worst_records() -> dict[str, str]:
     prose = (PROSE * 40)[:3990]
     return {
         "records_150k_empty": '{"findings": [' + ",".join(["{}"] * 150_000) + "]}",
-        "records_1998kb": json.dumps({"findings": [_record(i, (PROSE * 20)[:1700], "SELECT 1")
-                                                   for i in range(1, 1001)]})[:1_998_000],
+        "records_1998kb": _under(1_998_000, [_record(i, (PROSE * 20)[:1700], "SELECT 1") for i in range(1, 1001)]),
         "records_long_prose": json.dumps({"findings": [_record(i, prose, "SELECT count(*) FROM spans")
                                                        for i in range(1, 101)]}),
         "records_cross_joins": json.dumps({"findings": [_record(i, "cross joins of every span", cross)
@@ -118,8 +126,10 @@ try:
     out = {"findings": len(rulings.findings), "held_up": rulings.confirmed, "controls": rulings.controls.split(":")[0]}
 except MemoryError:
     out = {"error": "MemoryError"}
-out.update(wall_s=round(time.monotonic() - t0, 2), memory_cap_mb=(cap or 0) >> 20,
-           peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
+# VmHWM, not ru_maxrss: the latter keeps the parent's peak across fork and exec.
+hwm = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:"))
+out.update(wall_s=round(time.monotonic() - t0, 2), memory_cap_mb=(cap or 0) >> 20, peak_rss_mb=round(hwm / 1024),
+           bytes=Path(sys.argv[2], "findings.json").stat().st_size if Path(sys.argv[2], "findings.json").exists() else 0)
 print(json.dumps(out))
 """
 
