@@ -1,5 +1,12 @@
 """The key-matcher: a first, explainable draft of a run's rulings from the hidden key.
 
+Issue 48: which defect a finding is about comes from its stated claim, never its words. The
+key states each defect's claims (kind, direction, scope, from the mission's claims.yaml); a
+finding states its own in the same closed fields (a record's, or a markdown row's
+`[claim: ...]`); `draft_rulings` tries only the defects whose claims it matches, then checks
+its code and its evidence as below. The word matching further down (`candidates`,
+`name_defects`) is kept for a person's eyes and credits nothing.
+
 For each finding of the run's report it proposes the planted defect(s) the finding names,
 re-runs those defects' evidence queries against the run's **own** telemetry store
 (`telemetry.duckdb` in the run folder, opened read-only: no store process needed), and
