@@ -44,6 +44,9 @@ def rule_cmd(run_id: Annotated[str, typer.Argument(help="The run to rule (a fold
 
     from harness.errors import UserError
     from harness.verdicts import rule as rules
+    from harness.verdicts.bounds import cap_memory
+
+    cap_memory()  # `set` and `--final` may draft too: what the agent's queries build cannot grow this process past it
 
     if action is not None or final:
         if action is not None and action not in ACTIONS:
@@ -75,10 +78,7 @@ def rule_cmd(run_id: Annotated[str, typer.Argument(help="The run to rule (a fold
 
     from rich.prompt import Prompt
 
-    from harness.verdicts.bounds import cap_memory
     from harness.verdicts.rule import VERDICT_CHOICES, GraderNotes, edited, rule
-
-    cap_memory()  # what the agent's queries and records build cannot grow this process past the cap
 
     endpoint = None
     if grader:
