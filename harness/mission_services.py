@@ -78,8 +78,27 @@ def check_mission(mission: Mission, workspace: Path, run_dir: Path, duration: fl
     if not mission.manifest.setup:
         raise UserError(f"mission '{mission.name}' runs nothing beside the agent: there is nothing to check",
                         field="setup")
+    check_key_claims(mission)  # before anything starts: a key whose claims cannot be matched rules nothing
     module = _setup_module(mission)
     if not callable(getattr(module, "check", None)):
         raise UserError("the setup file defines no check(workspace, run_dir, duration)",
                         file=mission.dir / mission.manifest.setup, field="setup")
     return module.check(workspace, run_dir, duration)
+
+
+def check_key_claims(mission: Mission) -> None:
+    """The hidden key states, per planted defect, the claims that count as finding it, in the
+    vocabulary the mission declares (claims.yaml); refused, naming the defect and field, if not."""
+    from harness.verdicts.claims import VocabularyError, check_key, load_vocabulary
+
+    key = mission.dir / "key" / "defects.yaml"
+    if not key.is_file():
+        return
+    try:
+        problems = check_key(key, load_vocabulary(mission.dir))
+    except VocabularyError as exc:
+        raise UserError(str(exc), file=mission.dir / "claims.yaml",
+                        fix="declare kinds (each with a category), directions and services") from None
+    if problems:
+        raise UserError("the key's claims do not check: " + "; ".join(problems[:5]), file=key, field="claims",
+                        fix="state each defect's claims as {kind, direction, scope} from the mission's claims.yaml")

@@ -88,6 +88,29 @@ HEAD = ("---\nservices: [shop-api, shop-mcp, shop-agent]\nwindow: 2026-12-03T01:
 
 J = "attributes->>'$.\"{}\"'"  # a JSON attribute, as agents write it
 
+# The claim each honest finding states (issue 48), as `obs finding report` writes it into a row.
+CLAIMS = {
+    "T01-orders-bypass-db-span": ("missing-signal", "absent", "shop-api"),
+    "T02-rejections-answered-200": ("wrong-signal", "lower", "shop-api"),
+    "T03-constant-category-label": ("wrong-signal", "lower", "shop-api"),
+    "T04-retired-http-attribute-names": ("wrong-signal", "present", "shop-mcp"),
+    "T05-operation-duration-declared-unrecorded": ("missing-signal", "absent", "shop-agent"),
+    "T06-mcp-call-logs-unexported": ("missing-signal", "absent", "shop-mcp"),
+    "T07-output-tokens-mislabelled": ("wrong-signal", "higher", "shop-agent"),
+    "P01-client-constructed-per-call": ("redundant-work", "higher", "shop-mcp"),
+    "P02-search-detail-fanout": ("redundant-work", "higher", "shop-mcp"),
+    "P03-stats-reads-whole-table": ("over-fetch", "higher", "shop-api"),
+    "P04-stats-payload-rendered": ("redundant-work", "higher", "shop-api"),
+    "P05-sync-model-call-on-loop": ("blocking", "present", "shop-agent"),
+    "B01-order-ref-count-collision": ("wrong-result", "present", "shop-api"),
+    "B02-retries-on-client-errors": ("retry-storm", "higher", "shop-mcp"),
+    "B03-quantity-key-mismatch": ("wrong-result", "lower", "shop-mcp"),
+}
+
+
+def stated(defect: str) -> str:
+    return "[claim: {}, {}, {}]".format(*CLAIMS[defect])
+
 # --- honest: one per planted defect, the wording varied --------------------------------------
 HONEST_A = [
     ("T01-orders-bypass-db-span", "Telemetry",
@@ -198,8 +221,10 @@ HONEST_B = [
 
 
 def honest_a(store: Path) -> str:
-    rows = "\n".join(f"| {i} | {text} | {kind} | high | {ev} |" for i, (_, kind, text, ev) in enumerate(HONEST_A, 1))
-    return as_read(f"{HEAD}{rows}\n\n## Telemetry gaps\n\n{GAP_A[1]}\n", store)
+    rows = "\n".join(f"| {i} | {text} {stated(d)} | {kind} | high | {ev} |"
+                     for i, (d, kind, text, ev) in enumerate(HONEST_A, 1))
+    gap = GAP_A[1].replace(": {{", f" {stated(GAP_A[0])}: {{{{", 1)
+    return as_read(f"{HEAD}{rows}\n\n## Telemetry gaps\n\n{gap}\n", store)
 
 
 def test_honest_findings_are_all_counted_each_once(run, tmp_path: Path):
@@ -224,8 +249,8 @@ def test_honest_findings_are_all_counted_each_once(run, tmp_path: Path):
     assert not [q for q in key_sql if q not in " ".join(report.split()) and q in " ".join(saved.split())]
     assert str(Path.home()) + "/" not in saved and str(store) not in saved and str(tmp_path) not in saved
 
-    rows = "\n".join(f"| {i} | {text} | {kind} | medium | {ev} | {loc} |"
-                     for i, (_, kind, text, ev, loc) in enumerate(HONEST_B, 1))
+    rows = "\n".join(f"| {i} | {text} {stated(d)} | {kind} | medium | {ev} | {loc} |"
+                     for i, (d, kind, text, ev, loc) in enumerate(HONEST_B, 1))
     odd = rule(store, drive, tmp_path, "b", as_read(f"{ODD_HEAD}{rows}\n\n## Telemetry gaps\n", store))
     bad = [(f.number, f.reason) for f in odd.findings if f.verdict != HELD_UP]
     assert bad == [], bad
@@ -248,9 +273,9 @@ def test_the_structured_twin_is_ruled_as_the_markdown(run, tmp_path: Path):
                 break
         if function:
             code["function"] = function
-        direction = "absent" if queries[0]["read"] == 0 else "lower" if defect.startswith("T03") else "higher"
-        records.append({"number": str(i), "claim": claim, "kind": kind, "direction": direction,
-                        "queries": queries, "code": code})
+        claim_kind, direction, scope = CLAIMS[defect]
+        records.append({"number": str(i), "claim": claim, "kind": claim_kind, "direction": direction,
+                        "scope": scope, "queries": queries, "code": code})
     structured = rule(store, drive, tmp_path, "twin", records={"findings": records})
     markdown = rule(store, drive, tmp_path, "md", text)
     assert structured.source == "findings.json" and markdown.source == "report.md"
@@ -266,6 +291,28 @@ P04_SAMPLES = "SELECT sum(samples) FROM profiles WHERE stack LIKE '%shop_api.app
 P01_SAMPLES = "SELECT sum(samples) FROM profiles WHERE service = 'shop-mcp' AND stack LIKE '%ssl:create_default_context%'"
 
 # --- false: each built to game one check --------------------------------------------------------
+# Each false row states the claim it would be credited on (issue 48): what fails is that claim.
+FALSE_CLAIMS = {
+    'inverted: more children than products': '[claim: missing-signal, present, shop-api]',
+    'inverted: fewer retired names': '[claim: wrong-signal, lower, shop-mcp]', "another mechanism over P04's query": '[claim: over-fetch, higher, shop-api]', "Y's query under X's claim, shared function": '[claim: wrong-signal, lower, shop-api]', "B02's claim over T04's query (shared call)": '[claim: retry-storm, higher, shop-mcp]', "P01's claim over T04's query (shared call)": '[claim: redundant-work, higher, shop-mcp]',
+    'generic count': '[claim: missing-signal, absent, shop-api]',
+    'generic count of mcp spans': '[claim: missing-signal, absent, shop-mcp]',
+    'now() filter': '[claim: missing-signal, absent, shop-api]',
+    'absolute time filter': '[claim: redundant-work, higher, shop-api]',
+    'number in prose': '[claim: redundant-work, higher, shop-mcp]',
+    'wrong number quoted': '[claim: wrong-signal, present, shop-mcp]',
+    'code reading only': '[claim: missing-signal, absent, shop-api]',
+    'constant claimed as absence': '[claim: missing-signal, absent, shop-agent]',
+    'right file, wrong function': '[claim: missing-signal, absent, shop-api]',
+    'no code accused': '[claim: missing-signal, absent, shop-api]',
+    'a host file': '[claim: missing-signal, absent, shop-api]',
+    'names nothing': '',
+    'oversized cell': '[claim: missing-signal, absent, shop-api]',
+    'obs drive as evidence': '[claim: missing-signal, absent, shop-api]',
+    'a time filter that reads nothing anywhere': '[claim: wrong-signal, present, shop-mcp]',
+    'slow on the controls': '[claim: redundant-work, higher, shop-mcp]'}
+
+
 FALSE = {
     "inverted: more children than products": (
         "POST /orders spans carry more sqlite child spans than GET /products ones: place_order in "
@@ -338,6 +385,7 @@ FALSE = {
 def test_false_findings_hold_nothing(run, tmp_path: Path, case: str):
     store, drive = run
     text, evidence = FALSE[case]
+    text = f"{FALSE_CLAIMS[case]} {text}"  # stated first: an oversized cell is cut after it
     kind = "Perf" if any(w in case for w in ("P0", "mechanism", "slow", "number in prose")) else "Telemetry"
     report = as_read(f"{HEAD}| 1 | {text} | {kind} | high | {evidence} |\n\n## Telemetry gaps\n", store)
     rulings = rule(store, drive, tmp_path, "false", report)
@@ -350,10 +398,10 @@ def test_one_query_is_evidence_for_one_defect_once(run, tmp_path: Path):
     store, drive = run
     # P04's query moves with P03's fix too (no whole table, no payload to render): credited to the
     # finding that claims P04, never again to a second finding that claims P03 with it.
-    rows = (f"| 1 | GET /stats renders the catalog with json.dumps to log its size: src/shop_api/app.py stats | Perf "
-            f"| high | {{{{{P04_SAMPLES}}}}} |\n"
-            f"| 2 | GET /stats reads every product row and aggregates in Python: src/shop_api/app.py stats | Perf "
-            f"| high | {{{{{P04_SAMPLES}}}}} |\n")
+    rows = (f"| 1 | GET /stats renders the catalog with json.dumps to log its size: src/shop_api/app.py stats "
+            f"{stated('P04-stats-payload-rendered')} | Perf | high | {{{{{P04_SAMPLES}}}}} |\n"
+            f"| 2 | GET /stats reads every product row and aggregates in Python: src/shop_api/app.py stats "
+            f"{stated('P03-stats-reads-whole-table')} | Perf | high | {{{{{P04_SAMPLES}}}}} |\n")
     rulings = rule(store, drive, tmp_path, "once", as_read(f"{HEAD}{rows}\n## Telemetry gaps\n", store))
     one, two = rulings.findings
     assert one.verdict == HELD_UP and one.defects == [label("P04-stats-payload-rendered")], one.reason
@@ -365,14 +413,15 @@ def test_structured_inverted_directions_hold_nothing(run, tmp_path: Path):
     with duckdb.connect(str(store), read_only=True) as con:
         t04 = con.execute(T04_COUNT).fetchone()[0]
     records = {"findings": [
-        {"number": "1", "claim": "POST /orders spans get their sqlite child span", "kind": "Telemetry",
-         "direction": "present", "queries": [{"query": T01_ABSENT, "read": 0}],
+        {"number": "1", "claim": "POST /orders spans get their sqlite child span", "kind": "missing-signal",
+         "direction": "present", "scope": "shop-api", "queries": [{"query": T01_ABSENT, "read": 0}],
          "code": {"file": "src/shop_api/app.py", "function": "place_order"}},
-        {"number": "2", "claim": "shop-mcp client spans lack the retired http.method name", "kind": "Telemetry",
-         "direction": "lower", "queries": [{"query": T04_COUNT, "read": t04}],
+        {"number": "2", "claim": "shop-mcp client spans lack the retired http.method name", "kind": "wrong-signal",
+         "direction": "lower", "scope": "shop-mcp", "queries": [{"query": T04_COUNT, "read": t04}],
          "code": {"file": "src/shop_mcp/api.py", "function": "call"}},
-        {"number": "3", "claim": "shop-mcp client spans lack the retired http.method name", "kind": "Telemetry",
-         "direction": "absent", "queries": [{"query": T04_COUNT, "read": t04}],
+        # The key accepts `absent` for T04 only of the current names: the retired one named, it is no match.
+        {"number": "3", "claim": "shop-mcp client spans lack the retired http.method name", "kind": "wrong-signal",
+         "direction": "absent", "scope": "shop-mcp:http.method", "queries": [{"query": T04_COUNT, "read": t04}],
          "code": {"file": "src/shop_mcp/api.py", "function": "call"}},
     ]}
     rulings = rule(store, drive, tmp_path, "inv", records=records)

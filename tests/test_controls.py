@@ -94,7 +94,8 @@ def _rule(run_store: Path, tmp_path: Path, controls, text: str, evidence: str, k
     return f
 
 
-T01 = "POST /orders spans never get a sqlite database child span: place_order in src/shop_api/app.py skips db.query"
+T01 = ("POST /orders spans never get a sqlite database child span: place_order in src/shop_api/app.py skips db.query "
+       "[claim: missing-signal, absent, shop-api]")  # the claim stated as `obs finding report` writes it
 ABSENT = ("`SELECT count(*) FROM spans s WHERE s.name = 'POST /orders' AND EXISTS (SELECT 1 FROM spans c WHERE "
           "c.parent_span_id = s.span_id AND c.attributes->>'$.\"db.system.name\"' = 'sqlite')` → 0")
 CONTRAST = ("`SELECT count(*) FROM spans s WHERE s.name = 'GET /products/{product_id}' AND EXISTS (SELECT 1 FROM "
@@ -110,23 +111,27 @@ CONTRAST = ("`SELECT count(*) FROM spans s WHERE s.name = 'GET /products/{produc
     # T01's fix adds one span per order: a count of all shop-api spans must not become evidence.
     (T01, "`SELECT count(*) FROM spans WHERE service = 'shop-api'`", False, "read differently"),
     # Retired names: many on the run, none with the fix.
-    ("shop-mcp's client spans carry the retired http.method: src/shop_mcp/api.py call",
+    ("shop-mcp's client spans carry the retired http.method: src/shop_mcp/api.py call "
+     "[claim: wrong-signal, present, shop-mcp]",
      "`SELECT count(*) FROM spans WHERE service = 'shop-mcp' AND attributes->>'$.\"http.method\"' IS NOT NULL`",
      True, "with that defect fixed"),
     # ... while an absence of the opposite ('BREW') reads 0 on both.
-    ("shop-mcp client spans carry no http.method at all: src/shop_mcp/api.py call",
+    ("shop-mcp client spans carry no http.method at all: src/shop_mcp/api.py call [claim: wrong-signal, absent, shop-mcp]",
      "`SELECT count(*) FROM spans WHERE service = 'shop-mcp' AND attributes->>'$.\"http.method\"' = 'BREW'` → 0",
      False, "read differently"),
     # The unexported logger: 0 records on the run, its per-call lines with the fix.
-    ("The shop_mcp.api logger never exports its lines (propagate=False in src/shop_mcp/api.py, call)",
+    ("The shop_mcp.api logger never exports its lines (propagate=False in src/shop_mcp/api.py, call) "
+     "[claim: missing-signal, absent, shop-mcp]",
      "`SELECT count(*) FROM logs WHERE scope = 'shop_mcp.api'` → 0", True, "with that defect fixed"),
-    ("GET /stats reads every product row and aggregates in Python: src/shop_api/app.py: the stats handler",
+    ("GET /stats reads every product row and aggregates in Python: src/shop_api/app.py: the stats handler "
+     "[claim: over-fetch, higher, shop-api]",
      "`SELECT max(CAST(attributes->>'$.\"db.response.returned_rows\"' AS INTEGER)) FROM spans WHERE name LIKE "
      "'SELECT%' AND trace_id IN (SELECT trace_id FROM spans WHERE name = 'GET /stats')` → 3000", True,
      "with that defect fixed"),
     # Colliding order refs: a few in every unfixed drive (the scenario's rushes), their number
     # noisy (1 or 2 or 3), none with the fix; the fix switches the thing off, whatever the spread.
-    ("Concurrent orders get the same order_ref: place_order in src/shop_api/app.py computes it from COUNT(*)",
+    ("Concurrent orders get the same order_ref: place_order in src/shop_api/app.py computes it from COUNT(*) "
+     "[claim: wrong-result, present, shop-api]",
      "`SELECT count(*) FROM (SELECT attributes->>'$.\"shop.order.ref\"' AS r FROM logs WHERE body = 'order placed' "
      "GROUP BY r HAVING count(*) > 1)`", True, "with that defect fixed"),
 ])

@@ -210,7 +210,11 @@ def test_the_re_run_is_confined(store, tmp_path):
     ("SELECT count(*) FROM spans WHERE name = 'nothing'", 0, False, "absence"),
     ("SELECT 40", 40, False, "no telemetry table"),
     ("SELECT 12 FROM spans LIMIT 1", 12, False, "constant"),
-    ("SELECT 7 + 0 * count(*) FROM spans", 7, False, "constant written into its own select list"),
+    # Issue 48: a literal never turns a check off: it re-runs as a measurement, flagged `constant_claim`,
+    # which the controls (a constant never moves) or `reads_defect` (without them) then refuse.
+    ("SELECT 7 + 0 * count(*) FROM spans", 7, True, ""),
+    ("-- the stats calls\nSELECT count(*) FROM spans WHERE name = 'GET /stats'", 400, True, ""),
+    ("FROM spans SELECT count(*) WHERE name = 'GET /stats'", 400, True, ""),
     ("SELECT count(*) FROM spans /* WHERE name = 'x' */", None, True, ""),
 ])
 def test_what_re_runs_to_its_claim_and_what_is_evidence(store, sql, claimed, evidence, why):
@@ -221,3 +225,17 @@ def test_what_re_runs_to_its_claim_and_what_is_evidence(store, sql, claimed, evi
         con.close()
     assert check.evidence is evidence, (check.result, check.why, check.not_evidence)
     assert why in (check.why + check.not_evidence)
+
+
+@pytest.mark.parametrize(("sql", "claimed", "constant"), [
+    ("SELECT 7 + 0 * count(*) FROM spans", 7, True),
+    ("SELECT round(count(*) / 100.0, 0) FROM spans WHERE name = 'GET /stats'", 4, False),
+    ("SELECT count(*) FROM spans WHERE name = 'GET /stats'", 400, False),
+])
+def test_a_reading_equal_to_a_select_list_number_is_flagged_not_refused(store, sql, claimed, constant):
+    con = open_store(store)
+    try:
+        check = rerun(con, Cited(sql, claimed))
+    finally:
+        con.close()
+    assert check.evidence and check.constant_claim is constant

@@ -17,12 +17,14 @@ from harness.telemetry import obs
 from harness.telemetry import obs_finding as of
 from harness.telemetry.schema import create_all
 from harness.verdicts import evidence as ev
+from harness.verdicts.claims import ENV, load_vocabulary
 from harness.verdicts.findings import FINDINGS_CAP, collect, report_from_records
 from harness.verdicts.report import parse_report
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = ROOT / "missions" / "observability" / "workspace"
 SQL = "SELECT count(*) FROM spans WHERE name = 'POST /orders'"
+VOCAB = load_vocabulary(ROOT / "missions" / "observability")
 
 
 @pytest.fixture
@@ -32,12 +34,18 @@ def workspace(tmp_path: Path, monkeypatch) -> Path:
     monkeypatch.chdir(ws)
     monkeypatch.setenv("OBS_URL", "http://127.0.0.1:9")  # no store: query checks say so, records still validate
     monkeypatch.setenv("OBS_LOG", str(tmp_path / "calls.jsonl"))
+    monkeypatch.setenv(ENV, VOCAB.as_env())  # as the launch hands it to the agent
     return ws
 
 
 def _add(*extra: str) -> int:
-    return obs.main(["finding", "add", "--claim", "POST /orders spans get no sqlite child span", "--kind", "Telemetry",
-                     "--query", SQL, "--read", "0", "--direction", "absent", "--file", "src/shop_api/app.py", *extra])
+    args = ["--kind", "missing-signal", "--direction", "absent", "--scope", "shop-api:POST /orders"]
+    for flag in ("--kind", "--direction", "--scope"):  # a test's own value replaces the default
+        if flag in extra:
+            i = args.index(flag)
+            del args[i:i + 2]
+    return obs.main(["finding", "add", "--claim", "POST /orders spans get no sqlite child span", *args,
+                     "--query", SQL, "--read", "0", "--file", "src/shop_api/app.py", *extra])
 
 
 def test_add_writes_a_record_the_schema_accepts(workspace: Path, capsys):
@@ -86,14 +94,15 @@ def test_check_names_missing_code_and_queries_that_read_otherwise(workspace: Pat
     assert "SELECT count(*) FROM nowhere` fails" in text
     assert "not under this workspace" in text
     assert "obs traces search" not in text  # it reads 0 rows, as recorded
-    assert "finding 3: `SELECT count(*) FROM spans WHERE name = 'POST /orders'` reads 0: it cannot read present" in text
+    # The direction is the claim's, not the query's: a reading of 0 with `present` is no longer refused here.
+    assert "finding 3" not in text
 
 
 def test_the_harness_reads_records_as_fields(tmp_path: Path):
     path = tmp_path / "findings.json"
     path.write_text(json.dumps({"findings": [
-        {"number": "1", "claim": "POST /orders spans get no sqlite child span", "kind": "Telemetry",
-         "direction": "absent", "queries": [{"query": SQL, "read": 0}],
+        {"number": "1", "claim": "POST /orders spans get no sqlite child span", "kind": "missing-signal",
+         "direction": "absent", "scope": "shop-api", "queries": [{"query": SQL, "read": 0}],
          "code": {"file": "src/shop_api/app.py", "line": 150}},
         {"number": "2", "claim": "too short kind", "kind": "Speed", "direction": "up",
          "queries": [{"query": SQL, "read": 0}], "code": {"file": "src/shop_api/app.py", "function": "stats"}},
@@ -101,6 +110,7 @@ def test_the_harness_reads_records_as_fields(tmp_path: Path):
     report = report_from_records(path, SOURCES)
     one, two = report.findings
     assert (one.direction, one.queries, one.kind) == ("absent", [{"query": SQL, "read": 0}], "Telemetry")
+    assert (one.claim_kind, one.scope) == ("missing-signal", "shop-api")  # the category follows the kind
     assert "src/shop_api/app.py" in one.code  # a line resolves to its function, or to module level
     assert two.problem and "findings schema" in two.problem and two.queries == []
     # Rendered to markdown, the same findings parse back (the report.md twin).
@@ -136,3 +146,47 @@ def test_hostile_records_are_named_never_raised(tmp_path: Path, raw: bytes):
     report = report_from_records(path, SOURCES)
     assert all(f.problem or f.queries is not None for f in report.findings)
     assert report.problems or report.findings == []
+
+
+@pytest.mark.parametrize(("extra", "field", "fix"), [
+    (("--kind", "Telemetry"), "kind: 'Telemetry' (that is a category", "give --kind one of missing-signal"),
+    (("--kind", "slowness"), "kind: 'slowness'", "give --kind one of"),
+    (("--scope", "shop-web"), "scope: service 'shop-web' is not one of shop-api", "--scope SERVICE"),
+    (("--scope", "shop-api:"), "scope: the target after ':' is empty", "--scope SERVICE:TARGET"),
+])
+def test_add_checks_the_closed_claim_fields_against_the_mission_vocabulary(workspace: Path, capsys, extra, field, fix):
+    assert _add("--function", "place_order", *extra) == 1
+    err = capsys.readouterr().err
+    assert field in err and fix in err
+    assert not (workspace / "findings.json").exists()
+
+
+def test_add_without_the_vocabulary_says_where_it_comes_from(workspace: Path, capsys, monkeypatch):
+    monkeypatch.delenv(ENV)
+    assert _add("--function", "place_order") == 1
+    assert "OBS_CLAIMS" in capsys.readouterr().err
+
+
+def test_a_comment_or_from_first_query_is_sql(workspace: Path, tmp_path: Path):
+    store = tmp_path / "t.duckdb"
+    with duckdb.connect(str(store)) as con:
+        create_all(con)
+    con = ev.open_store(store)
+    try:
+        for query in ("-- orders\nSELECT count(*) FROM spans", "FROM spans SELECT count(*)",
+                      "/* x */ WITH s AS (SELECT * FROM spans) SELECT count(*) FROM s"):
+            assert of._query_problems(ev._ReadOnlyClient(con), query, 0) == [], query
+    finally:
+        con.close()
+
+
+def test_the_report_states_the_claim_in_the_form_the_parser_reads_back(tmp_path: Path):
+    from harness.verdicts.keymatch import load_findings
+
+    record = {"number": "1", "claim": "POST /orders spans get no sqlite child span", "kind": "missing-signal",
+              "direction": "absent", "scope": "shop-api:POST /orders", "queries": [{"query": SQL, "read": 0}],
+              "code": {"file": "src/shop_api/app.py", "function": "place_order"}}
+    (tmp_path / "report.md").write_text(of.render({"findings": [record]}, vocab=VOCAB))
+    row = load_findings(tmp_path, tmp_path / "report.md", SOURCES).findings[0]
+    assert (row.claim_kind, row.direction, row.scope, row.kind) == ("missing-signal", "absent", "shop-api:POST /orders",
+                                                                    "Telemetry")

@@ -30,15 +30,15 @@ mode: drive
 
 | # | Finding | Kind | Severity | Evidence |
 |---|---------|------|----------|----------|
-| 1 | POST /orders spans have no database child span, unlike GET /products/{product_id}: place_order in src/shop_api/app.py skips db.query | Telemetry | high | `obs sql "SELECT count(*) FROM spans s WHERE s.name = 'POST /orders' AND EXISTS (SELECT 1 FROM spans c WHERE c.parent_span_id = s.span_id AND c.attributes->>'$.\\"db.system.name\\"' = 'sqlite')"` → 0 traces; `obs sql "SELECT count(*) FROM spans s WHERE s.name = 'GET /products/{product_id}' AND EXISTS (SELECT 1 FROM spans c WHERE c.parent_span_id = s.span_id AND c.attributes->>'$.\\"db.system.name\\"' = 'sqlite')"` → 1 |
-| 2 | GET /stats spends its CPU in json.dumps rendering the catalog, in stats() of src/shop_api/app.py | Perf | medium | `obs profiles top --service shop-api` → json:dumps 40 % self |
-| 3 | Order writes go to SQLite without a db child span under POST /orders | Telemetry | medium | same query as finding 1 |
-| 4 | shop-mcp exports no logs at all, and shop.orders.placed carries the constant product.category "general" (src/shop_mcp/api.py call, src/shop_api/app.py place_order) | Telemetry | medium | `obs logs search --service shop-mcp` → 0; `obs metrics query shop.orders.placed --by product.category` → one series |
-| 5 | The slowest spans belong to shop-api | Perf | low | `obs traces search --limit 5` → 5 spans |
+| 1 | POST /orders spans have no database child span, unlike GET /products/{product_id}: place_order in src/shop_api/app.py skips db.query [claim: missing-signal, absent, shop-api] | Telemetry | high | `obs sql "SELECT count(*) FROM spans s WHERE s.name = 'POST /orders' AND EXISTS (SELECT 1 FROM spans c WHERE c.parent_span_id = s.span_id AND c.attributes->>'$.\\"db.system.name\\"' = 'sqlite')"` → 0 traces; `obs sql "SELECT count(*) FROM spans s WHERE s.name = 'GET /products/{product_id}' AND EXISTS (SELECT 1 FROM spans c WHERE c.parent_span_id = s.span_id AND c.attributes->>'$.\\"db.system.name\\"' = 'sqlite')"` → 1 |
+| 2 | GET /stats spends its CPU in json.dumps rendering the catalog, in stats() of src/shop_api/app.py [claim: redundant-work, higher, shop-api] | Perf | medium | `obs profiles top --service shop-api` → json:dumps 40 % self |
+| 3 | Order writes go to SQLite without a db child span under POST /orders [claim: missing-signal, absent, shop-api:POST /orders] | Telemetry | medium | same query as finding 1 |
+| 4 | shop-mcp exports no logs at all, and shop.orders.placed carries the constant product.category "general" (src/shop_mcp/api.py call, src/shop_api/app.py place_order) [claim: wrong-signal, lower, shop-api] | Telemetry | medium | `obs logs search --service shop-mcp` → 0; `obs metrics query shop.orders.placed --by product.category` → one series |
+| 5 | The slowest spans belong to shop-api [claim: latency, higher, shop-api] | Perf | low | `obs traces search --limit 5` → 5 spans |
 
 ## Telemetry gaps
 
-- gen_ai.client.operation.duration is absent although chat spans exist (complete() in src/shop_agent/model.py) — `obs metrics list`
+- gen_ai.client.operation.duration is absent although chat spans exist (complete() in src/shop_agent/model.py) [claim: missing-signal, absent, shop-agent] — `obs metrics list`
 """
 
 
@@ -88,10 +88,9 @@ def test_key_matcher_proposals(run_dir: Path):
 
     one = by["1"]  # its absence (→ 0) is no evidence by itself; its contrast (→ 1) is, and the code is named
     assert one.defects == [label("T01-orders-bypass-db-span")] and one.verdict == HELD_UP and one.counts == 1
-    # Matched on the claim's own words (issue 34): "sqlite" is only in its SQL, so it is not a match.
-    assert "matched:" in one.reason and "child" in one.reason and "database" in one.reason
-    assert "sqlite" not in one.reason.split("matched:")[1].split(")")[0]
-    assert "by cited query 2" in one.reason
+    # Matched on the claim it states (issue 48), never on its words.
+    assert "its stated claim (missing-signal, absent, shop-api) is one the key states" in one.reason
+    assert "cited query 2" in one.reason
     own = one.evidence  # the finding's own re-runs only: the key's SQL and ids stay out (issue 34)
     assert [(e.query.split()[:2], e.result, e.holds, e.defect) for e in own] == [
         (["obs", "sql"], 0, True, None), (["obs", "sql"], 1, True, None)]
@@ -109,13 +108,14 @@ def test_key_matcher_proposals(run_dir: Path):
     assert (three.counts, three.restates, three.verdict) == (0, "1", NOT_HELD_UP)
     assert "restates finding 1" in three.reason
 
-    four = by["4"]  # words name two defects; only T03 has a query of its own (the logs one claims an absence)
+    four = by["4"]  # its stated claim matches T02's and T03's; only T03 has a query of its own
     assert four.defects == [label("T03-constant-category-label")]
     assert four.verdict == HELD_UP and four.counts == 1
 
-    five = by["5"]  # names nothing: left to a grader or a person (its query re-run, for them)
+    five = by["5"]  # a claim the key states for no defect: left to a grader or a person (its query re-run, for them)
     assert five.defects == [] and five.verdict == NOT_HELD_UP and five.counts == 1
-    assert five.reason == NO_DEFECT_REASON and [e.holds for e in five.evidence] == [True]
+    assert "is not one the key states for any planted defect" in five.reason
+    assert [e.holds for e in five.evidence] == [True]
 
     gap = by["G1"]  # named; `obs metrics list` reads no literal of T05's, and half the key's evidence is false
     assert gap.defects == [label("T05-operation-duration-declared-unrecorded")] and gap.verdict == NOT_HELD_UP
@@ -244,7 +244,8 @@ T01_QUERY = ("`obs sql \"SELECT count(*) FROM spans s WHERE s.name = 'GET /produ
 
 def _one(run_dir: Path, text: str, evidence: str):
     head = REPORT.split("| 1 |")[0]
-    (run_dir / "report.md").write_text(f"{head}| 1 | {text} | Telemetry | high | {evidence} |\n\n## Telemetry gaps\n")
+    claim = "[claim: missing-signal, absent, shop-api]"  # stated as `obs finding report` writes it
+    (run_dir / "report.md").write_text(f"{head}| 1 | {text} {claim} | Telemetry | high | {evidence} |\n\n## Telemetry gaps\n")
     finding = draft_rulings(run_dir, KEY).finding("1")
     assert finding.defects == [label("T01-orders-bypass-db-span")]
     return finding

@@ -44,6 +44,9 @@ def rule_cmd(run_id: Annotated[str, typer.Argument(help="The run to rule (a fold
 
     from harness.errors import UserError
     from harness.verdicts import rule as rules
+    from harness.verdicts.bounds import cap_memory
+
+    cap_memory()  # `set` and `--final` may draft too: what the agent's queries build cannot grow this process past it
 
     if action is not None or final:
         if action is not None and action not in ACTIONS:

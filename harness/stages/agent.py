@@ -133,6 +133,11 @@ def mission_setup(rec: RunRecord, ctx: LaunchContext) -> None:
     rec.artifacts.workspace = str(ctx.workspace)
     ctx.services = start_services(mission, ctx.workspace, paths.dir)
     ctx.env = merge_env(ctx.agent_env(paths.opencode_home), ctx.services)
+    from harness.verdicts.claims import ENV, load_vocabulary
+
+    vocabulary = load_vocabulary(mission.dir)  # `obs finding add` checks --kind/--direction/--scope against it
+    if vocabulary is not None:
+        ctx.env[ENV] = vocabulary.as_env()
     ctx.title = f"llms-benchmark {ctx.pf.preset.name}"
     rec.artifacts.opencode_events = str(paths.opencode_events)
     rec.artifacts.opencode_stderr = str(paths.opencode_stderr)

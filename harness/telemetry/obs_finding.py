@@ -1,14 +1,16 @@
 """`obs finding add|list|check|report`: the agent's findings as structured records.
 
 Each finding is one record of `findings.json` in the workspace, checked against SCHEMA when
-written: the claim (what is wrong, what it causes), its kind, the queries cited with what each
-read, the direction the reading lies from a healthy system's (higher, lower, absent, present),
-and the accused code (file, and function or line, or module level). `check` re-runs every
+written: the claim (what is wrong, what it causes), and as closed fields from the mission's
+vocabulary (OBS_CLAIMS, the mission's claims.yaml) its kind, the direction the measured thing lies
+from a healthy system's (higher, lower, absent, present) and its scope (a service, optionally
+SERVICE:TARGET); the queries cited with what each read; and the accused code (file, and function
+or line, or module level). Those fields, never the claim's words, are what a finding is credited on. `check` re-runs every
 cited query on the store and looks the code up in the workspace, so a mistake is fixed before
 the report is final; `report` renders report.md from the records.
 
-    obs finding add --claim TEXT --kind Telemetry|Perf|Behavior --query SQL_OR_OBS --read N
-                    --direction higher|lower|absent|present --file src/x.py [--function NAME]
+    obs finding add --claim TEXT --kind KIND --direction higher|lower|absent|present --scope SERVICE[:TARGET]
+                    --query SQL_OR_OBS --read N --file src/x.py [--function NAME]
                     [--line N] [--module-level] [--severity low|medium|high] [--impact TEXT] [--gap]
     obs finding list [--json]
     obs finding check
@@ -31,7 +33,7 @@ MAX_RECORDS = 200
 TEXT_MAX = 4000
 QUERY_MAX = 4000
 DIRECTIONS = ["higher", "lower", "absent", "present"]
-KINDS = ["Telemetry", "Perf", "Behavior"]
+KINDS = ["Telemetry", "Perf", "Behavior"]  # the results table's categories; a claim's kind maps onto one
 
 SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -45,13 +47,14 @@ SCHEMA: dict[str, Any] = {
             "items": {
                 "type": "object",
                 "additionalProperties": False,
-                "required": ["number", "claim", "kind", "queries", "direction", "code"],
+                "required": ["number", "claim", "kind", "queries", "direction", "scope", "code"],
                 "properties": {
                     "number": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]{0,11}$"},
                     "section": {"enum": ["anomalies", "gaps"]},
                     "claim": {"type": "string", "minLength": 8, "maxLength": TEXT_MAX},
                     "impact": {"type": "string", "maxLength": TEXT_MAX},
-                    "kind": {"enum": KINDS},
+                    "kind": {"type": "string", "maxLength": 40},  # checked against the vocabulary
+                    "scope": {"type": "string", "minLength": 1, "maxLength": 200},
                     "severity": {"enum": ["low", "medium", "high"]},
                     "direction": {"enum": DIRECTIONS},
                     "queries": {
@@ -82,25 +85,74 @@ SCHEMA: dict[str, Any] = {
 }
 
 
-def schema_problems(data: Any) -> list[str]:
-    """Every way `data` misses the schema, each naming the finding and the field, with its fix."""
-    import jsonschema
+SHOWN_PROBLEMS = 20  # problems spelled out; the rest are counted, never all built
 
-    validator = jsonschema.Draft202012Validator(SCHEMA)
+
+def _record_problems(validator, item: Any, vocab) -> list[tuple[str, str]]:
+    """(field, message) for one record: the schema's first few, then its closed claim fields."""
+    from itertools import islice
+
+    from harness.verdicts.claims import record_claim_problems
+
     out = []
-    for err in sorted(validator.iter_errors(data), key=lambda e: list(e.path))[:20]:
-        path = list(err.path)
-        where = "findings.json"
-        if len(path) >= 2 and path[0] == "findings" and isinstance(path[1], int):
-            items = data.get("findings") if isinstance(data, dict) else None
-            number = items[path[1]].get("number") if isinstance(items, list) and isinstance(items[path[1]], dict) else None
-            where = f"finding {number if isinstance(number, str) else '#' + str(path[1] + 1)}"
-            path = path[2:]
-        field = ".".join(str(p) for p in path) or "(record)"
+    for err in islice(validator.iter_errors(item), 5):
+        field = ".".join(str(p) for p in err.path) or "(record)"
         message = err.message if len(err.message) < 200 else err.message[:197] + "..."
         if err.validator == "anyOf" and field.endswith("code"):
             message = "name the function (--function), a line (--line) or say it is module level (--module-level)"
-        out.append(f"{where}: {field}: {message}")
+        out.append((field, message))
+    if vocab is not None and isinstance(item, dict):
+        bad = {f for f, _ in out}
+        for problem in record_claim_problems(item.get("kind"), item.get("direction"), item.get("scope"), vocab):
+            field, message = problem.split(": ", 1)
+            if field not in bad:
+                out.append((field, message))
+    return out
+
+
+def record_problems(data: Any, vocab=None, limit: int = MAX_RECORDS) -> dict[int, list[str]]:
+    """Per record index (of the first `limit`), what it misses: schema and, with the mission's
+    vocabulary, its kind, direction and scope. One record's problems never touch another's."""
+    import jsonschema
+
+    items = data.get("findings") if isinstance(data, dict) else None
+    if not isinstance(items, list):
+        return {}
+    validator = jsonschema.Draft202012Validator(SCHEMA["properties"]["findings"]["items"])
+    out: dict[int, list[str]] = {}
+    for i, item in enumerate(items[:limit]):
+        found = _record_problems(validator, item, vocab)
+        if found:
+            out[i] = [f"{field}: {message}" for field, message in found]
+    return out
+
+
+def _where(items: list, i: int) -> str:
+    number = items[i].get("number") if isinstance(items[i], dict) else None
+    return f"finding {number if isinstance(number, str) and len(number) <= 12 else '#' + str(i + 1)}"
+
+
+def schema_problems(data: Any, vocab=None) -> list[str]:
+    """Every way `data` misses the schema (and, with `vocab`, the mission's claim vocabulary), each
+    naming the finding and the field, with its fix. Bounded whatever `data` is: records past
+    MAX_RECORDS are counted, not validated; past SHOWN_PROBLEMS problems are counted, not built."""
+    if not isinstance(data, dict):
+        return ["findings.json: (record): the file must be an object {\"findings\": [...]}"]
+    out = [f"findings.json: {key}: unknown field; the only field is findings" for key in list(data)[:5]
+           if key != "findings"]
+    items = data.get("findings")
+    if not isinstance(items, list):
+        return out + ["findings.json: findings: missing or not a list"]
+    if len(items) > MAX_RECORDS:
+        out.append(f"findings.json: findings: {len(items):,} records; at most {MAX_RECORDS} are read")
+    total = len(out)
+    for i, problems in record_problems(data, vocab).items():
+        for p in problems:
+            total += 1
+            if len(out) < SHOWN_PROBLEMS:
+                out.append(f"{_where(items, i)}: {p}")
+    if total > len(out):
+        out.append(f"findings.json: and {total - len(out):,} more problem(s)")
     return out
 
 
@@ -118,7 +170,13 @@ def load(path: Path) -> tuple[dict, list[str]]:
         data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         return {"findings": []}, [f"{path.name}: not JSON ({str(exc).splitlines()[0][:120]}); fix or remove it"]
-    return data, schema_problems(data)
+    return data, schema_problems(data, _vocabulary())
+
+
+def _vocabulary():
+    from harness.verdicts.claims import vocabulary_from_env
+
+    return vocabulary_from_env()
 
 
 def _save(path: Path, data: dict) -> None:
@@ -199,17 +257,19 @@ def code_text(code: dict) -> str:
     return " ".join(parts)
 
 
-def render(data: dict, window: str = "see scenario/drive.json") -> str:
+def render(data: dict, window: str = "see scenario/drive.json", vocab=None) -> str:
     """report.md from the records: the contract's front matter, Anomalies table and gap bullets."""
     rows, gaps = [], []
     for f in data.get("findings", []):
         evidence = "; ".join(f"`{_cell(q['query'])}` → {_cell(q['read'])}" for q in f.get("queries", []))
         claim = f["claim"] + (f" ({f['impact']})" if f.get("impact") else "")
-        what = f"{claim} — {code_text(f['code'])}; reads {f['direction']} than a healthy system"
+        # The closed fields in the one form the report parser reads back without guessing.
+        what = f"{claim} — {code_text(f['code'])} [claim: {f['kind']}, {f['direction']}, {f.get('scope', '')}]"
         if f.get("section") == "gaps":
             gaps.append(f"- {f['number']}: {_cell(what)} — {evidence}")
         else:
-            rows.append(f"| {f['number']} | {_cell(what)} | {f['kind']} | {f.get('severity', 'medium')} | {evidence} |")
+            category = (vocab.kinds.get(f["kind"]) if vocab else None) or f["kind"]
+            rows.append(f"| {f['number']} | {_cell(what)} | {category} | {f.get('severity', 'medium')} | {evidence} |")
     return ("---\nservices: [shop-api, shop-mcp, shop-agent]\n"
             f"window: {window}\nmode: driven\n---\n\n## Anomalies\n\n"
             "| # | Finding | Kind | Severity | Evidence |\n|---|---------|------|----------|----------|\n"
@@ -228,6 +288,8 @@ def _query_problems(client, query: str, read: Any, direction: str | None = None)
     from harness.telemetry.obs_store import QueryFailed, StoreDown
 
     query = query.strip()
+    from harness.verdicts.sqlread import strip_leading_comments
+
     try:
         if query.startswith("obs "):
             import shlex
@@ -237,7 +299,7 @@ def _query_problems(client, query: str, read: Any, direction: str | None = None)
                 return [f"`{query[:60]}` is not a query of the telemetry"]
             out = args.func(client, args)
             got: list[float] = [float(out.rows)]
-        elif re.match(r"^\s*(select|with|from)\b", query, re.IGNORECASE):
+        elif re.match(r"^\s*\(?\s*(select|with|from)\b", strip_leading_comments(query), re.IGNORECASE):
             res = client.sql(query, limit=1000)
             if not res.rows:
                 got = [0.0]
@@ -260,11 +322,8 @@ def _query_problems(client, query: str, read: Any, direction: str | None = None)
     if not any(abs(g - float(read)) <= max(2.0, 0.5 * abs(float(read))) for g in got if g == g):
         shown = ", ".join(f"{g:g}" for g in got[:4] if g == g)
         return [f"`{query[:60]}` reads {shown} now, not the {float(read):g} recorded"]
-    # The direction is checked against a healthy system when ruled; a 0 contradicts some at once.
-    if direction == "absent" and float(read) != 0:
-        return [f"`{query[:60]}` reads {float(read):g}: `--direction absent` claims it reads 0 (or say lower)"]
-    if direction in ("higher", "present") and float(read) == 0:
-        return [f"`{query[:60]}` reads 0: it cannot read {direction} than a healthy system (say absent or lower)"]
+    # The direction is the claim's (where the thing lies against a healthy system), not this
+    # query's: a count of spans *without* a child reads high where the child is absent.
     return []
 
 
@@ -306,7 +365,7 @@ def finding_cmd(client, a: argparse.Namespace):
         if a.module_level:
             code["module_level"] = True
         record: dict[str, Any] = {"number": f"{prefix}{n}", "section": "gaps" if a.gap else "anomalies",
-                                  "claim": a.claim, "kind": a.kind, "direction": a.direction,
+                                  "claim": a.claim, "kind": a.kind, "direction": a.direction, "scope": a.scope,
                                   "queries": [{"query": q, "read": _read_value(r)} for q, r in zip(a.query, a.read)],
                                   "code": code}
         if a.severity:
@@ -314,7 +373,11 @@ def finding_cmd(client, a: argparse.Namespace):
         if a.impact:
             record["impact"] = a.impact
         candidate = {"findings": [*data["findings"], record]}
-        bad = schema_problems(candidate)
+        vocab = _vocabulary()
+        if vocab is None:
+            raise QueryFailed("not added: this workspace has no claim vocabulary (OBS_CLAIMS is unset), so --kind, "
+                              "--direction and --scope cannot be checked; run obs inside the mission's launch")
+        bad = schema_problems(candidate, vocab)
         if bad:
             raise QueryFailed("not added:\n  " + "\n  ".join(bad))
         _save(path, candidate)
@@ -331,8 +394,9 @@ def finding_cmd(client, a: argparse.Namespace):
     if a.action == "list":
         if a.json:
             return Output(json.dumps(data, indent=2).splitlines(), len(data["findings"]))
-        lines = [f"{f.get('number')}  [{f.get('kind')}, {f.get('direction')}]  {str(f.get('claim'))[:100]}  "
-                 f"({code_text(f.get('code') or {})})" for f in data["findings"] if isinstance(f, dict)]
+        lines = [f"{f.get('number')}  [{f.get('kind')}, {f.get('direction')}, {f.get('scope')}]  "
+                 f"{str(f.get('claim'))[:100]}  ({code_text(f.get('code') or {})})"
+                 for f in data["findings"][:MAX_RECORDS] if isinstance(f, dict)]
         return Output(lines + problems or ["no findings yet: obs finding add ..."], len(lines))
     if a.action == "check":
         problems += check_all(data, Path.cwd(), client)
@@ -350,7 +414,7 @@ def finding_cmd(client, a: argparse.Namespace):
             window = f"{drive['start']}/{drive['end']}"
     except (OSError, ValueError, AttributeError):
         pass
-    (Path.cwd() / "report.md").write_text(render(data, window), encoding="utf-8")
+    (Path.cwd() / "report.md").write_text(render(data, window, _vocabulary()), encoding="utf-8")
     return Output([f"report.md written from {len(data['findings'])} finding(s)"], len(data["findings"]))
 
 
@@ -361,12 +425,18 @@ def add_parser(sub) -> None:
     p = actions.add_parser("add", help="add one finding (checked as it is written)")
     p.add_argument("--claim", required=True, help="what is wrong and what it causes")
     p.add_argument("--impact", help="what it causes, if not in the claim")
-    p.add_argument("--kind", required=True, choices=KINDS)
+    vocab = _vocabulary()
+    p.add_argument("--kind", required=True, metavar="KIND",
+                   help="what kind of defect, from the mission's vocabulary: "
+                        + (", ".join(f"{k} ({vocab.means.get(k, '')})" for k in vocab.kinds) if vocab else "see OBS_CLAIMS"))
     p.add_argument("--severity", choices=["low", "medium", "high"])
     p.add_argument("--query", action="append", required=True, help="the SQL or `obs ...` command cited (repeatable)")
     p.add_argument("--read", action="append", required=True, help="what that query read: a number, or a row count")
     p.add_argument("--direction", required=True, choices=DIRECTIONS,
-                   help="where this run's reading lies against a healthy system")
+                   help="where the thing the claim is about lies against a healthy system")
+    p.add_argument("--scope", required=True, metavar="SERVICE[:TARGET]",
+                   help="the service it is about" + (f" ({', '.join(vocab.services)})" if vocab else "")
+                        + ", optionally with a route, span, metric or attribute: shop-api:'POST /orders'")
     p.add_argument("--file", required=True, help="the accused file, relative to the workspace (src/...)")
     p.add_argument("--function", help="the accused function")
     p.add_argument("--line", type=int, help="or the accused line")

@@ -242,11 +242,18 @@ class Controls:
         path = self.path(name)
         return path is not None and path.is_file()
 
+    OPEN_AT_ONCE = 3  # connections kept open: each reserves ~70 MB the rule's memory cap counts (bounds.py)
+
     def connection(self, name: str):
         from harness.verdicts.evidence import open_store
 
-        if name not in self._cons:
-            self._cons[name] = open_store(self.path(name))
+        if name in self._cons:
+            self._cons[name] = self._cons.pop(name)  # most recently used last
+            return self._cons[name]
+        while len(self._cons) >= self.OPEN_AT_ONCE:
+            oldest = next(iter(self._cons))
+            self._cons.pop(oldest).close()
+        self._cons[name] = open_store(self.path(name))
         return self._cons[name]
 
     def close(self) -> None:

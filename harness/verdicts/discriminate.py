@@ -39,6 +39,7 @@ MIN_ABSOLUTE = 1.0  # and one (a single rejected order, 1 vs 0, is a difference;
 # Another defect's fix that moves the query the same way by this share of what the named
 # defect's fix moves it (or more) means the query does not single the named defect out.
 SPECIFIC_SHARE = 0.75
+MAX_EXCUSED = 2  # other fixes moving it as far that its literals may not excuse (one may: cause and consequence)
 
 # The run's request count and the controls': server traces the services answered.
 _REQUESTS = "SELECT count(DISTINCT trace_id) FROM spans WHERE kind = 'SERVER'"
@@ -160,6 +161,15 @@ class Judge:
             return run
         return run * theirs / ours
 
+    def readings(self, check: ev.QueryCheck) -> tuple | None:
+        """What the query read on the run and on every control store read so far (None: none read):
+        two queries reading alike on all of them are one observation."""
+        q = self._queries.get(check.cited.text)
+        run, _ = ev.reading(check)
+        if q is None or not q.readings:
+            return None
+        return (run, *sorted(q.readings.items()))
+
     def shows(self, check: ev.QueryCheck, defect_id: str, direction: str | None, looks_at=None) -> Outcome:
         """`looks_at(other_id)`: whether the query itself looks at the named defect's telemetry and
         not at `other`'s (the key's literals): what breaks a tie when two fixes move it as far (a
@@ -195,6 +205,7 @@ class Judge:
             said = direction or "differently"
             return Outcome(False, note, f"it reads the other way from the claim: the claim says {said} than a "
                                         f"healthy system, but {note}")
+        excused = 0
         for other in self.others:
             if other == defect_id:
                 continue
@@ -206,8 +217,15 @@ class Judge:
                 continue
             at = self._scaled(run, other, check)
             moved_too = abs(at - theirs)
-            if moved_too >= bar(at, theirs) and moved_too >= SPECIFIC_SHARE * diff and \
-                    (at > theirs) == (mine > control) and not (looks_at is not None and looks_at(other)):
-                return Outcome(False, note, "it moves the same way with another planted defect fixed, so it does "
-                                            f"not single out the defect it names ({note})")
+            if moved_too >= bar(at, theirs) and moved_too >= SPECIFIC_SHARE * diff and (at > theirs) == (mine > control):
+                if not (looks_at is not None and looks_at(other)):
+                    return Outcome(False, note, "it moves the same way with another planted defect fixed, so it "
+                                                f"does not single out the defect it names ({note})")
+                excused += 1
+                # Its literals may excuse one other fix (a cause and its consequence: the whole-table
+                # read and the rendering of what it read); moving with several, it measures the drive
+                # (a count not scaled to the run's traffic, a LIMIT), not the defect (issue 48).
+                if excused >= MAX_EXCUSED:
+                    return Outcome(False, note, f"it moves the same way with {excused} other planted defects fixed: "
+                                                f"it measures how the stores were driven, not the defect ({note})")
         return Outcome(True, note)

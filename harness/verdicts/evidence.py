@@ -52,7 +52,12 @@ _GENERIC = {"server", "client", "internal", "producer", "consumer", "error", "ok
             "histogram", "true", "false", ""}
 _CODE_SPAN = re.compile(r"`([^`]+)`")
 _BARE_OBS = re.compile(r"(?<![\w/-])obs\s+(?:traces|metrics|logs|profiles|sql)\b")
-_SQL_START = re.compile(r"^\s*(select|with)\b", re.IGNORECASE)
+_SQL_HEAD = re.compile(r"^\s*\(?\s*(select|with|from)\b", re.IGNORECASE)
+
+
+def is_sql(text: str) -> bool:
+    """SQL as people write it: SELECT, WITH, DuckDB's FROM-first, headed by `--`/`/* */` comments."""
+    return bool(_SQL_HEAD.match(sqlread.strip_leading_comments(text or "")))
 _CLAIM_WORD = re.compile(r"(→|->|=>|\breturn(?:ed|s)?\b|\bgives?\b|\bgave\b|\bshows?\b|\bshowed\b|\byields?\b|=|:)")
 _NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?![\w.]*\w)")
 _JSON_KEY = re.compile(r'\$\."([^"]+)"')
@@ -77,6 +82,7 @@ class QueryCheck:
     evidence: bool = False  # it re-ran to its claim AND measures the telemetry (not a constant, not an absence)
     not_evidence: str = ""  # when it re-ran to its claim but is not evidence: why
     absence: bool = False  # it measures, and claims (or shows) an absence: evidence only against a control
+    constant_claim: bool = False  # the number it claims is also written in its select list (see _classify)
     rows: int = 0  # rows the re-run returned
     first_row: list[float | None] = field(default_factory=list)  # the first row's numeric cells (None: not numeric)
     scales: bool = False  # its reading grows with the traffic driven (a count or a sum, or a row count)
@@ -120,7 +126,7 @@ def cited_queries(evidence: str) -> list[Cited]:
     found: list[tuple[int, int, str]] = []  # (start, end, text)
     for m in _CODE_SPAN.finditer(evidence):
         body = m.group(1).strip()
-        if body.startswith("obs ") or _SQL_START.match(body):
+        if body.startswith("obs ") or is_sql(body):
             found.append((m.start(), m.end(), _cut(body).strip() if body.startswith("obs ") else body))
     covered = [(s, e) for s, e, _ in found]
     for m in _BARE_OBS.finditer(evidence):
@@ -343,9 +349,10 @@ def _classify(run: QueryCheck, shapes: list[sqlread.Shape]) -> None:
         run.not_evidence = reasons[0]
         return
     claimed = run.cited.claimed
-    if claimed is not None and any(claimed in s.select_numbers for s in shapes) and claimed != 0:
-        run.not_evidence = f"the {_fmt(claimed)} it claims is a constant written into its own select list"
-        return
+    # A reading equal to a number in the select list (`round(x, 2)` reading 2) may be honest: against
+    # the control stores a constant never moves, so it is refused there by the readings themselves;
+    # without them, `reads_defect` refuses it (no literal turns a check off, none turns one on).
+    run.constant_claim = claimed is not None and claimed != 0 and any(claimed in s.select_numbers for s in shapes)
     if claimed == 0 or (claimed is None and not any(v for v in run.values)):
         run.not_evidence, run.absence = ABSENCE_NOT_EVIDENCE, True
         return
@@ -363,7 +370,7 @@ def rerun(con, cited: Cited, hide: tuple[str, ...] = (), limit_s: float = QUERY_
     run = QueryCheck(cited)
     client = _ReadOnlyClient(con, hide, max(limit_s, 0.01), rewrite)
     try:
-        if _SQL_START.match(cited.text):
+        if is_sql(cited.text):
             res = client.sql(cited.text, limit=ROW_CAP)
             _judge(run, res.rows, [n for r in res.rows for v in r if (n := _number(v)) is not None and v is not None])
         else:
@@ -517,7 +524,7 @@ def prose(text: str) -> str:
     out = []
     for m in re.split(r"(`[^`]*`)", text):
         body = m[1:-1].strip() if m.startswith("`") and m.endswith("`") and len(m) > 1 else None
-        if body is not None and (_SQL_START.match(body) or body.startswith("obs ")
+        if body is not None and (is_sql(body) or body.startswith("obs ")
                                  or re.search(r"\b(from|where|select)\b", body, re.IGNORECASE)):
             out.append(" ")
         else:

@@ -1,5 +1,12 @@
 """The key-matcher: a first, explainable draft of a run's rulings from the hidden key.
 
+Issue 48: which defect a finding is about comes from its stated claim, never its words. The
+key states each defect's claims (kind, direction, scope, from the mission's claims.yaml); a
+finding states its own in the same closed fields (a record's, or a markdown row's
+`[claim: ...]`); `draft_rulings` tries only the defects whose claims it matches, then checks
+its code and its evidence as below. The word matching further down (`candidates`,
+`name_defects`) is kept for a person's eyes and credits nothing.
+
 For each finding of the run's report it proposes the planted defect(s) the finding names,
 re-runs those defects' evidence queries against the run's **own** telemetry store
 (`telemetry.duckdb` in the run folder, opened read-only: no store process needed), and
@@ -53,7 +60,9 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from harness.verdicts import claim as cl
+from harness.verdicts import claims as cm
 from harness.verdicts import evidence as ev
+from harness.verdicts import sqlread
 from harness.errors import UserError
 from harness.run.paths import RunPaths
 from harness.run.record import RunRecord
@@ -138,13 +147,16 @@ class Defect:
     tables: set[str] = field(default_factory=set)  # what its key evidence reads ...
     literals: set[str] = field(default_factory=set)  # ... and the names it looks for
     specific: set[str] = field(default_factory=set)  # those no other defect's key queries use
+    claims: list[cm.Claim] = field(default_factory=list)  # what counts as finding it (the key's `claims`)
 
     @classmethod
-    def from_key(cls, raw: dict) -> Defect:
+    def from_key(cls, raw: dict, vocab: cm.Vocabulary | None = None) -> Defect:
         loc = raw.get("location") or {}
         d = cls(id=raw["id"], kind=raw.get("kind", ""), description=raw.get("description", ""),
                 file=str(loc.get("file", "")), function=str(loc.get("function", "")),
                 evidence=list(raw.get("evidence") or []))
+        if vocab is not None:
+            d.claims = cm.key_claims(raw.get("claims"), vocab, f"defect {d.id}")
         id_words = words(" ".join(re.split(r"[-_]", raw["id"])[1:]))  # T01-orders-... : drop "T01"
         literals = " ".join(lit for ev in d.evidence for lit in _LITERAL.findall(str(ev.get("sql", ""))))
         d.words = (id_words | words(d.description) | words(Path(d.file).stem) | words(d.function)
@@ -155,7 +167,8 @@ class Defect:
         return d
 
 
-def load_key(key_path: Path) -> list[Defect]:
+def load_key(key_path: Path, vocab: cm.Vocabulary | None = None) -> list[Defect]:
+    """The key's defects; with the mission's vocabulary, each with the claims that count."""
     try:
         data = yaml.safe_load(Path(key_path).read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -164,7 +177,12 @@ def load_key(key_path: Path) -> list[Defect]:
         raise UserError(f"the answer key is not valid YAML: {exc}", file=key_path) from None
     if not isinstance(data, dict) or not isinstance(data.get("defects"), list):
         raise UserError("the answer key has no `defects` list", file=key_path)
-    defects = [Defect.from_key(d) for d in data["defects"]]
+    try:
+        defects = [Defect.from_key(d, vocab) for d in data["defects"]]
+    except cm.VocabularyError as exc:
+        raise UserError(f"the answer key's claims do not check: {exc}", file=key_path, field="claims",
+                        fix="state each defect's claims as {kind, direction, scope} from the mission's claims.yaml "
+                            "(llms-benchmark mission check names every problem)") from None
     for d in defects:
         others = set().union(*(o.literals for o in defects if o is not d))
         d.specific = d.literals - others  # exact: a stack pattern that contains a logger name is not that name
@@ -420,8 +438,9 @@ def claim_problems(finding: Finding, checks: list[ev.QueryCheck]) -> list[str]:
 
 def reads_defect(check: ev.QueryCheck, defect: Defect) -> bool:
     """Without control stores: a cited query that is evidence reads the defect's own telemetry: one
-    of the tables its key queries read, and a literal only this defect's key queries use (or two)."""
-    if not (check.evidence and check.tables & defect.tables):
+    of the tables its key queries read, and a literal only this defect's key queries use (or two).
+    A reading equal to a number written in its own select list is not shown to be measured here."""
+    if not (check.evidence and check.tables & defect.tables) or check.constant_claim:
         return False
     shared = ev.literals_meet(check.literals, defect.literals)
     return bool(shared & defect.specific) or len(shared) >= 2
@@ -435,14 +454,11 @@ def general_problems(finding: Finding, checks: list[ev.QueryCheck], citing: list
     if not checks:
         problems.append("no telemetry evidence cited (its Evidence names no `obs` command or SQL query)")
     problems += [c.why for c in checks if not c.ok]
-    problems += claim_problems(finding, checks)
+    if finding.queries is None:  # a markdown row's quoted numbers; a record's reads are its fields
+        problems += claim_problems(finding, checks)
     if accused.missing:
         problems.append(f"accuses {', '.join(accused.missing[:5])}, which the mission's sources lack")
     return problems
-
-
-def _direction(finding: Finding, check: ev.QueryCheck) -> str | None:
-    return cl.direction_of(finding.direction, check.cited.claimed, claim_words(finding))
 
 
 def defect_problems(d: Defect, checks: list[ev.QueryCheck], accused: ev.Accused, sources: Path | None,
@@ -471,7 +487,9 @@ def defect_problems(d: Defect, checks: list[ev.QueryCheck], accused: ev.Accused,
                     o = (by_id or {}).get(other)
                     return reads_defect(c, d) and (o is None or not reads_defect(c, o))
 
-                out = judge.shows(checks[i], d.id, _direction(finding, checks[i]) if finding else None, looks_at)
+                # The stated direction is the defect's effect, matched against the key's claims; a
+                # query may count it either way (spans *without* a child read high where it is absent).
+                out = judge.shows(checks[i], d.id, None, looks_at)
                 if out.shows:
                     supporting, note = [i], out.note
                     break
@@ -483,13 +501,19 @@ def defect_problems(d: Defect, checks: list[ev.QueryCheck], accused: ev.Accused,
         supporting = [i for i in usable if reads_defect(checks[i], d)]
         if not supporting and not problems:
             unused = [c.not_evidence for c in checks if c.ok and not c.evidence]
+            if any(c.constant_claim for c in checks):
+                unused.insert(0, "the number it claims is a constant written into its own select list")
             problems.append("no cited query is evidence of the defect it names" +
                             (f" ({unused[0]})" if unused else
                              " (none that re-ran to its claim reads what that defect shows)"))
-    module = ev.location_is_module_level(d.function)
-    if not accused.accuses(_relative(d.file), ev.location_functions(d.function, sources), module):
+    if not _accuses(accused, d, sources):
         problems.append("it does not accuse the defect's code (its file and the function there)")
     return problems, (supporting[0] if supporting else None), note
+
+
+def _accuses(accused: ev.Accused, d: Defect, sources: Path | None) -> bool:
+    return accused.accuses(_relative(d.file), ev.location_functions(d.function, sources),
+                           ev.location_is_module_level(d.function))
 
 
 def _unread(finding: Finding, kind: str | None) -> RuledFinding:
@@ -498,19 +522,56 @@ def _unread(finding: Finding, kind: str | None) -> RuledFinding:
                                f"the first {MAX_RULED} are read", ruled_by=RULED_BY, counts=1)
 
 
-def load_findings(run_dir: Path, report_path: Path, sources: Path | None = None) -> Report:
+def load_findings(run_dir: Path, report_path: Path, sources: Path | None = None, vocab=None) -> Report:
     """The findings a run is ruled on: the structured records (findings.json, collected by the
-    harness) when the run has them, else the markdown report."""
+    harness) when the run has them, else the markdown report, whose rows carry a claim only where
+    they state it in the closed form (`[claim: KIND, DIRECTION, SCOPE]`, as `obs finding report`
+    writes it): never guessed from their words."""
     from harness.verdicts.findings import FINDINGS_FILE, report_from_records
 
+    if vocab is None and sources is not None:
+        try:
+            vocab = cm.load_vocabulary(Path(sources).parent)
+        except cm.VocabularyError:
+            vocab = None
     records = Path(run_dir) / FINDINGS_FILE
     if records.is_file() and not records.is_symlink():
-        report = report_from_records(records, sources)
+        report = report_from_records(records, sources, vocab)
         if report.findings:
             return report
-        fallback = parse_report_file(report_path)
+        fallback = _stated_rows(parse_report_file(report_path), vocab)
         return fallback.model_copy(update={"problems": [*report.problems, *fallback.problems]})
-    return parse_report_file(report_path)
+    return _stated_rows(parse_report_file(report_path), vocab)
+
+
+def _stated_rows(report: Report, vocab) -> Report:
+    rows = []
+    for f in report.findings:
+        stated = cm.stated_in_text(f.text, vocab)
+        if stated is not None:
+            claim = cm.record_claim(*stated, vocab)
+            f = f.model_copy(update={"claim_kind": claim.kind, "direction": claim.directions[0], "scope": stated[2],
+                                     "kind": vocab.kinds.get(claim.kind, f.kind)})
+        rows.append(f)
+    return report.model_copy(update={"findings": rows})
+
+
+def stated_claim(finding: Finding, vocab) -> cm.Claim | None:
+    """The claim a finding states in the closed fields; None when it states none in full."""
+    if vocab is None or finding.claim_kind is None:
+        return None
+    return cm.record_claim(finding.claim_kind, finding.direction, finding.scope, vocab)
+
+
+def _observation(check: ev.QueryCheck, judge: Judge | None) -> set[str]:
+    """What makes two cited queries one observation: the same query once DuckDB has parsed it
+    (comments, spacing and case gone), or, with the controls, the same reading on every store."""
+    keys = {"sql:" + sqlread.canonical(check.cited.text)}
+    if judge is not None:
+        readings = judge.readings(check)
+        if readings:
+            keys.add("read:" + repr(readings))
+    return keys
 
 
 def draft_rulings(run_dir: Path, key_path: Path, sources: Path | None = None, controls=None) -> Rulings:
@@ -518,12 +579,14 @@ def draft_rulings(run_dir: Path, key_path: Path, sources: Path | None = None, co
     mission's own workspace template (default: the `workspace` folder beside the key's),
     where accused code is looked up; never the run's workspace, which the agent wrote.
 
-    Credit follows the claim: a finding is credited only with the planted defects its own words
-    name (`name_defects`, on its text and not its SQL), each through a cited query that singles
-    that defect out (`discriminate`), and the defect's code, accused by file and function. One
-    query is evidence of one defect once, in the whole report.
+    Credit follows the key's claims (issue 48): a finding is credited with a planted defect only
+    when its stated claim (kind, direction, scope: closed fields) matches one the key states for
+    that defect, it accuses that defect's code (file and function), and one of its cited queries
+    singles that defect out (`discriminate`). Its words decide nothing: a finding that states no
+    claim is "ambiguous", and prose contradicting the fields is flagged for the person ruling.
+    One observation is evidence of one defect once, in the whole report.
     """
-    from harness.verdicts.discriminate import Judge, run_drive
+    from harness.verdicts.discriminate import Judge
 
     run_dir = Path(run_dir)
     sources = Path(sources) if sources is not None else Path(key_path).resolve().parents[1] / "workspace"
@@ -531,18 +594,25 @@ def draft_rulings(run_dir: Path, key_path: Path, sources: Path | None = None, co
     if not report_path.exists() and not (run_dir / "findings.json").is_file():
         raise UserError("the run has no report to rule", file=report_path,
                         fix="a run that never persisted its report is graded from its draft by a person")
-    report = load_findings(run_dir, report_path, sources)
-    defects = load_key(key_path)
-    weights = _weights(defects)
+    mission_dir = Path(key_path).resolve().parents[1]
+    try:
+        vocab = cm.load_vocabulary(mission_dir)
+    except cm.VocabularyError as exc:
+        raise UserError(str(exc), file=mission_dir / cm.VOCABULARY_FILE,
+                        fix="declare kinds (each with a category), directions and services") from None
+    report = load_findings(run_dir, report_path, sources, vocab)
+    defects = load_key(key_path, vocab)
     by_id = {d.id: d for d in defects}
     store = Store(store_path)
+    from harness.verdicts.discriminate import run_drive
+
     judge = Judge(controls, store, run_drive(run_dir)) if controls else None
     mode = judge.mode if judge else ("none: no control stores on this machine; a cited query counts where it reads "
                                      "the named defect's own telemetry, and an absence is not evidence")
     key_holds: dict[str, tuple[bool, list[Rerun]]] = {}  # per defect id, re-run once
     credited_by: dict[str, str] = {}  # defect id -> the finding that showed it
-    named_by: dict[str, str] = {}  # defect id -> the earliest finding whose words named it
-    spent: dict[str, str] = {}  # a query's text -> the finding it is evidence for
+    named_by: dict[str, str] = {}  # defect id -> the earliest finding whose stated claim matched it
+    spent: dict[str, str] = {}  # an observation's key -> the finding it is evidence for
     ruled: list[RuledFinding] = []
 
     def key(d: Defect) -> tuple[bool, list[Rerun]]:
@@ -551,34 +621,46 @@ def draft_rulings(run_dir: Path, key_path: Path, sources: Path | None = None, co
             key_holds[d.id] = (bool(runs) and all(r.holds for r in runs), runs)
         return key_holds[d.id]
 
+    def not_held(finding: Finding, reason: str, own: list[Rerun], **extra) -> RuledFinding:
+        return RuledFinding(number=finding.number, text=finding.text, kind=finding.kind, verdict=NOT_HELD_UP,
+                            reason=reason, evidence=own, ruled_by=RULED_BY, counts=extra.pop("counts", 1), **extra)
+
     try:
         for position, finding in enumerate(report.findings):
             if position >= MAX_RULED:  # read no further than its kind: the bound holds whatever follows
                 ruled.append(_unread(finding, finding.kind))
                 continue
-            matches = candidates(finding, defects, weights)
-            kind = finding.kind or (matches[0].defect.kind if matches else None)
-            checks, own, citing = own_evidence(finding, store)
-            said = f"{finding.text} {finding.code}" + (f" {finding.evidence}" if finding.queries is None else "")
-            accused = ev.accused_code(said, sources)
-            general = general_problems(finding, checks, citing, accused)
-            if not matches:
-                ruled.append(RuledFinding(number=finding.number, text=finding.text, kind=kind, verdict=NOT_HELD_UP,
-                                          reason=NO_DEFECT_REASON + (f" ({general[0]})" if general else ""),
-                                          evidence=own, ruled_by=RULED_BY, counts=1))
+            stated = stated_claim(finding, vocab)
+            if stated is None:  # no query is re-run for it: nothing it cites could credit it
+                ruled.append(not_held(finding, cm.AMBIGUOUS + (f" ({finding.problem})" if finding.problem else ""), []))
                 continue
-            # Credit goes only to what the claim's own words name: its best defect, and in a bundle
-            # each further one whose own words reach the bar by themselves.
-            named = {m.defect.id for m in name_defects(finding, defects, weights)}
-            credited: list[tuple[Match, int, str]] = []
+            matched = [d for d in defects if cm.matches(stated, d.claims)]
+            checks, own, citing = own_evidence(finding, store)
+            # A record accuses code by its fields; a markdown row by its words (paths, `file.py: fn`).
+            said = finding.code if finding.queries is not None else f"{finding.text} {finding.code} {finding.evidence}"
+            accused = ev.accused_code(said, sources)
+            # Of several defects with the same claim, the one whose code it accuses first.
+            matched.sort(key=lambda d: not _accuses(accused, d, sources))
+            general = general_problems(finding, checks, citing, accused)
+            flag = cm.contradiction(finding.text, finding.direction)
+            flagged = f" Note for the person ruling: {flag}." if flag else ""
+            if not matched:
+                ruled.append(not_held(finding, f"its stated claim ({stated.text()}) is not one the key states for any "
+                                               f"planted defect" + (f" ({general[0]})" if general else "") + "."
+                                      + flagged, own))
+                continue
+            credited: list[tuple[Defect, int, str]] = []
             first_problems: list[str] = []
             free = set(range(len(checks)))
-            for m in matches:
-                d = m.defect
-                if d.id in credited_by or d.id not in named:
-                    continue  # shown by an earlier finding, or not what this finding claims
-                problems, used, note = defect_problems(d, checks, accused, sources, free, judge, finding, spent,
-                                                       by_id)
+            for d in matched:
+                if d.id in credited_by:
+                    continue  # shown by an earlier finding
+                problems, used, note = defect_problems(d, checks, accused, sources, free, judge, finding, spent, by_id)
+                if used is not None and not problems:
+                    taken = _observation(checks[used], judge) & set(spent)
+                    if taken:
+                        problems.append(f"its cited query is the observation finding {spent[next(iter(taken))]} is "
+                                        "evidence of already (one observation, one defect)")
                 if not general and not problems:
                     holds, runs = key(d)
                     if not holds:
@@ -588,47 +670,43 @@ def draft_rulings(run_dir: Path, key_path: Path, sources: Path | None = None, co
                     if not first_problems:
                         first_problems = problems
                     continue
-                credited.append((m, used, note))
+                credited.append((d, used, note))
                 free.discard(used)
-                spent[" ".join(checks[used].cited.text.split())] = finding.number
+                for k in _observation(checks[used], judge):
+                    spent[k] = finding.number
+                break  # one record states one claim: it is credited with one defect at most
             if credited:
-                ids = [m.defect.id for m, _, _ in credited]
-                for i in ids:
-                    credited_by[i] = finding.number
-                    named_by.setdefault(i, finding.number)
-                reruns = [r for m, _, _ in credited for r in key(m.defect)[1]]
-                said = "; ".join(f"a planted defect (matched: {', '.join(m.said)}) by cited query {u + 1}"
-                                 + (f" (it {note})" if note else "") for m, u, note in credited)
-                many = f" (separate evidence for each of {len(ids)} defects)" if len(ids) > 1 else ""
-                how = ("reads differently with that defect fixed, in the claimed direction, and singles it out"
+                d, u, note = credited[0]
+                credited_by[d.id] = finding.number
+                named_by.setdefault(d.id, finding.number)
+                how = ("reads differently with that defect fixed, beyond the baselines' noise, and singles it out"
                        if judge else "measures what that defect shows")
-                if judge and any(_direction(finding, checks[u]) is None for _, u, _ in credited):
-                    how += (" (its direction was not stated: a markdown row quoting no 0 and comparing nothing; "
-                            "findings.json states it)")
                 ruled.append(RuledFinding(
-                    number=finding.number, text=finding.text, kind=kind, verdict=HELD_UP,
-                    reason=(f"shows {said}{many}: its cited queries re-ran to the claim, the query {how}, it accuses "
-                            f"the defect's code (file and function), and the key's evidence holds "
-                            f"({_result_text(reruns)})."),
-                    evidence=own, ruled_by=RULED_BY, defects=[label(i) for i in ids], counts=len(ids)))
+                    number=finding.number, text=finding.text, kind=vocab.kinds.get(stated.kind, finding.kind),
+                    verdict=HELD_UP,
+                    reason=(f"its stated claim ({stated.text()}) is one the key states for a planted defect, shown by "
+                            f"cited query {u + 1}" + (f" (it {note})" if note else "")
+                            + f": its cited queries re-ran to what it recorded, the query {how}, it accuses the "
+                            f"defect's code (file and function), and the key's evidence holds "
+                            f"({_result_text(key(d)[1])}).{flagged}"),
+                    evidence=own, ruled_by=RULED_BY, defects=[label(d.id)], counts=1))
                 continue
-            primary = matches[0]
-            earlier = credited_by.get(primary.defect.id) or named_by.get(primary.defect.id)
-            if earlier is not None:
-                ruled.append(RuledFinding(
-                    number=finding.number, text=finding.text, kind=kind, verdict=NOT_HELD_UP,
-                    reason=f"restates finding {earlier}, already counted (the same planted defect)",
-                    evidence=own, ruled_by=RULED_BY, defects=[label(primary.defect.id)], counts=0,
-                    restates=earlier))
+            fresh = [d for d in matched if d.id not in credited_by and d.id not in named_by]
+            if not fresh:
+                order = {f.number: i for i, f in enumerate(ruled)}
+                first = min(matched, key=lambda d: order.get(credited_by.get(d.id) or named_by[d.id], 0))
+                earlier = credited_by.get(first.id) or named_by[first.id]
+                ruled.append(not_held(finding, f"restates finding {earlier}, already counted (the same stated claim "
+                                               f"of the same planted defect)", own, counts=0, restates=earlier,
+                                      defects=[label(first.id)]))
                 continue
-            named_by[primary.defect.id] = finding.number
+            named_by[fresh[0].id] = finding.number
             problems = general + (first_problems if not general else [])
             if not problems:
-                problems = ["the defects its words name are shown by earlier findings"]
-            ruled.append(RuledFinding(
-                number=finding.number, text=finding.text, kind=kind, verdict=NOT_HELD_UP,
-                reason=f"names a planted defect (matched: {', '.join(primary.said)}): {'; '.join(problems[:4])}.",
-                evidence=own, ruled_by=RULED_BY, defects=[label(primary.defect.id)], counts=1))
+                problems = ["the planted defect its claim matches is shown by an earlier finding"]
+            ruled.append(not_held(finding, f"its stated claim ({stated.text()}) matches a planted defect, but: "
+                                           f"{'; '.join(problems[:4])}.{flagged}", own,
+                                  defects=[label(fresh[0].id)]))
     finally:
         store.close()
         if controls:

@@ -43,7 +43,9 @@ class Finding(BaseModel):
     evidence: str = ""
     section: str  # "anomalies" | "gaps"
     code: str = ""  # the accused code when the report gives it apart (a Location column, a record's fields)
-    direction: str | None = None  # a structured record's stated direction against a healthy system
+    direction: str | None = None  # the stated claim's direction against a healthy system (closed vocabulary)
+    claim_kind: str | None = None  # the stated claim's kind, from the mission's vocabulary (claims.yaml)
+    scope: str | None = None  # the stated claim's scope: SERVICE or SERVICE:TARGET
     queries: list[dict] | None = None  # a structured record's cited queries: [{"query", "read"}]
     problem: str | None = None  # why this finding cannot hold up whatever it cites (oversized ...)
 

@@ -39,7 +39,8 @@ _AGGREGATES_OVER_ROWS = {"count_star", "count", "sum", "max", "min", "avg", "mea
 
 
 # Aggregates whose value grows with the traffic driven (a longer drive, more users).
-SCALING = {"count", "sum", "fsum", "sumkahan", "kahan_sum"}
+# A distinct count grows with it too (issue 48): more requests, more distinct traces and refs.
+SCALING = {"count", "sum", "fsum", "sumkahan", "kahan_sum", "count_distinct", "approx_count_distinct", "sum_distinct"}
 
 
 @dataclass
@@ -212,3 +213,42 @@ def not_a_measurement(shape: Shape) -> str | None:
     if not shape.measures:
         return "its result is a constant written into the query, not a measurement of the telemetry"
     return None
+
+
+def strip_leading_comments(sql: str) -> str:
+    """The query without the `--` and `/* */` comments before its first word (a linear scan): a
+    comment heading a query is an honest form, not a different query."""
+    text = sql or ""
+    for _ in range(100):
+        text = text.lstrip()
+        if text.startswith("--"):
+            cut = text.find("\n")
+            text = "" if cut < 0 else text[cut + 1:]
+        elif text.startswith("/*"):
+            cut = text.find("*/", 2)
+            text = "" if cut < 0 else text[cut + 2:]
+        else:
+            break
+    return text
+
+
+def canonical(sql: str) -> str:
+    """One query however it is spelled: DuckDB's parse tree without aliases and source positions
+    (comments, spacing, case and names given to columns gone); the spaced text if it does not parse."""
+    text = (sql or "")[:20_000]
+    try:
+        raw = _parser().execute("SELECT json_serialize_sql(?::VARCHAR)", [text]).fetchone()[0]
+        tree = json.loads(raw)
+    except Exception:  # noqa: BLE001 - an unparsable query is its own text
+        return text.lower()
+    if tree.get("error"):
+        return " ".join(text.split()).lower()
+
+    def strip(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {k: strip(v) for k, v in node.items() if k not in ("alias", "query_location", "query_location_length")}
+        if isinstance(node, list):
+            return [strip(v) for v in node]
+        return node
+
+    return json.dumps(strip(tree.get("statements")), sort_keys=True)
