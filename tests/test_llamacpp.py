@@ -185,3 +185,54 @@ def test_bad_sampling_defaults_are_refused_by_name(tmp_path, value, message):
     with pytest.raises(PreflightError, match=message) as exc:
         LlamaCppStack(tmp_path).translate(preset)
     assert exc.value.field == "vllm_args.--override-generation-config"
+
+
+@pytest.mark.slow
+def test_real_llama_server_served_again_with_new_threads_keeps_its_cache_and_log(tmp_path):
+    """Issue 47: threads chosen again on a changed box: the server is served again (a new
+    process, the unit-death watch quiet), the slot's KV cache saved and restored, the log
+    kept from the unit's creation, and the choice on the record."""
+    import httpx
+
+    from harness.stacks.cpu_threads import ThreadChoice
+    from harness.serving.pace import PaceMonitor
+
+    env = cpu_environment()
+    env.config.pop("threads", None)  # the harness chooses
+    preset = load_preset(ROOT, "cpu-smollm2-135m").resolve(env.stack)
+    stack = LlamaCppStack(tmp_path)
+    unit = stack.serve(stack.plan(env, preset), env, preset)
+    collector = UnitLogCollector(stack, unit, tmp_path / "unit.log")
+    collector.start()
+    chat = {"model": preset.served_name, "max_tokens": 2,
+            "messages": [{"role": "user", "content": "river stone " * 1400 + "count"}]}
+    try:
+        wait_ready(unit, stack.ready_timeout_s, collector)
+        first = stack.threads_now
+        assert first is not None and 1 <= first.threads <= len(os.sched_getaffinity(0))
+        assert unit.extra["threads"]["why"] == first.why
+        pace = PaceMonitor(unit.base_url, log_path=Path(unit.log_path))
+        pace.read()
+        usage = httpx.post(f"{unit.base_url}/v1/chat/completions", json=chat, timeout=300).json()["usage"]
+        assert usage["prompt_tokens"] > 2048  # more than one batch: llama.cpp logs its progress
+        pace.read()
+        assert pace.readings[-1].prefilled >= 2048, pace.readings[-1]  # read from the log's progress lines
+        pid = unit.pid
+        other = ThreadChoice(3 - first.threads if first.threads <= 2 else 1, 2.0, 0.0, "test", "forced by the test")
+        assert stack.retune(unit, env, preset, other) == other
+        assert unit.pid != pid and stack.threads_now == other
+        collector.drain()
+        assert not collector.problem.is_set(), collector.reason  # a restart is not a death
+        again = httpx.post(f"{unit.base_url}/v1/chat/completions", json=chat, timeout=300).json()["usage"]
+        # The conversation's cache came back with the slot: nothing prefilled again but the last token.
+        assert again["prompt_tokens_details"]["cached_tokens"] >= usage["prompt_tokens"] - 8, again
+        assert stack.retune(unit, env, preset, other) is None  # the same choice: kept
+        facts = stack.describe(unit, env, preset, (tmp_path / "unit.log").read_text())
+        assert facts["threads"].startswith(f"{other.threads}: forced by the test")
+        assert f"--threads {other.threads}" in " ".join(facts["flags"])
+    finally:
+        collector.stop()
+        stack.destroy(unit)
+    assert processes_with_marker(unit.extra["marker"]) == []
+    log = Path(unit.log_path).read_text()
+    assert log.count("llama_server: listening on") == 2, log[-2000:]  # both starts, from the unit's creation
