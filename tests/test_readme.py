@@ -92,3 +92,18 @@ def test_a_legend_is_only_for_a_column_the_page_shows():
 
     text = render_results(REPO)
     assert ("Agents sustained: from `launch --capacity`" in text) == ("| Agents sustained |" in text)
+
+
+def test_every_command_that_prints_a_result_takes_json():
+    """The README says so, naming the two exceptions; the CLI is checked against the sentence."""
+    import typer.main
+
+    from harness.cli import app
+
+    text = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    assert "Every command that prints a result also takes `--json` (`fitness smoke` takes its own `--json`" in text
+    without = sorted(usage.split()[0] + (" " + usage.split()[1] if usage.startswith("fitness") else "")
+                     for usage, options, _ in docs._commands(typer.main.get_command(app), [])
+                     if "--json" not in options)
+    assert without == ["fitness serve", "fitness smoke"], without
+    assert 'p.add_argument("--json"' in (REPO / "harness" / "fitness" / "smoke.py").read_text()
