@@ -336,7 +336,8 @@ def test_retry_after_is_clamped_and_errors_quote_the_body() -> None:
 
 # -- issue 35, item 5: a usage error of `fitness` is a pipeline error (3), never the seed's FAIL (2) ----------
 @pytest.mark.parametrize("argv", [["run", "--bogus"], ["nope"], ["run", "--repeats", "x"], ["history", "--last", "0"],
-                                  ["run", "http://127.0.0.1:9", "--phase", "warmup"]])
+                                  ["run", "http://127.0.0.1:9", "--phase", "warmup"],
+                                  ["serve", "--port", "99999"], ["serve", "--port", "-1"]])
 def test_a_fitness_usage_error_exits_3(argv: list[str]) -> None:
     from typer.testing import CliRunner
 
@@ -347,3 +348,38 @@ def test_a_fitness_usage_error_exits_3(argv: list[str]) -> None:
     assert "Traceback" not in result.output and ("No such" in result.output or "Invalid value" in result.output)
     # The main CLI keeps its own code for a usage error.
     assert CliRunner().invoke(app, ["launch", "--bogus"]).exit_code == 2
+
+
+# -- issue 47, item 5: a run that measured no phase is never PASS -----------------------------------
+@pytest.mark.parametrize("args", [["--phases", "warmup", "--skip", "warmup"], ["--phases", "kl,judge"]])
+def test_a_run_that_would_measure_nothing_is_refused_up_front(replay, tmp_path: Path, args: list[str]) -> None:
+    out = tmp_path / "report"
+    r = fitness(["run", replay.url, *args, "--report-dir", str(out)], tmp_path)
+    assert r.returncode == 3 and "fitness PASS" not in r.stdout, r.stdout + r.stderr
+    assert "field '--phases'" in " ".join(r.stderr.split()) and not out.exists()
+
+
+def test_a_run_whose_phases_all_skip_is_an_error_not_a_pass(replay, tmp_path: Path) -> None:
+    """The pipeline's own guard, for what the CLI's check cannot see (the API, a config whose only
+    phase skips at run time): every phase skipped measured nothing, so exit 3, ERROR."""
+    from harness.fitness.config import FitnessConfig
+    from harness.fitness.runner import resolve_target, run_fitness
+
+    cfg = FitnessConfig(phases=["kl"], history={"log": str(tmp_path / "pipeline.log")})
+    outcome = run_fitness(tmp_path, resolve_target([replay.url], None, None, None), cfg, say=lambda m: None,
+                          report_dir=tmp_path / "report")
+    doc = outcome.results
+    assert [p["status"] for p in doc["phases"]] == ["skipped"], doc["phases"]
+    assert outcome.exit_code == 3 and doc["verdict"] == "ERROR", doc
+    assert any("no phase measured anything" in e and "kl.reference.url" in e for e in doc["errors"]), doc["errors"]
+
+
+def test_metrics_takes_json() -> None:
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+
+    result = CliRunner().invoke(app, ["fitness", "metrics", "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    names = {m["metric"] for m in json.loads(result.stdout)}
+    assert {"warmup.first_answer_s", "throughput.decode_tps"} <= names and len(names) == len(set(names)), names

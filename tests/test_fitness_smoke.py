@@ -88,6 +88,7 @@ def test_the_key_goes_by_name(tmp_path: Path):
     (["--base-url", "http://x", "--api-key-env", "NOT_SET_HERE"], "that variable is not set"),
     (["--base-url", "http://x", "--bogus"], "unrecognized arguments: --bogus"),
     ([], "the following arguments are required: --base-url"),
+    (["--base-url", "http://127.0.0.1:1", "--phases", "kl"], "--phases kl without --kl-reference measures nothing"),
 ])
 def test_pipeline_and_usage_errors_exit_3(tmp_path: Path, args: list[str], said: str):
     code, doc, err = _smoke(tmp_path, *args)
@@ -143,8 +144,9 @@ def test_kl_refuses_different_tokenizers_and_is_skipped_without_a_reference(tmp_
     try:
         code, doc, err = _smoke(tmp_path, "--base-url", cand.url, "--kl-reference", ref.url, "--phases", "kl")
         assert code == 3 and "tokenize it differently" in err, err
+        # Without a reference, kl alone would measure nothing: refused (it read PASS, exit 0, before).
         code, doc, err = _smoke(tmp_path, "--base-url", cand.url, "--phases", "kl")
-        assert code == 0 and doc["phases"][0]["status"] == "skipped" and "--kl-reference" in doc["phases"][0]["reason"]
+        assert code == 3 and "without --kl-reference measures nothing" in err, err
     finally:
         cand.close()
         ref.close()
@@ -190,5 +192,7 @@ def test_llama_cpp_without_metrics_is_skipped_with_the_flag_named(tmp_path: Path
     finally:
         server.shutdown()
         server.server_close()
-    assert code == 0, err
     assert doc["phases"][0]["status"] == "skipped" and "start it with --metrics" in doc["phases"][0]["reason"]
+    # Issue 47: the only phase skipped measured nothing: a pipeline error, never PASS (it was exit 0).
+    assert code == 3 and doc["verdict"] is None and "no phase measured anything" in err, err
+

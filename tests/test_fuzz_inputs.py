@@ -654,3 +654,95 @@ FOUND_IN_ARGV = [
 def test_found_arguments_are_clear_errors(fz: Fz, argv: list[str]):
     assert invoke(fz, argv) == 2
     assert not (fz.root / "runs").exists() and not list((fz.root / "rulings").glob("*/*"))
+
+
+# --- issue 47, item 5: bad input accepted before, each refused before anything is written ----------
+
+FITNESS_NOTHING_TO_MEASURE = [
+    ["fitness", "run", "http://127.0.0.1:9", "--phases", "warmup", "--skip", "warmup"],
+    ["fitness", "run", "http://127.0.0.1:9", "--phases", "kl,judge"],
+    ["fitness", "run", "http://127.0.0.1:9", "--phases", "kl"],
+    ["fitness", "run", "http://127.0.0.1:9", "--phases", "warmup,tooluse", "--skip", "tooluse,warmup", "--dry-run"],
+]
+
+
+@pytest.mark.parametrize("argv", FITNESS_NOTHING_TO_MEASURE, ids=[" ".join(a[3:]) for a in FITNESS_NOTHING_TO_MEASURE])
+def test_a_fitness_run_that_would_measure_nothing_is_refused(fz: Fz, argv: list[str]):
+    """It printed "fitness PASS", exit 0, having run nothing: now exit 3 (the seed's pipeline
+    error, never a verdict), naming --phases and the fix, and no report folder written."""
+    report = fz.root.parent / "fitness-report"
+    result = CliRunner().invoke(app, [*argv, "--report-dir", str(report)], env=fz.env, catch_exceptions=False)
+    out = " ".join((result.stdout + result.stderr).split())
+    assert result.exit_code == 3, out
+    assert "field '--phases'" in out and "measure nothing" in out and "fix:" in out, out
+    assert "PASS" not in out and "Traceback" not in out
+    assert not report.exists()
+
+
+ISSUE_47_ARGV = [
+    # (argv, exit code, what the message names)
+    (["fitness", "serve", "--port", "99999"], 3, "--port"),  # OverflowError traceback before
+    (["fitness", "serve", "--port", "-1"], 3, "--port"),
+    (["launch", "local", "replay", "replay-hello", "--mission", "hello", "--probe-long-tokens", "-5"], 2,
+     "--probe-long-tokens"),  # served, and recorded "200.5 tok/s at 20 tokens" before
+    (["launch", "local", "replay", "replay-hello", "--mission", "hello", "--probe-long-tokens", "10"], 2,
+     "--probe-long-tokens"),
+    (["launch", "local", "replay", "replay-hello", "--mission", "hello", "--probe-long-tokens", "9" * 30], 2,
+     "--probe-long-tokens"),
+    (["launch", "local", "replay", "replay-hello", "--mission", "hello", "--capacity-trace", "x.trace.jsonl"], 2,
+     "--capacity"),  # ignored before
+    (["launch", "local", "replay", "replay-hello", "--mission", "hello", "--capacity", "--capacity-trace",
+      "no.trace.jsonl"], 2, "load-trace"),  # the fix named `llms-benchmark trace`, which does not exist
+    (["launch", "local", "replay", "nope", "--mission", "hello", "--detach"], 2, "nope"),  # exit 0 before
+    (["launch", "local", "replay", "fz", "--mission", "nope", "--detach"], 2, "nope"),
+    (["load-agents", "no.trace.jsonl", "--base-url", "http://127.0.0.1:9"], 2, "load-trace"),
+]
+
+
+@pytest.mark.parametrize(("argv", "code", "named"), ISSUE_47_ARGV, ids=[" ".join(a)[:70] for a, _, _ in ISSUE_47_ARGV])
+def test_issue_47_arguments_are_refused_before_anything(fz: Fz, argv: list[str], code: int, named: str):
+    result = CliRunner().invoke(app, argv, env=fz.env, catch_exceptions=False)
+    out = "".join((result.stdout + result.stderr).split())
+    assert result.exit_code == code and "Traceback" not in out, out
+    assert "".join(named.split()) in out and re.search(r"error|Invalidvalue", out, re.IGNORECASE), out
+    assert "llms-benchmarktrace" not in out  # no such command
+    bench = fz.root / ".llms-benchmark"
+    assert not (bench / "launches").exists() and not (bench / "refused").exists()
+    assert sorted(p.name for p in (bench / "runs").iterdir()) == [RUN_ID]
+
+
+@pytest.mark.parametrize("value", ["abc", "32k", "1.5", "[1]", "true", "''"])
+def test_a_max_model_len_that_is_no_integer_is_said_so(fz: Fz, value: str):
+    """`--max-model-len: abc` read as "not set" before; `false` (an override removing it) stays valid."""
+    data = yaml.safe_load(fz.base[".vot/presets/fz.yaml"])
+    text = yaml.safe_dump({**data, "vllm_args": {**data["vllm_args"], "--max-model-len": "X"}}, sort_keys=False)
+    path = fz.write(".vot/presets/fz.yaml", text.replace("'X'", value).encode())
+    try:
+        for argv in (["validate", str(path)], ["preflight", "replay", "fz", "--mission", "hello"],
+                     ["launch", "local", "replay", "fz", "--mission", "hello", "--detach"]):
+            result = CliRunner().invoke(app, argv, env=fz.env, catch_exceptions=False)
+            out = " ".join((result.stdout + result.stderr).split())
+            assert result.exit_code == 2, (argv, out)
+            assert "--max-model-len" in out and "not an integer" in out and "not set" not in out, (argv, out)
+            assert "fz.yaml" in out.replace(" ", ""), out
+    finally:
+        fz.restore(".vot/presets/fz.yaml")
+
+
+def test_validate_takes_the_folders_its_help_names(fz: Fz):
+    """`validate .vot/presets/` was refused ("cannot tell what kind of file this is"): a folder of
+    presets, of environments, `.vot/` or `missions/` validates each one in it, and one bad file
+    among them fails the whole (exit 2), named."""
+    result = CliRunner().invoke(app, ["validate", "--json", str(fz.root / ".vot" / "presets") + "/",
+                                      str(fz.root / ".vot" / "environments"), str(fz.root / "missions")],
+                                env=fz.env, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    checked = {Path(c["path"]).name for c in doc["checked"]}
+    assert doc["ok"] and {"fz.yaml", "replay-hello.yaml", "replay.yaml", "hello", "fz"} <= checked, doc
+    assert len(doc["checked"]) == len(list((fz.root / ".vot").glob("*/*.yaml"))) + 2
+    fz.write(".vot/presets/fz.yaml", b"name: fz\nmodel: m\nvllm_args:\n  --max-model-len: abc\n")
+    try:
+        assert invoke(fz, ["validate", str(fz.root / ".vot")], names=("fz.yaml",)) == 2
+    finally:
+        fz.restore(".vot/presets/fz.yaml")

@@ -101,6 +101,10 @@ def test_a_refused_launch_leaves_git_status_clean(repo: Project, case: str):
             held.close()
     assert code == 2 and "Traceback" not in err, dump(out, err)
     assert _git(repo, "status", "--porcelain") == "", dump(out, err)
+    if case == "unknown-preset":  # a file that is not there: refused with the arguments, nothing written
+        assert "no preset 'nope'" in " ".join(err.split()), dump(out, err)
+        _nothing_written(repo)
+        return
     # The record is kept, out of git, and says why.
     refused = sorted((repo.root / ".llms-benchmark" / "refused").glob("*/run.json"))
     assert len(refused) == 1 and repo.run_dirs() == []
@@ -108,6 +112,38 @@ def test_a_refused_launch_leaves_git_status_clean(repo: Project, case: str):
     assert rec["status"] == "refused" and rec["stopped_at"] == "preflight" and rec["reason"], rec
     assert f".llms-benchmark/refused/{rec['run_id']}/run.json" in " ".join(err.split()), dump(out, err)
     assert repo.ledger() == {}
+
+
+@pytest.mark.parametrize(("args", "named"), [
+    (["--probe-long-tokens", "-5"], "--probe-long-tokens"),  # it served and recorded "200.5 tok/s at 20 tokens"
+    (["--probe-long-tokens", "100000000"], "--probe-long-tokens"),
+    (["--capacity-trace", "x.trace.jsonl"], "add --capacity"),  # it was ignored
+    (["--capacity-copies", "1,2"], "add --capacity"),
+    (["--capacity", "--capacity-trace", "x.trace.jsonl"], "llms-benchmark load-trace"),
+    (["--detach", "--capacity-ttft-p99", "5"], "add --capacity"),
+])
+def test_issue_47_launch_options_are_refused_before_anything(project: Project, args: list[str], named: str):
+    code, out, err = project.run_cli(["launch", "local", "replay", "replay-hello", "--mission", "hello", *args],
+                                     timeout=60)
+    text = " ".join(err.split())
+    assert code == 2 and "Traceback" not in err and named in text, dump(out, err)
+    _nothing_written(project)
+
+
+def test_a_detached_launch_refuses_a_file_that_does_not_load_before_it_detaches(project: Project):
+    """An unknown preset, a mission that is not there, a preset that does not validate: exit 2 at
+    once, naming the file (it exited 0 and printed a record path that never came to be)."""
+    broken = project.add_preset("broken", trajectory="hello")
+    broken.write_text(broken.read_text().replace("--max-model-len: 65536", "--max-model-len: abc"))
+    for args, named in ((["replay", "nope"], "nope.yaml"), (["replay", "replay-hello", "medium", "--mission", "nope"],
+                                                           "no mission named 'nope'"),
+                        (["replay", "broken"], "not an integer")):
+        if "--mission" not in args:
+            args = [*args, "--mission", "hello"]
+        code, out, err = project.run_cli(["launch", "local", *args, "--detach", "--json"], timeout=60)
+        assert code == 2 and out == "" and named in " ".join(err.split()), dump(out, err)
+        _nothing_written(project)
+        assert not (project.root / ".llms-benchmark").exists()
 
 
 def test_wait_names_a_run_it_cannot_find(project: Project):
@@ -133,14 +169,13 @@ def test_detach_prints_the_run_at_once_and_wait_exits_as_the_launch(repo: Projec
     done = json.loads(out)
     assert done["status"] == "ok" and done["record"] == facts["record"]
     assert json.loads((repo.root / facts["record"]).read_text())["times"]["end"]
-    # A refused background launch: its record moves out of git, and wait finds it there.
+    # A background launch of a preset that does not exist: refused before it detaches (it exited 0
+    # and named a record that was never written), nothing started, nothing written.
     code, out, err = repo.run_cli(["launch", "local", "replay", "nope", "--mission", "hello", "--detach", "--json"],
                                   timeout=60)
-    assert code == 0, dump(out, err)
-    refused = json.loads(out)["run_id"]
-    code, out, err = repo.run_cli(["wait", refused, "--timeout", "60", "--json"], timeout=90)
-    assert code == 2 and json.loads(out)["record"] == f".llms-benchmark/refused/{refused}/run.json", dump(out, err)
-    # Only the ok run's record and report are left for git: nothing of the refused one, no log.
+    assert code == 2 and out == "" and "no preset 'nope'" in " ".join(err.split()), dump(out, err)
+    assert not (repo.root / ".llms-benchmark" / "refused").exists()
+    # Only the ok run's record and report are left for git: no log.
     assert _git(repo, "status", "--porcelain", "-uall").split() == [
         "??", facts["record"].replace("run.json", "report.md"), "??", facts["record"]]
 

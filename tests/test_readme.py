@@ -57,3 +57,53 @@ def test_the_cli_module_has_one_exit_code_table():
     from harness.fitness.cli import PIPELINE_ERROR
 
     assert STILL_RUNNING == 124 and PIPELINE_ERROR == 3
+
+
+def test_render_at_head_writes_the_committed_page_byte_for_byte(tmp_path: Path):
+    """Issue 47, item 4: `render` on what git tracks (the checkout's tracked records, rulings,
+    presets and hand-kept files, never an untracked run folder) leaves the committed results page
+    as it is, so the slash command's `git diff` after `render` is its own run's only. The real CLI,
+    on a copy; the page it writes is compared byte for byte with the page in the checkout."""
+    import os
+    import shutil
+    import subprocess
+
+    tracked = subprocess.run(["git", "ls-files", "-z", "--", ".llms-benchmark", "rulings", ".vot", "missions"],
+                             cwd=REPO, check=True, capture_output=True).stdout.decode().split("\0")
+    root = tmp_path / "head"
+    for rel in filter(None, tracked):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / rel, root / rel)
+    page = root / ".llms-benchmark" / "README.md"
+    cli = REPO / ".venv" / "bin" / "llms-benchmark"
+    done = subprocess.run([str(cli), "render", "--json"], cwd=root, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "LLMS_BENCHMARK_ROOT": str(root)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    committed = (REPO / ".llms-benchmark" / "README.md").read_bytes()
+    assert page.read_bytes() == committed, ("`llms-benchmark render` changes the committed results page: "
+                                            "render it and commit the page with the change that moved it")
+    assert '"changed": false' in done.stdout
+
+
+def test_a_legend_is_only_for_a_column_the_page_shows():
+    """The cause of the one-line drift: the 'Agents sustained' legend was written under a table
+    that only shows that column when a row has a capacity sweep."""
+    from harness.results.render import render_results
+
+    text = render_results(REPO)
+    assert ("Agents sustained: from `launch --capacity`" in text) == ("| Agents sustained |" in text)
+
+
+def test_every_command_that_prints_a_result_takes_json():
+    """The README says so, naming the two exceptions; the CLI is checked against the sentence."""
+    import typer.main
+
+    from harness.cli import app
+
+    text = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    assert "Every command that prints a result also takes `--json` (`fitness smoke` takes its own `--json`" in text
+    without = sorted(usage.split()[0] + (" " + usage.split()[1] if usage.startswith("fitness") else "")
+                     for usage, options, _ in docs._commands(typer.main.get_command(app), [])
+                     if "--json" not in options)
+    assert without == ["fitness serve", "fitness smoke"], without
+    assert 'p.add_argument("--json"' in (REPO / "harness" / "fitness" / "smoke.py").read_text()

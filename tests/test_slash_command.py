@@ -42,6 +42,65 @@ def fill(command: str, values: dict[str, str]) -> str:
     return PLACEHOLDER.sub(one, command)
 
 
+def test_each_wait_fits_an_agents_tool_limit_and_the_store_is_read_by_the_harness():
+    """Issue 47: `wait --timeout 540` outlasted an agent's ~2-minute tool limit; "open
+    telemetry.duckdb with DuckDB" named no command (and no duckdb CLI is installed)."""
+    waits = [c for c in commands() if " wait " in c]
+    assert waits and all(float(c.split("--timeout")[1].split()[0]) <= 110 for c in waits), waits
+    text = SLASH.read_text()
+    assert "DuckDB" not in text and "duckdb " not in text.lower()
+    assert any(c.startswith(".venv/bin/llms-benchmark query <run_id>") for c in commands())
+    assert "--mission observability|hello" in text
+
+
+def _section(title: str) -> list[str]:
+    text = SLASH.read_text()
+    start = text.index(title)
+    end = text.index("\n## ", start + 1)
+    return [line.strip() for block in BLOCK.findall(text[start:end]) for line in block.splitlines() if line.strip()]
+
+
+def test_a_run_without_a_row_leaves_git_as_the_file_says(project: Project):
+    """Step 2b's commands, as written, on a void run of a real preset: the run's folder leaves
+    `runs/` (ignored), and the entry and the page are exactly what is staged; nothing else is
+    left for git."""
+    from datetime import UTC, datetime, timedelta
+
+    from harness.run.record import RowKey, RunRecord, Status, Timestamps
+
+    root = project.root
+    shutil.copy2(REPO / ".gitignore", root / ".gitignore")
+    for name in ("README.md", "non-conclusive.yaml"):
+        (root / ".llms-benchmark").mkdir(exist_ok=True)
+        shutil.copy2(REPO / ".llms-benchmark" / name, root / ".llms-benchmark" / name)
+    bin_dir = root / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "llms-benchmark").symlink_to(CLI)
+    _git(root, "init", "-q", ".")
+    _git(root, "add", "-A")
+    _git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "the project")
+    run = "20261205T110000Z-cpu-qwen2-5-coder-1-5b-medium-ef56"
+    launch = datetime(2026, 12, 5, 11, tzinfo=UTC)
+    RunRecord(run_id=run, key=RowKey(preset="cpu-qwen2-5-coder-1-5b", effort="medium", effort_requested="medium",
+                                     gpu="CPU"), environment="cpu", stack="local-llamacpp", mission="observability",
+              status=Status.void, reason="the mission ran past its 600 s cap", stopped_at="run",
+              times=Timestamps(launch=launch, end=launch + timedelta(minutes=11))
+              ).save(root / ".llms-benchmark" / "runs" / run)
+    (root / ".llms-benchmark" / "runs" / run / "report.md").write_text("no findings\n")
+    env = {**project.env, "LLMS_BENCHMARK_ROOT": str(root)}
+    steps = _section("## 2b.")
+    assert any(" inconclusive " in c for c in steps) and any(c.startswith("git add") for c in steps)
+    for command in steps:
+        done = subprocess.run(["sh", "-c", fill(command, {"run_id": run})], cwd=root, env=env,
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, (command, done.stdout, done.stderr)
+    assert sorted(_git(root, "diff", "--cached", "--name-only").split()) == [
+        ".llms-benchmark/README.md", ".llms-benchmark/non-conclusive.yaml"]
+    assert _git(root, "status", "--porcelain", "-uall").splitlines() == [
+        "M  .llms-benchmark/README.md", "M  .llms-benchmark/non-conclusive.yaml"]
+    assert f"(run {run})" in (root / ".llms-benchmark" / "README.md").read_text()
+
+
 def test_the_file_names_only_commands_the_cli_has():
     """Cheap and always run: each llms-benchmark command of the file is one the CLI knows, with
     options it takes (`--help` of the verb lists each option the file passes)."""
@@ -98,7 +157,8 @@ def test_the_slash_commands_own_commands_end_with_a_row(project: Project):
     ctl.build(root / "missions" / "observability")
 
     env = {**project.env, "LLMS_BENCHMARK_ROOT": str(root)}
-    values = {"environment": "replay", "preset": "replay-observability", "effort": "medium"}
+    values = {"environment": "replay", "preset": "replay-observability", "effort": "medium",
+              "mission": "observability"}
     ran: list[tuple[str, int]] = []
 
     def sh(command: str, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -113,7 +173,7 @@ def test_the_slash_commands_own_commands_end_with_a_row(project: Project):
 
     steps = commands()
     launch, wait, stop = (next(c for c in steps if key in c) for key in (" launch local ", " wait ", " stop "))
-    assert "--detach" in launch and "<run_id>" in wait and "--timeout" in wait
+    assert "--detach" in launch and "<run_id>" in wait and "--timeout" in wait and "--mission <mission>" in launch
 
     # 1. The launch, in the background: the run id at once.
     started = time.monotonic()

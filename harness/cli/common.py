@@ -59,6 +59,24 @@ def say(message: str) -> None:
 user_errors = clean_exit(err)
 
 
+# The command that writes the agent trace `load-agents` and `launch --capacity-trace` replay.
+MAKE_TRACE = "`llms-benchmark load-trace RUN_FOLDER --out NAME.trace.jsonl` writes one from a run's wire log"
+
+
+def require_trace_file(path: Path, field: str) -> None:
+    """A trace file named on the command line exists, refused (naming the command that writes
+    one) before anything is served or measured."""
+    try:
+        found = Path(path).is_file()
+    except OSError:  # a name the OS refuses (too long, ...)
+        found = False
+    if not found:
+        from harness.errors import UserError
+
+        raise UserError(f"no trace file at {path}", file=path, field=field,
+                        fix=f"give a *.trace.jsonl: {MAKE_TRACE}")
+
+
 def emit(data: dict, as_json: bool, table: Table | None = None) -> None:
     if as_json:
         out.print_json(json.dumps(data, default=str))

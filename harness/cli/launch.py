@@ -1,7 +1,8 @@
 """`llms-benchmark launch`: run the benchmark end to end.
 
 Every argument is checked before anything happens (no run folder, nothing served): the
-environment, preset and mission are names (never paths), the effort is one opencode accepts.
+environment, preset and mission are names (never paths) of files that load and validate, the
+effort is one opencode accepts, the numbers are in range, no `--capacity-*` without `--capacity`.
 A launch the preflight refuses (nothing served) keeps its record out of git, under
 `.llms-benchmark/refused/<run-id>/` with its reason. `--detach` starts the launch in the
 background and prints its run id and record path at once (`llms-benchmark wait RUN` waits).
@@ -24,7 +25,7 @@ import psutil
 import typer
 from rich.markup import escape
 
-from harness.cli.common import JsonOpt, err, out, project_root, say, user_errors
+from harness.cli.common import JsonOpt, err, out, project_root, require_trace_file, say, user_errors
 from harness.errors import UserError
 from harness.load.agents.slo import PRODUCT_MEASURE, PRODUCT_SLO
 from harness.mission import DEFAULT_MISSION
@@ -68,6 +69,52 @@ def check_launch_inputs(root: Path, environment: str, preset: str, effort: str, 
                             "opencode's --variant where the served model has that variant; `default` sends none)")
 
 
+def check_launch_files(root: Path, environment: str, preset: str, mission: str) -> None:
+    """Refuse, before anything is written or served, a name whose file does not exist or does not
+    validate: the environment, the preset (resolved for the environment's stack) and the mission
+    (a `--detach` launch would otherwise exit 0 and name a record that is never written)."""
+    from harness.mission import load_mission
+    from harness.vot.environment import load_environment
+    from harness.vot.preset import load_preset
+
+    env = load_environment(root, environment)
+    found = load_preset(root, preset)
+    try:
+        found.resolve(env.stack)
+    except ValueError as exc:
+        raise UserError(str(exc), file=found.path, field="stacks", fix="name a stack the harness knows") from None
+    load_mission(root, mission)
+
+
+# The long-context probe's prompt: 0 (the default size) or a size a context can hold.
+PROBE_LONG_MIN, PROBE_LONG_MAX = 1024, 1_048_576
+
+
+def _probe_long_tokens(value: int) -> int:
+    if value != 0 and not PROBE_LONG_MIN <= value <= PROBE_LONG_MAX:
+        raise typer.BadParameter(
+            f"{value} tokens is no long-context prompt: give 0 (82k where the context allows) or "
+            f"{PROBE_LONG_MIN}..{PROBE_LONG_MAX:,} (the probe caps it at the served context)")
+    return value
+
+
+# Options that only mean something with --capacity: given without it, they would be ignored.
+CAPACITY_OPTIONS = ("capacity_copies", "capacity_ttft_p99", "capacity_turn_p99", "capacity_stagger",
+                    "capacity_limit", "capacity_trace")
+
+
+def check_capacity_options_used(ctx: typer.Context, capacity: bool) -> None:
+    """Refuse a --capacity-* option given without --capacity (it would be silently ignored)."""
+    if capacity:
+        return
+    given = [name for name in CAPACITY_OPTIONS
+             if getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"]
+    if given:
+        option = "--" + given[0].replace("_", "-")
+        raise UserError(f"{option} only applies to a capacity sweep, and none was asked for", field=option,
+                        fix=f"add --capacity to sweep after the mission, or leave {option} out")
+
+
 def effort_note(root: Path, environment: str, preset: str, effort: str) -> str | None:
     """What the effort becomes on this preset, when it is not what was asked: a model whose
     template reads no reasoning effort gets no `--variant` (its row reads `default`). None when
@@ -108,13 +155,16 @@ def keep_refusal_out_of_git(root: Path, record) -> Path | None:
 @app.command("local")
 @user_errors
 def launch_local_cmd(
+    ctx: typer.Context,
     environment: Annotated[str, typer.Argument(help="A .vot/environments/<name>.yaml name.")],
     preset: Annotated[str, typer.Argument(help="A .vot/presets/<name>.yaml name.")],
     effort: Annotated[str, typer.Argument(
         help=f"Reasoning effort: {', '.join(ACCEPTED_EFFORTS)} (a model with no such variant runs at its default).")
     ] = "medium",
     mission: Annotated[str, typer.Option(help="Mission under missions/.")] = DEFAULT_MISSION,
-    probe_long_tokens: Annotated[int, typer.Option(help="Long-context probe size (0: 82k where the context allows).")] = 0,
+    probe_long_tokens: Annotated[int, typer.Option(
+        callback=_probe_long_tokens,
+        help=f"Long-context probe size: 0 (82k where the context allows) or {PROBE_LONG_MIN}..{PROBE_LONG_MAX}.")] = 0,
     no_sandbox: Annotated[bool, typer.Option(
         "--no-sandbox", help="Run the agent unconfined (the record and the results row say so).")] = False,
     stop_after_report: Annotated[int, typer.Option(
@@ -153,11 +203,15 @@ def launch_local_cmd(
     """Serve PRESET on ENVIRONMENT once, probe it, run the mission with opencode, destroy, record."""
     root = project_root()
     check_launch_inputs(root, environment, preset, effort, mission)
+    check_capacity_options_used(ctx, capacity)
+    check_launch_files(root, environment, preset, mission)
     cap = None
     if capacity:
         from harness.load.agents.slo import Measure
         from harness.stages.capacity import CapacityOptions, check_options, parse_copies
 
+        if capacity_trace is not None:
+            require_trace_file(capacity_trace, "--capacity-trace")
         cap = CapacityOptions(copies=parse_copies(capacity_copies), ttft_p99_s=capacity_ttft_p99,
                               turn_p99_s=capacity_turn_p99, stagger_s=capacity_stagger, limit_s=capacity_limit,
                               trace=capacity_trace.resolve() if capacity_trace else None,

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from harness.cli.common import JsonOpt, emit, err, project_root, say, user_errors
+from harness.cli.common import JsonOpt, emit, err, project_root, require_trace_file, say, user_errors
 from harness.errors import Interrupted, UserError
 from harness.load.agents.slo import PRODUCT_MEASURE, PRODUCT_SLO
 
@@ -194,6 +194,9 @@ def load_agents(
     if weka and mooncake_block_size is not None:
         raise UserError("give --weka or --mooncake-block-size, not both", field="--weka",
                         fix="name the one format the trace files are in")
+    if not weka and mooncake_block_size is None:
+        for f in trace_files:
+            require_trace_file(f, "TRACE_FILES")
     trace = merge([read_trace(f, mooncake_block_size=mooncake_block_size, is_weka=weka) for f in trace_files])
     slo = Slo(ttft_p99_s=ttft_p99, turn_p99_s=turn_p99)
     say(f"load-agents: {len(trace_files)} trace(s), {len(trace.sessions)} sessions a copy, at {base_url}; "

@@ -12,14 +12,15 @@ from typing import Annotated
 
 import typer
 
-from harness.cli.common import project_root, say, user_errors
+from harness.cli.common import JsonOpt, emit, project_root, say, user_errors
 from harness.errors import UserError
 from harness.run.paths import ProjectPaths
 from harness.run.record import RunRecord
 
 
 @user_errors
-def stop(run: Annotated[str, typer.Argument(help="The run id (a unique prefix will do), as `launch` printed it.")]) -> None:
+def stop(run: Annotated[str, typer.Argument(help="The run id (a unique prefix will do), as `launch` printed it.")],
+         as_json: JsonOpt = False) -> None:
     """Stop RUN once its report is persisted: the run counts, stopped after its report."""
     runs = ProjectPaths(project_root()).runs
     matches = sorted(p for p in runs.glob(f"{run}*") if p.is_dir()) if run and "/" not in run else []
@@ -37,6 +38,9 @@ def stop(run: Annotated[str, typer.Argument(help="The run id (a unique prefix wi
     paths.stop_request.write_text("stop after the report\n")
     say(f"stop asked for run {matches[0].name}: it ends once its report is persisted "
         "(at once if it is; the report as it stands then is the run's)")
+    if as_json:
+        emit({"run_id": matches[0].name, "stop_asked": True,
+              "request": str(paths.stop_request.relative_to(project_root()))}, True)
 
 
 def register(parent: typer.Typer) -> None:

@@ -46,7 +46,7 @@ def serve(environment: str, preset: str, as_json: JsonOpt = False) -> None:
 
 
 @user_errors
-def destroy(environment: str, preset: str) -> None:
+def destroy(environment: str, preset: str, as_json: JsonOpt = False) -> None:
     """Destroy unit vot-<preset> on an environment (a missing unit is reported, not an error)."""
     from harness.run.units import destroy_unit
     from harness.stacks.ledger import Ledger
@@ -58,10 +58,17 @@ def destroy(environment: str, preset: str) -> None:
     ledger = Ledger(root)
     unit = ledger.get(env.name, f"vot-{preset}")
     if unit is None:
-        out.print(f"unit vot-{preset} does not exist on {env.name} (nothing in the ledger)")
-        return
-    existed = destroy_unit(get_stack(unit.stack, root), unit, ledger)
-    out.print(f"destroyed {unit.name} on {env.name}" + ("" if existed else " (it had already exited)"))
+        message = f"unit vot-{preset} does not exist on {env.name} (nothing in the ledger)"
+        facts = {"unit": f"vot-{preset}", "environment": env.name, "in_ledger": False, "destroyed": False}
+    else:
+        existed = destroy_unit(get_stack(unit.stack, root), unit, ledger)
+        message = f"destroyed {unit.name} on {env.name}" + ("" if existed else " (it had already exited)")
+        facts = {"unit": unit.name, "environment": env.name, "in_ledger": True, "destroyed": True,
+                 "was_running": existed}
+    if as_json:
+        emit(facts, True)
+    else:
+        out.print(message)
 
 
 @user_errors

@@ -104,7 +104,7 @@ def run_cmd(
 ) -> None:
     """Run the fitness phases against ENV PRESET (served once) or a base URL; exit 0/1/2/3."""
     from harness.cli.common import project_root
-    from harness.fitness.config import load_config, parse_phase_list
+    from harness.fitness.config import load_config, parse_phase_list, refuse_nothing_to_measure
     from harness.fitness.runner import dry_run as offline, resolve_target, run_fitness
 
     overrides = {
@@ -116,6 +116,7 @@ def run_cmd(
     }
     if dry_run:
         cfg = load_config(config, overrides)
+        refuse_nothing_to_measure(cfg)
         result = offline(cfg)
         if as_json:
             out.print_json(json.dumps(result))
@@ -136,6 +137,7 @@ def run_cmd(
                                 webhook_env=webhook_env or _raw_webhook_env(config), say=say)
         say(f"report: {failed.report_dir / 'report.md'}")
         raise
+    refuse_nothing_to_measure(cfg)  # a usage mistake, refused before anything is asked or written
     outcome = run_fitness(project_root(), where, cfg, say=say, report_dir=report_dir, baseline=baseline,
                           run_id=run_id)
     from harness.fitness.report import summary
@@ -178,15 +180,23 @@ def _raw_webhook_env(config: Path | None) -> str | None:
 def data_cmd(
     data_dir: Annotated[Path | None, typer.Option(help="Where the frozen files go.")] = None,
     checkers_venv: Annotated[Path | None, typer.Option(help="Where the checkers' lean venv goes (BFCL, IFBench).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the manifest and the checkers' versions as JSON.")
+                       ] = False,
 ) -> None:
     """Once, online (PyPI only): the capability suites' frozen files from their pinned wheels (sha256
     checked), and the lean venv of the upstream checkers (bfcl-eval, if-verifiable; --no-deps)."""
     from harness.fitness import checkers, data
 
     target = data_dir or data.default_dir()
-    data.prepare(target, say=lambda m: out.print(m, highlight=False))
-    out.print(f"manifest: {target / 'manifest.json'}", highlight=False)
-    checkers.prepare(checkers_venv or checkers.default_dir(), say=lambda m: out.print(m, highlight=False))
+    tell = say if as_json else (lambda m: out.print(m, highlight=False))  # stdout is the JSON's alone
+    manifest = data.prepare(target, say=tell)
+    if not as_json:
+        out.print(f"manifest: {target / 'manifest.json'}", highlight=False)
+    venv = checkers_venv or checkers.default_dir()
+    versions = checkers.prepare(venv, say=tell)
+    if as_json:
+        out.print_json(json.dumps({"data_dir": str(target), "manifest": str(target / "manifest.json"),
+                                   "files": manifest, "checkers_venv": str(venv), "checkers": versions}, default=str))
 
 
 @fitness_app.command("smoke", cls=FitnessCommand, add_help_option=False,
@@ -204,12 +214,16 @@ def smoke_cmd(ctx: typer.Context) -> None:
 def tools_cmd(
     tools_venv: Annotated[Path | None, typer.Option(help="Where the tools' venv goes (default "
                                                          "~/.cache/llms-benchmark/fitness-tools).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the venv and its tools' versions as JSON.")] = False,
 ) -> None:
     """Once, online (PyPI only): seed 003's lm-eval (`lm-eval[api]`, pinned) in a venv of its own, checked
     by the torch guardrail; `capability.lmeval: true` then runs it over the frozen files."""
     from harness.fitness import lmeval
 
-    lmeval.prepare(tools_venv or lmeval.default_dir(), say=lambda m: out.print(m, highlight=False))
+    venv = tools_venv or lmeval.default_dir()
+    versions = lmeval.prepare(venv, say=say if as_json else (lambda m: out.print(m, highlight=False)))
+    if as_json:
+        out.print_json(json.dumps({"tools_venv": str(venv), "versions": versions}, default=str))
 
 
 @fitness_app.command("history", cls=FitnessCommand)
@@ -275,9 +289,17 @@ def history_cmd(
 
 
 @fitness_app.command("metrics", cls=FitnessCommand)
-def metrics_cmd() -> None:
+def metrics_cmd(
+    as_json: Annotated[bool, typer.Option("--json", help="Print the metrics as JSON.")] = False,
+) -> None:
     """Every metric a threshold may name."""
     from harness.fitness.metrics import METRICS
+
+    if as_json:
+        out.print_json(json.dumps([{"metric": m.name, "per_context": m.per_context, "unit": m.unit,
+                                    "better": m.better, "gates": m.gates, "meaning": m.meaning}
+                                   for m in METRICS.values()]))
+        return
 
     table = Table("metric", "unit", "better", "meaning")
     for m in METRICS.values():
@@ -290,7 +312,7 @@ def metrics_cmd() -> None:
 @pipeline_errors
 def serve_cmd(
     host: Annotated[str, typer.Option(help="Bind address (loopback unless told otherwise).")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port (0: any free one, printed).")] = 8088,
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port, 1..65535 (0: any free one, printed).")] = 8088,
     token_env: Annotated[str, typer.Option(help="NAME of the env var holding the bearer token.")] = "",
     runs_dir: Annotated[Path | None, typer.Option(help="Where runs' report folders go.")] = None,
 ) -> None:

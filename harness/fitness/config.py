@@ -250,6 +250,23 @@ def parse_phase_list(text: str, option: str) -> list[str]:
     return names
 
 
+def refuse_nothing_to_measure(cfg: FitnessConfig) -> None:
+    """`--phases warmup --skip warmup`, or only phases whose endpoint is not configured (kl,
+    judge): the run would measure nothing and read as PASS. Refused (a UserError: exit 3)."""
+    enabled = cfg.enabled()
+    fix = f"name at least one phase that runs here (phases: {', '.join(PHASE_ORDER)})"
+    if not enabled:
+        raise UserError("--phases and --skip leave no phase to run: the run would measure nothing",
+                        field="--phases", fix=fix + ", and leave it out of --skip")
+    unconfigured = {"kl": (cfg.kl.configured(), "kl.reference.url"),
+                    "judge": (cfg.judge.configured(), "judge.url, judge.model and judge.key_env")}
+    missing = [(p, unconfigured[p][1]) for p in enabled if p in unconfigured and not unconfigured[p][0]]
+    if len(missing) == len(enabled):
+        needs = "; ".join(f"{p} needs {what}" for p, what in missing)
+        raise UserError(f"every phase named is one this configuration cannot run ({needs}): the run would "
+                        "measure nothing", field="--phases", fix=f"set those in --config, or {fix}")
+
+
 def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> FitnessConfig:
     """The file's settings (if any) with `overrides` (dotted keys: `throughput.contexts`) on top."""
     data: dict[str, Any] = {}

@@ -273,6 +273,10 @@ def _record(state: _Run, cfg: FitnessConfig, target: Target, run_id: str, starte
     order = {n: i for i, n in enumerate(cfg.enabled())}
     state.results.sort(key=lambda r: (r.repeat, order.get(r.name, 99) if r.repeat == 1 else 0))
     errors = list(state.errors) + [f"phase {r.name} failed: {r.reason}" for r in state.results if r.status == "error"]
+    if not errors and not any(r.status == "ran" for r in state.results):
+        # every phase skipped (or none enabled): nothing was measured, and that is never a PASS
+        why = "; ".join(f"{r.name}: {r.reason}" for r in state.results if r.reason) or "no phase enabled"
+        errors.append(f"no phase measured anything ({why})")
     metrics, passes, disagreements = merge([r for r in state.results if r.status in ("ran", "error")])
     rows = verdicts(thresholds, metrics, cfg.enabled()) if thresholds else []
     code = exit_code(rows, pipeline_error=bool(errors))

@@ -399,6 +399,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [x for x in phases if x not in PHASES]
     if unknown or not phases:
         p.error(f"unknown phase {unknown[0]!r}" if unknown else "no phase named")  # exits 3
+    if phases == ["kl"] and not args.kl_reference:
+        p.error("--phases kl without --kl-reference measures nothing: name the reference server, or more phases")
     if not re.match(r"^https?://", args.base_url):
         p.error(f"--base-url {args.base_url!r} is not an http(s) URL")
     key = None
@@ -432,6 +434,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"smoke {name}: {entry['status']} {entry['wall_s']:.1f}s"
               + (f" - {entry['reason']}" if entry.get("reason") else "")
               + "".join(f" {k}={v}" for k, v in (entry.get("metrics") or {}).items()), file=sys.stderr)
+    if code == PASS and not any(e["status"] == "ran" for e in results["phases"]):
+        # every phase skipped: nothing was measured, and that is never a PASS
+        print("smoke: error: no phase measured anything", file=sys.stderr)
+        code = PIPELINE_ERROR
     results["exit_code"] = code
     results["verdict"] = {PASS: "PASS", FAIL: "FAIL"}.get(code)  # the seed's set: null on a pipeline error
     text = json.dumps(results, indent=2)

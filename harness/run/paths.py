@@ -9,6 +9,7 @@
       .llms-benchmark/README.md       the results page
       .llms-benchmark/*.yaml          the hand-kept rows (remote, oddyssey's local) and non-conclusive presets
       .llms-benchmark/refused/<id>/   a launch the preflight refused (nothing served): its folder, ignored by git
+      .llms-benchmark/inconclusive/<id>/  a void, refused or fault run recorded by `inconclusive`: ignored by git
       .llms-benchmark/launches/       `launch --detach`: each background launch's log and <run-id>.json (pid)
       .llms-benchmark/runs/<run-id>/  RunPaths:
         run.json                      the run record (artifacts named relative to this folder)
@@ -151,6 +152,12 @@ class ProjectPaths:
     def refused(self) -> Path:
         """Run folders of launches the preflight refused (nothing served): ignored by git."""
         return self.bench / "refused"
+
+    @property
+    def inconclusive(self) -> Path:
+        """Run folders of void, refused or fault runs entered in non-conclusive.yaml (`llms-benchmark
+        inconclusive`): kept, ignored by git (their entry is what is committed)."""
+        return self.bench / "inconclusive"
 
     @property
     def launches(self) -> Path:

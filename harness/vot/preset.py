@@ -14,6 +14,7 @@ from typing import Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from harness.errors import UserError
 from harness.vot.loader import available, check, check_name_matches_file, load_yaml_bytes, named_file
 
 # bool first: YAML `true` must stay a bool (a bare flag), never become 1 or "True".
@@ -123,12 +124,43 @@ class Preset(BaseModel):
         )
 
 
+# vllm_args whose value is a count of tokens: an integer, or `false` (a stack override removing it).
+INTEGER_ARGS = ("--max-model-len",)
+
+
+def _is_integer(value: ArgValue) -> bool:
+    if value is False or (isinstance(value, int) and not isinstance(value, bool)):
+        return True
+    if isinstance(value, float):
+        return value.is_integer()
+    if isinstance(value, str):
+        try:
+            int(value)
+        except ValueError:
+            return False
+        return True
+    return False
+
+
+def check_integer_args(preset: Preset) -> None:
+    """`--max-model-len: abc` is refused as what it is, not read later as "not set"."""
+    blocks = [("vllm_args", preset.vllm_args)]
+    blocks += [(f"stacks.{name}.vllm_args", over.vllm_args) for name, over in preset.stacks.items()]
+    for where, args in blocks:
+        for flag in INTEGER_ARGS:
+            if flag in args and not _is_integer(args[flag]):
+                raise UserError(f"{flag} is {args[flag]!r}, not an integer (a number of tokens)", file=preset.path,
+                                field=f"{where}.{flag}", fix=f"write `{flag}: 32768` (tokens, digits only)")
+
+
 def load_preset_file(path: Path) -> Preset:
     path = Path(path)
     data, raw = load_yaml_bytes(path)
     check(data, "preset", path)
     check_name_matches_file(data, path)
-    return Preset(**data, path=path, sha256=hashlib.sha256(raw).hexdigest())
+    preset = Preset(**data, path=path, sha256=hashlib.sha256(raw).hexdigest())
+    check_integer_args(preset)
+    return preset
 
 
 def available_presets(root: Path) -> list[str]:

@@ -23,6 +23,30 @@ def _mission_name(root: Path, path: Path) -> str | None:
     return parts[1] if len(parts) >= 2 and parts[0] == "missions" else None
 
 
+def expand(root: Path, path: Path) -> list[Path]:
+    """A folder of presets or environments (`.vot/presets/`), `missions/` or `.vot/` stands for each
+    file or mission folder in it; anything else is itself."""
+    path = Path(path)
+    try:
+        here = path.exists()
+    except OSError:
+        return [path]
+    full = path if path.is_absolute() or here else Path(root) / path
+    try:
+        if not full.is_dir():
+            return [path]
+        resolved = full.resolve()
+    except OSError:
+        return [path]
+    if resolved.parent.name == ".vot" and resolved.name in ("presets", "environments"):
+        return sorted(full.glob("*.yaml")) or [path]
+    if resolved.name == ".vot":
+        return sorted([*full.glob("environments/*.yaml"), *full.glob("presets/*.yaml")]) or [path]
+    if resolved.name == "missions" and resolved.parent == Path(root).resolve():
+        return sorted(p.parent for p in full.glob("*/mission.yaml")) or [path]
+    return [path]
+
+
 def validate_path(root: Path, path: Path) -> str:
     """Check one file and return a one-line summary; any problem is a UserError."""
     path = Path(path)
