@@ -268,7 +268,7 @@ def dump(trace: AgentTrace, path: Path) -> None:
 def load(path: Path) -> AgentTrace:
     """Read a trace file; any fault is one UserError naming the file, line and field."""
     if not path.is_file():
-        raise UserError(f"no trace file at {path}", file=path, fix="give a *.trace.jsonl (llms-benchmark trace)")
+        raise UserError(f"no trace file at {path}", file=path, fix="give a *.trace.jsonl (`llms-benchmark load-trace RUN` writes one from a run)")
     head, sessions = None, []
     with path.open(encoding="utf-8") as fh:
         for n, line in enumerate(fh, 1):
