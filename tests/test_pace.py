@@ -176,3 +176,39 @@ def test_the_parser_is_blamed_only_on_a_parsers_symptom():
     # A slow box is the cause even when the model wrote something call-like meanwhile.
     what, fix = _smoke_fix(_result(["<tool_call>"]), slow=True)
     assert "parser" not in fix
+
+
+def _launch(prefill, decode, cap_minutes=10):
+    rec = SimpleNamespace(probe=Probe(prefill_tps=prefill, decode_short_tps=decode), serving_config={"threads": "1: t"})
+    ctx = SimpleNamespace(stall_floor_s=None,
+                          pf=SimpleNamespace(mission=SimpleNamespace(manifest=SimpleNamespace(
+                              time_cap_minutes=cap_minutes))))
+    return rec, ctx
+
+
+def test_stall_limits_follow_the_probed_pace():
+    from harness.opencode.runner import Limits
+    from harness.stages.agent import paced
+    from harness.stages.serving import fits_smoke
+
+    rec, ctx = _launch(prefill=71.8, decode=26.9)
+    fits_smoke(rec, ctx)  # an idle box: ~89 s for the first turn
+    assert paced(Limits(time_cap_s=600, stall_s=300), ctx).stall_s == 300
+    rec, ctx = _launch(prefill=25.0, decode=8.0)  # a busy box: ~256 s, within half of 600
+    fits_smoke(rec, ctx)
+    limits = paced(Limits(time_cap_s=600, stall_s=300), ctx)
+    assert limits.stall_s == pytest.approx(1.5 * (6000 / 25 + 128 / 8)) and limits.time_cap_s == 600
+    assert paced(Limits(time_cap_s=200, stall_s=60), ctx).stall_s == 200  # never past the cap
+
+
+def test_a_pace_that_cannot_fit_the_mission_is_refused_before_the_smoke():
+    from harness.stages.serving import TooSlowForMission, fits_smoke
+
+    rec, ctx = _launch(prefill=0.6, decode=0.8)
+    with pytest.raises(TooSlowForMission) as exc:
+        fits_smoke(rec, ctx)
+    assert "prefill 0.6 tok/s" in exc.value.message and "too busy or too slow" in exc.value.message
+    assert "free the machine" in exc.value.fix
+    rec, ctx = _launch(prefill=None, decode=None)
+    fits_smoke(rec, ctx)  # a probe without figures refuses nothing
+    assert ctx.stall_floor_s is None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import re
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 from harness.sandbox import untrusted
@@ -34,6 +35,15 @@ class SmokeFailed(UserError):
 # A parser's symptom: the model wrote a call as text (Hermes tags, or a JSON object naming a
 # tool and its arguments) that no parser turned into a tool_use. Bounded: one pass, no nesting.
 _CALL_AS_TEXT = re.compile(r"<tool_call>|<function[=>]|\{\s*\"name\"\s*:\s*\"[^\"]{1,64}\"\s*,\s*\"(?:arguments|parameters)\"")
+
+
+def paced(limits: Limits, ctx: LaunchContext) -> Limits:
+    """The stall limit follows the probed pace: never shorter than 1.5x opencode's first turn
+    at that pace (harness/stages/serving.py), so a slow box is not read as a stalled model."""
+    floor = ctx.stall_floor_s or 0.0
+    if floor <= limits.stall_s:
+        return limits
+    return replace(limits, stall_s=min(floor, limits.time_cap_s))
 
 
 def pace_monitor(rec: RunRecord, ctx: LaunchContext, on_reading=None) -> PaceMonitor:
@@ -99,7 +109,7 @@ def smoke(rec: RunRecord, ctx: LaunchContext) -> None:
             argv = box.argv([*ctx.argv_base, "--title", "llms-benchmark smoke"], smoke_dir)
             result = run_opencode(argv, prompt=SMOKE_PROMPT, env=env,
                                   cwd=scratch, events_path=smoke_dir / "events.jsonl",
-                                  stderr_path=smoke_dir / "stderr.log", limits=SMOKE_LIMITS,
+                                  stderr_path=smoke_dir / "stderr.log", limits=paced(SMOKE_LIMITS, ctx),
                                   abort=ctx.collector.problem, abort_reason=ctx.collector.reason, guards=[box.disk],
                                   explain_stall=explain)
     finally:
@@ -147,7 +157,8 @@ def mission_setup(rec: RunRecord, ctx: LaunchContext) -> None:
 
 def run_mission(rec: RunRecord, ctx: LaunchContext) -> None:
     mission, paths, unit, workspace = ctx.pf.mission, ctx.paths, ctx.unit, ctx.workspace
-    limits = Limits(time_cap_s=mission.manifest.time_cap_minutes * 60, stall_s=mission.manifest.stall_minutes * 60)
+    limits = paced(Limits(time_cap_s=mission.manifest.time_cap_minutes * 60,
+                          stall_s=mission.manifest.stall_minutes * 60), ctx)
     with ctx.confined(rec, workspace, paths.opencode_home, [unit.base_url, *ctx.env.values()],
                       paths.wire_log) as box:
         argv = box.argv([*ctx.argv_base, "--title", ctx.title], paths.dir)

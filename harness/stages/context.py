@@ -70,6 +70,7 @@ class LaunchContext:
     title: str = ""
     result: RunResult | None = None
     pace_reference: Probe | None = None  # the best probe of this preset seen on this machine
+    stall_floor_s: float | None = None  # the stall limits' floor at the probed pace (stages/serving.fits_smoke)
 
     @property
     def root(self) -> Path:

@@ -173,10 +173,11 @@ def _retune_after_probe(rec: RunRecord, ctx: LaunchContext, long_target: int) ->
             f"{p.long_context_tokens} tokens; prefill {p.prefill_tps} tok/s")
 
 
-# opencode's first request: its system prompt and tool list, ~5-7k tokens with the mission's
-# workspace (the smoke's, measured on the embedded model); its first answer, a tool call.
-FIRST_PROMPT_TOKENS = 7000
+# opencode's first request: its system prompt and tool list (~5k tokens for hello, which turns
+# three tools off; ~7k with them) and its first answer, a tool call.
+FIRST_PROMPT_TOKENS = 6000
 FIRST_ANSWER_TOKENS = 128
+STALL_MARGIN = 1.5
 
 
 class TooSlowForMission(UserError):
@@ -191,21 +192,21 @@ def first_turn_s(probe) -> float | None:
 
 
 def fits_smoke(rec: RunRecord, ctx: LaunchContext) -> None:
-    """Refuse before the smoke, nothing billed past the probe, when the probed pace cannot
-    answer opencode's first turn within the smoke's or the mission's stall limit."""
-    from harness.stages.agent import SMOKE_LIMITS
-
+    """Caps follow the probed pace: the smoke's and the mission's stall limits become at least
+    1.5x opencode's first turn at that pace; and the launch refuses before the smoke, nothing
+    billed past the probe, when that turn alone would take half the mission's time cap."""
     need = first_turn_s(rec.probe)
     if need is None:
         return
-    limit = min(SMOKE_LIMITS.stall_s, ctx.pf.mission.manifest.stall_minutes * 60)
-    if need <= limit:
+    ctx.stall_floor_s = STALL_MARGIN * need
+    cap = ctx.pf.mission.manifest.time_cap_minutes * 60
+    if need <= cap / 2:
         return
     p = rec.probe
     threads = rec.serving_config.get("threads")
     raise TooSlowForMission(
         f"at the probed pace (prefill {p.prefill_tps} tok/s, decode {p.decode_short_tps} tok/s) opencode's first "
-        f"turn (~{FIRST_PROMPT_TOKENS:,} prompt tokens) takes ~{need:.0f} s, past the {limit:.0f} s stall limit: "
-        f"the machine is too busy or too slow for this preset" + (f" (threads {threads})" if threads else ""),
+        f"turn (~{FIRST_PROMPT_TOKENS:,} prompt tokens) takes ~{need:.0f} s, half the mission's {cap:.0f} s cap or "
+        f"more: the machine is too busy or too slow for this preset" + (f" (threads {threads})" if threads else ""),
         fix="free the machine (stop other CPU-bound processes) or serve a smaller preset, then launch again",
     )
