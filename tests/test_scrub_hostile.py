@@ -1,0 +1,123 @@
+"""The post-run scrub against databases and files built to make it run the agent's code or
+expand what it copies (issue 53): nothing of theirs runs, the key is gone, holes stay holes."""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+import sqlite3
+
+import pytest
+
+from harness.sandbox.secrets import scrub_tree
+from harness.sandbox.sqlitebytes import filler
+
+
+def _key() -> str:
+    return "sk-" + secrets.token_hex(16)
+
+
+def _sqlite_with_trigger(db, key: str) -> None:
+    """A store whose every UPDATE of `part` would write 64 MiB into `boom`, with a view that
+    would recurse without end, and values longer than a page (the key split across overflow pages)."""
+    with sqlite3.connect(db) as con:
+        con.execute("CREATE TABLE part (id INTEGER PRIMARY KEY, data TEXT, raw BLOB)")
+        con.execute("CREATE TABLE boom (x BLOB)")
+        con.execute("CREATE TRIGGER grow AFTER UPDATE ON part BEGIN "
+                    "INSERT INTO boom SELECT zeroblob(1 << 20) FROM generate_series(1, 64); END")
+        con.execute("CREATE VIEW forever AS WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) "
+                    "SELECT n FROM r")
+        long = "".join(f"{'x' * (i % 7)}{key}" for i in range(600))  # ~25 KB: six pages, every boundary split
+        con.executemany("INSERT INTO part (data, raw) VALUES (?, ?)",
+                        [(long, long.encode()) for _ in range(4)] + [(f"short {key}", b"none")])
+
+
+def test_an_sqlite_trigger_and_view_never_run_and_split_keys_are_gone(tmp_path):
+    key = _key()
+    db = tmp_path / "store.db"
+    _sqlite_with_trigger(db, key)
+    size = db.stat().st_size
+    changed, left = scrub_tree(tmp_path, [key])
+    assert (changed, left) == (1, [])
+    assert db.stat().st_size == size  # same pages: nothing grew, nothing of theirs ran
+    raw = db.read_bytes()
+    assert key.encode() not in raw
+    with sqlite3.connect(db) as con:
+        assert con.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        assert con.execute("SELECT count(*) FROM boom").fetchone() == (0,)  # the trigger never fired
+        rows = con.execute("SELECT data, raw FROM part ORDER BY id").fetchall()
+    assert len(rows) == 5
+    for data, blob in rows:
+        assert key not in data and key.encode() not in blob
+        # Read through SQLite (the overflow chains reassembled), every copy of the key became filler.
+        assert data.count(filler(len(key)).decode()) == data.count("[redacted]") > 0
+
+
+def test_a_wal_is_folded_in_and_every_side_file_removed(tmp_path):
+    key = _key()
+    src = tmp_path / "src"
+    src.mkdir()
+    agent = tmp_path / "agent"
+    agent.mkdir()
+    con = sqlite3.connect(src / "opencode.db")
+    con.execute("PRAGMA journal_mode=WAL")
+    con.execute("PRAGMA wal_autocheckpoint=0")
+    con.execute("CREATE TABLE part (id INTEGER PRIMARY KEY, data TEXT)")
+    con.commit()
+    con.executemany("INSERT INTO part (data) VALUES (?)", [(f"tool output {i}: VOT_API_KEY={key}",) for i in range(300)])
+    con.commit()
+    for name in ("opencode.db", "opencode.db-wal"):  # as a SIGKILLed opencode leaves them
+        shutil.copy(src / name, agent / name)
+    con.close()
+    assert key.encode() in (agent / "opencode.db-wal").read_bytes()
+    assert scrub_tree(agent, [key]) == (1, [])
+    assert sorted(p.name for p in agent.iterdir()) == ["opencode.db"]
+    assert key.encode() not in (agent / "opencode.db").read_bytes()
+    with sqlite3.connect(agent / "opencode.db") as check:
+        assert check.execute("SELECT count(*) FROM part WHERE data LIKE '%[redacted]%'").fetchone() == (300,)
+
+
+def test_a_sparse_file_with_sqlites_header_is_never_expanded(tmp_path):
+    key = _key()
+    holding, clean = tmp_path / "a.db", tmp_path / "b.db"
+    for path, body in ((holding, key.encode()), (clean, b"nothing")):
+        with open(path, "wb") as f:
+            f.write(b"SQLite format 3\x00" + b"\x10\x00\x01\x01\x00\x40\x20\x20" + b"\x00" * 76)
+            f.seek(512 << 20)
+            f.write(body)
+            f.truncate(1 << 30)
+    before = {p: p.stat().st_blocks for p in (holding, clean)}
+    changed, left = scrub_tree(tmp_path, [key])
+    assert (changed, left) == (0, ["a.db"])  # named, never rewritten: the caller fails closed
+    for path, blocks in before.items():
+        assert path.stat().st_blocks == blocks and path.stat().st_size == 1 << 30
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".scrub")]
+
+
+def test_a_duckdb_macro_named_contains_or_replace_is_never_called(tmp_path):
+    duckdb = pytest.importorskip("duckdb")
+    key = _key()
+    db = tmp_path / "shop.duckdb"
+    with duckdb.connect(str(db)) as con:
+        con.execute("CREATE MACRO contains(a, b) AS error('the agent''s macro ran')")
+        con.execute("CREATE MACRO replace(a, b, c) AS error('the agent''s macro ran')")
+        con.execute("CREATE VIEW v AS SELECT contains('a', 'b') AS x")
+        con.execute("CREATE TABLE t (body VARCHAR, n INTEGER)")
+        con.executemany("INSERT INTO t VALUES (?, ?)", [(f"token={key}", i) for i in range(50)])
+    assert scrub_tree(tmp_path, [key]) == (1, [])  # an error from their macro would have left it named
+    assert key.encode() not in db.read_bytes()
+    with duckdb.connect(str(db), read_only=True) as con:
+        assert con.execute("SELECT count(*), sum(n) FROM t WHERE body = 'token=[redacted]'").fetchone() == (50, 1225)
+
+
+def test_a_duckdb_file_whose_update_would_run_its_code_is_refused(tmp_path):
+    duckdb = pytest.importorskip("duckdb")
+    key = _key()
+    db = tmp_path / "shop.duckdb"
+    with duckdb.connect(str(db)) as con:
+        con.execute("CREATE MACRO heavy(a) AS length(repeat(a, 100000000)) > 0")
+        con.execute("CREATE TABLE t (body VARCHAR CHECK (heavy(body)))")
+        con.execute("INSERT INTO t SELECT ? FROM range(1)", [f"token={key}"])
+    raw = db.read_bytes()
+    assert scrub_tree(tmp_path, [key]) == (0, ["shop.duckdb"])
+    assert db.read_bytes() == raw  # never rewritten: named, and the launch fails closed on it
