@@ -55,7 +55,7 @@ def check_schema(conn: sqlite3.Connection, db: Path) -> None:
                          "`npm ci` installs it), or teach harness/opencode/store.py the new layout")
 
 
-STORE_CAP = 4 << 30  # bytes per file copied: above the agent's disk cap, far below a filled TMPDIR
+STORE_CAP = 1 << 30  # bytes per file copied: the agent's one-file cap (RLIMIT_FSIZE), far below a filled TMPDIR
 _NOFOLLOW = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
@@ -74,6 +74,10 @@ def _copy_regular(dir_fd: int, name: str, dest: Path) -> bool:
         if not stat.S_ISREG(info.st_mode) or info.st_size > STORE_CAP:
             raise UserError(f"{name} in opencode's store folder is not a regular file under {STORE_CAP:,} bytes",
                             file=dest.name, fix="the agent replaced opencode's store: no figures from it")
+        if info.st_blocks * 512 + (1 << 16) < info.st_size:  # SQLite never leaves holes; a copy would fill them
+            raise UserError(f"{name} in opencode's store folder is sparse ({info.st_size:,} bytes, "
+                            f"{info.st_blocks * 512:,} on disk)", file=dest.name,
+                            fix="the agent replaced opencode's store: no figures from it")
         with open(dest, "wb") as out:
             copied = 0
             while block := os.read(fd, 1 << 20):

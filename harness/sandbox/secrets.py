@@ -43,6 +43,7 @@ import os
 import re
 import stat
 import tempfile
+import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -242,7 +243,10 @@ def _write_beside(dir_fd: int, name: str, mode: int, fill) -> None:
     """Replace `name` in `dir_fd` by a new file that `fill(fd)` writes: created O_EXCL under a fresh
     random name (nothing the agent planted is opened or followed), then renamed over `name`."""
     tmp = f".{uuid.uuid4().hex}.scrub"
-    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+    made: list[int] = []
+    _writable(dir_fd, lambda: made.append(
+        os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)))
+    fd = made[0]
     try:
         try:
             fill(fd)
@@ -513,6 +517,21 @@ class _Writer:
             view = view[os.write(self.fd, view):]
 
 
+@functools.lru_cache(maxsize=4)
+def _forms_of(secrets: tuple[str, ...]) -> list[bytes]:
+    return forms(list(secrets))
+
+
+def redact_text(text: str | None, secrets: list[str]) -> str | None:
+    """A message (a reason, a line for the terminal) with every form of each secret replaced."""
+    if not text or not secrets:
+        return text
+    raw = text.encode("utf-8", "surrogateescape")
+    for form in _forms_of(tuple(secrets)):
+        raw = raw.replace(form, REDACTED.encode())
+    return raw.decode("utf-8", "surrogateescape")
+
+
 def _holds_text(value: str, encoded: list[bytes]) -> bool:
     raw = os.fsencode(value)
     return any(form in raw for form in encoded)
@@ -532,34 +551,99 @@ class Scrubbed:
     left: list[str] = field(default_factory=list)  # relative to the walked root
 
 
+def _writable(dir_fd: int, act) -> None:
+    """`act()` in the open folder `dir_fd`; refused (a folder the agent made 0555, in a user's
+    launch: the same uid), the folder made writable for its owner and `act` tried once more.
+    An error raised says only its kind: its text would carry the name, the raw key in it."""
+    try:
+        act()
+        return
+    except PermissionError:
+        pass
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror) from None
+    try:
+        os.fchmod(dir_fd, stat.S_IMODE(os.fstat(dir_fd).st_mode) | stat.S_IRWXU)
+        act()
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror) from None
+
+
 def _rename_free(dir_fd: int, name: str, wanted: str) -> None:
     target, n = wanted, 0
-    while True:
+    while n < 10_000:  # bounded: a name taken that often is the agent's doing; the rename then fails
         try:
             os.stat(target, dir_fd=dir_fd, follow_symlinks=False)
         except FileNotFoundError:
             break
         n += 1
         target = f"{wanted}.{n}"
-    os.rename(name, target, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    _writable(dir_fd, lambda: os.rename(name, target, src_dir_fd=dir_fd, dst_dir_fd=dir_fd))
 
 
-def scrub_tree(root: Path, secrets: list[str], last: tuple[str, ...] = (RUN_RECORD,)) -> tuple[int, list[str]]:
+_XATTR_OPEN = {stat.S_IFREG: os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+               stat.S_IFDIR: os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC}
+XATTR_CAP = 64 << 10  # bytes of one attribute's value read (the kernel's own bound)
+
+
+def _scrub_xattrs(dir_fd: int, name: str, st: os.stat_result, encoded: list[bytes]) -> int:
+    """The extended attributes of a file or folder whose name or value holds a form: removed
+    (a value is the agent's bytes: nothing to keep). The attributes removed."""
+    flags = _XATTR_OPEN.get(stat.S_IFMT(st.st_mode))
+    if flags is None or not hasattr(os, "listxattr"):
+        return 0
+    try:
+        fd = os.open(name, flags, dir_fd=dir_fd)
+    except OSError:
+        return 0
+    removed = 0
+    try:
+        try:
+            names = os.listxattr(fd)
+        except OSError:
+            return 0
+        for attr in names:
+            try:
+                value = os.getxattr(fd, attr)[:XATTR_CAP]
+            except OSError:
+                value = b""
+            if _holds_text(attr, encoded) or any(form in value for form in encoded):
+                try:
+                    os.removexattr(fd, attr)
+                except OSError as exc:
+                    raise OSError(exc.errno, f"an extended attribute could not be removed ({exc.strerror})") from None
+                removed += 1
+    finally:
+        os.close(fd)
+    return removed
+
+
+class PastDeadline(agentfs.Unclean):
+    """The scrub ran past its time bound: what it did not reach cannot be vouched for."""
+
+
+def scrub_tree(root: Path, secrets: list[str], last: tuple[str, ...] = (RUN_RECORD,),
+               deadline: float | None = None) -> tuple[int, list[str]]:
     """Every file under `root` by descriptor (no link followed, any depth up to agentfs's bound:
     past it `agentfs.Unclean` is raised and the caller fails closed), those named in `last`
-    (at the top) after the rest; names and link targets holding a form renamed or removed.
+    (at the top) after the rest; names and link targets holding a form renamed or removed,
+    extended attributes holding one removed. Past `deadline` (time.monotonic) `PastDeadline`.
     (files changed, paths relative to `root` that still hold a secret)."""
     if not secrets or not Path(root).is_dir():
         return 0, []
     root, encoded, out = Path(root), forms(secrets), Scrubbed()
     names: list[tuple[str, int]] = []  # folders whose names hold a form: renamed deepest first, after the walk
     for entry in agentfs.walk(root):
+        if deadline is not None and time.monotonic() > deadline:
+            raise PastDeadline("the scrub passed its time bound")
         if entry.is_link:
             if _holds_text(os.readlink(entry.name, dir_fd=entry.dir_fd), encoded):
-                _unlink(entry.dir_fd, entry.name)
+                _writable(entry.dir_fd, lambda e=entry: _unlink(e.dir_fd, e.name))
                 out.changed += 1
                 continue
-        elif entry.is_file and not (entry.depth == 1 and entry.name in last):
+        else:
+            out.changed += bool(_scrub_xattrs(entry.dir_fd, entry.name, entry.st, encoded))
+        if entry.is_file and not (entry.depth == 1 and entry.name in last):
             changed, holds = _scrub_at(entry.dir_fd, entry.name, entry.st, encoded)
             out.changed += changed
             if holds:

@@ -109,7 +109,7 @@ class LaunchContext:
         mission = home == self.paths.opencode_home  # its store and files are read after the stay
         plan = StayPlan(sandbox=self.sandbox, opencode=self.pf.opencode, workdir=workdir, home=home,
                         tmp=self.paths.agent_tmp, readable=[self.provider_file], urls=urls,
-                        cgroup_name=cgroup_name(self.paths.dir.name), wire_log=wire_log, secrets=self.secrets(),
+                        cgroup_name=cgroup_name(self.paths.dir.name), wire_log=wire_log,
                         image_name=f"{self.paths.dir.name}-{'mission' if mission else 'smoke'}", keep_image=mission)
         stay = AgentStay(plan, record.sandbox)
         try:
