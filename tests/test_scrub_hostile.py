@@ -3,9 +3,13 @@ expand what it copies (issue 53): nothing of theirs runs, the key is gone, holes
 
 from __future__ import annotations
 
+import base64
+import os
 import secrets
 import shutil
 import sqlite3
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -121,3 +125,135 @@ def test_a_duckdb_file_whose_update_would_run_its_code_is_refused(tmp_path):
     raw = db.read_bytes()
     assert scrub_tree(tmp_path, [key]) == (0, ["shop.duckdb"])
     assert db.read_bytes() == raw  # never rewritten: named, and the launch fails closed on it
+
+
+def test_the_key_in_extended_attributes_is_removed(tmp_path):
+    key = _key()
+    (tmp_path / "notes.txt").write_text("clean\n")
+    (tmp_path / "folder").mkdir()
+    os.setxattr(tmp_path / "notes.txt", "user.note", f"token={key}".encode())
+    os.setxattr(tmp_path / "notes.txt", "user.kept", b"nothing secret")
+    os.setxattr(tmp_path / "folder", f"user.{key}", b"x")
+    os.setxattr(tmp_path / "folder", "user.b64", base64.b64encode(f"a{key}".encode()))
+    changed, left = scrub_tree(tmp_path, [key])
+    assert left == [] and changed == 2
+    assert os.listxattr(tmp_path / "notes.txt") == ["user.kept"]
+    assert os.listxattr(tmp_path / "folder") == []
+    assert (tmp_path / "notes.txt").read_text() == "clean\n"
+
+
+USER_ID = 4242
+
+
+def _as_user(work, *args):
+    """`work(*args)` in a child process that dropped to an ordinary user (as a user's launch
+    runs its post-run: the agent's files are its own, so DAC bits bind it): its result, or the
+    text of what it raised."""
+    import pickle
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: no exec, the harness is already imported
+        code = 0
+        try:
+            os.close(read)
+            os.setgroups([])
+            os.setgid(USER_ID)
+            os.setuid(USER_ID)
+            try:
+                out = ("ok", work(*args))
+            except Exception as exc:  # noqa: BLE001 - handed back to the test
+                out = ("raised", f"{type(exc).__name__}: {exc}")
+            os.write(write, pickle.dumps(out))
+        except BaseException:  # noqa: BLE001
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read, "rb") as f:
+        data = f.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0 and data
+    return pickle.loads(data)
+
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="drops to an ordinary user: needs root")
+
+
+@pytest.fixture
+def user_tree():
+    """A folder an ordinary user owns, where that user can reach it."""
+    base = tempfile.mkdtemp(prefix="llms-user-", dir="/tmp")
+    os.chmod(base, 0o755)
+    tree = Path(base) / "agent"
+    tree.mkdir()
+    os.chown(base, USER_ID, USER_ID)  # the run folder: the user's own
+    yield tree
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def _chown_all(root):
+    for path in (root, *root.rglob("*")):
+        os.lchown(path, USER_ID, USER_ID)
+
+
+@needs_root
+def test_as_a_user_a_key_named_file_in_a_0555_folder_is_renamed_and_removable(user_tree):
+    from harness.sandbox import agentfs
+
+    key = _key()
+    locked = user_tree / "locked"
+    (locked / f"inner-{key}").mkdir(parents=True)
+    (locked / f"inner-{key}" / "f.txt").write_text(f"{key}\n")
+    (locked / f"key-{key}.txt").write_text(f"the key {key}\n")
+    (locked / f"link-{key}").symlink_to(f"/nowhere/{key}")
+    os.setxattr(locked / f"key-{key}.txt", "user.k", key.encode())
+    _chown_all(user_tree)
+    for folder in (locked / f"inner-{key}", locked):
+        os.chmod(folder, 0o555)
+    outcome = _as_user(scrub_tree, user_tree, [key])
+    assert outcome[0] == "ok", outcome
+    assert outcome[1][1] == []
+    for path in user_tree.rglob("*"):
+        assert key not in path.name, path
+        if path.is_file() and not path.is_symlink():
+            assert key.encode() not in path.read_bytes()
+            assert not [a for a in os.listxattr(path) if key.encode() in os.getxattr(path, a)]
+    # Removal as the user, with folders 0555 again and a name still holding the key.
+    os.chmod(locked, 0o755)
+    (locked / f"again-{key}").write_text("x")
+    os.lchown(locked / f"again-{key}", USER_ID, USER_ID)
+    os.chmod(locked, 0o555)
+    outcome = _as_user(agentfs.remove, user_tree)
+    assert outcome == ("ok", None) and not user_tree.exists()
+
+
+@needs_root
+def test_as_a_user_an_error_never_carries_the_raw_key(user_tree):
+    """A folder the user cannot fix (root's own, inside the agent's tree): the removal fails,
+    and what it says holds no name (the raw key in it was printed twice once)."""
+    from harness.sandbox import agentfs
+
+    key = _key()
+    stuck = user_tree / "stuck"
+    stuck.mkdir()
+    (stuck / f"key-{key}.txt").write_text("x")
+    _chown_all(user_tree)
+    os.chown(stuck, 0, 0)
+    os.chmod(stuck, 0o555)
+    outcome = _as_user(agentfs.remove, user_tree)
+    assert outcome[0] == "raised" and key not in outcome[1], outcome
+
+
+def test_a_sparse_store_is_refused_never_copied_whole(tmp_path):
+    """opencode's store read for the figures: a sparse file behind its name (24 KiB on disk,
+    3 GiB in the launcher's TMPDIR once) is refused before any copy."""
+    from harness.errors import UserError
+    from harness.opencode.store import store_copy
+
+    with open(tmp_path / "opencode.db", "wb") as f:
+        f.write(b"SQLite format 3\x00")
+        f.truncate(512 << 20)
+    with pytest.raises(UserError, match="sparse"):
+        with store_copy(tmp_path):
+            pass
