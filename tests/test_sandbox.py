@@ -117,6 +117,34 @@ def test_dev_shm_and_the_root_hold_no_more_than_their_caps(tmp_path: Path):
     assert seen["null"] == "0"  # the devices still work
 
 
+GETFD = """import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+pidfd = os.pidfd_open(os.getppid())
+fd = libc.syscall(438, pidfd, 1, 0)  # pidfd_getfd: the parent's stdout
+if fd >= 0:
+    os.write(fd, b'{"type":"text","part":{"text":"FORGED"}}\\n')
+print("getfd", "taken" if fd >= 0 else "refused " + os.strerror(ctypes.get_errno()))
+print("vm", libc.syscall(310, os.getppid(), 0, 0, 0, 0, 0), os.strerror(ctypes.get_errno()))
+"""
+
+
+@needs_bwrap
+def test_no_process_inside_can_take_anothers_descriptor_or_memory(tmp_path: Path):
+    """pidfd_getfd took opencode's stdout once (a forged event, denials hidden): every process
+    inside runs under a seccomp filter that refuses it, ptrace and process_vm_* with EPERM."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "g.py").write_text(GETFD)
+    view = agent_view([ws], Path(sys.executable), [])
+    hand_over(view.writable, view.who)
+    argv = wrap(Sandbox("bwrap", BWRAP), ["/bin/sh", "-c", f"python3 {ws}/g.py; echo done"], view, ws, tmp_path)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert "getfd refused Operation not permitted" in done.stdout, done.stdout + done.stderr
+    assert "vm -1 Operation not permitted" in done.stdout and "FORGED" not in done.stdout
+    assert done.stdout.strip().endswith("done")
+
+
 @needs_bwrap
 def test_the_network_is_its_own_only_allowed_ports_answer_and_streams_flow(tmp_path: Path):
     """Inside: the allowed host port answers (a streamed answer arrives as it is sent), another
