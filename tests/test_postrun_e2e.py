@@ -237,7 +237,8 @@ def test_the_key_the_agent_sees_is_minted_for_the_launch(project: Project):
     with sqlite3.connect(run_dir / "workspace" / "notes.db") as con:
         assert con.execute("SELECT n FROM keep").fetchall() == [(7,)]
         (value,), = con.execute('SELECT v FROM "x""; DROP TABLE keep; --"').fetchall()
-    assert value == "k=[redacted]"
+    # Overwritten by bytes, never by SQL: filler as long as the key (`sqlitebytes.filler`).
+    assert value.startswith("k=[redacted]") and len(value) > 20 and set(value[len("k=[redacted]"):]) == {"*"}
     for path in run_dir.rglob("*"):
         if path.is_file() and not path.is_symlink():
             data = path.read_bytes()

@@ -120,7 +120,7 @@ class AgentStay:
         model_port = loopback_ports(plan.urls[:1])
         wire = (model_port[0], WireLog(plan.wire_log)) if plan.wire_log is not None and model_port else None
         return bridge(kind if isolated else None, loopback_ports(plan.urls), self.who if kind == "bwrap" else None,
-                      wire, functools.partial(origin_of, opencode=plan.opencode))
+                      wire, functools.partial(origin_of, opencode=plan.opencode, pinned=[]))
 
     def argv(self, command: list[str], profile_dir: Path) -> list[str]:
         """`command` as it runs inside the sandbox, in the stay's working folder."""
