@@ -180,3 +180,15 @@ def test_a_provider_error_is_found_in_linear_time_on_a_240_kb_line():
     hostile = "level=ERROR " * 20000 + "myerror=" * 5000
     assert provider_error(hostile) is None
     assert error_signature("a" * 240_000 + "g") == "#"
+
+
+def test_the_store_check_reads_events_in_bounded_lines(tmp_path, monkeypatch):
+    """The events file is read back line by line, each at most LINE_CAP bytes: a longer one
+    (a step_finish a tool forged with a huge pad) is skipped whole, the rest still count."""
+    import harness.serving.storecheck as storecheck
+
+    monkeypatch.setattr(storecheck, "LINE_CAP", 1000)
+    forged = json.dumps({"type": "step_finish", "part": {"messageID": "m0", "tokens": {"input": 9}, "pad": "x" * 5000}})
+    real = json.dumps({"type": "step_finish", "part": {"messageID": "m1", "tokens": {"input": 3, "output": 2}}})
+    (tmp_path / "events.jsonl").write_text(f"{forged}\n{real}\n")
+    assert storecheck.step_finish_tokens(tmp_path / "events.jsonl") == {"m1": (3, 2)}
