@@ -257,3 +257,36 @@ def test_a_sparse_store_is_refused_never_copied_whole(tmp_path):
     with pytest.raises(UserError, match="sparse"):
         with store_copy(tmp_path):
             pass
+
+
+def test_the_scrub_past_its_time_bound_fails_closed(tmp_path):
+    """Post-run time is bounded (100,000 files held the unit 349 s once): past the deadline the
+    scrub raises, and the launch fails closed on it."""
+    import time
+
+    from harness.sandbox.secrets import PastDeadline
+
+    key = _key()
+    for i in range(5):
+        (tmp_path / f"f{i}.txt").write_text(key)
+    with pytest.raises(PastDeadline):
+        scrub_tree(tmp_path, [key], deadline=time.monotonic() - 1)
+
+
+def test_the_record_on_disk_says_void_until_the_post_run_finishes(tmp_path):
+    """A post-run that crashes (a save that fails) leaves void on disk, never ok."""
+    import json
+    from datetime import UTC, datetime
+    from types import SimpleNamespace
+
+    from harness.run.launch import _save_pending
+    from harness.run.record import RowKey, RunRecord, Status, Timestamps
+
+    record = RunRecord(run_id="r1", key=RowKey(preset="p", effort="e", effort_requested="e", gpu="g"),
+                       environment="local", stack="replay", mission="hello",
+                       times=Timestamps(launch=datetime.now(UTC)), status=Status.ok)
+    _save_pending(record, SimpleNamespace(paths=SimpleNamespace(dir=tmp_path)))
+    saved = json.loads((tmp_path / "run.json").read_text())
+    assert (saved["status"], saved["stopped_at"]) == ("void", "post-run")
+    assert saved["reason"] == "the post-run did not finish"
+    assert record.status == Status.ok and record.reason is None  # in memory: as the launch left it
