@@ -33,7 +33,9 @@ _CAPS = [(re.compile(p, re.I), label) for p, label in (
 )]
 _FAILED_TEXT = re.compile(r"No such file|not found|does not exist|ENOENT|cannot access|can't open|" +
                           _DENIED_TEXT.pattern + "|" + "|".join(c.pattern for c, _ in _CAPS), re.I)
-_ABS_PATH = re.compile(r"(?<![\w.~$-])(/[A-Za-z0-9._@+-][^\s'\"|;&<>()`]*)")
+# An absolute path: not inside a word, nor a URL's `//host/...` (a hidden path is judged by
+# name alone, so a URL's host must not read as one).
+_ABS_PATH = re.compile(r"(?<![\w.~$:/-])(/[A-Za-z0-9._@+-][^\s'\"|;&<>()`]*)")
 
 
 _TEXT_CAP = 64 << 10  # characters of a tool's output or command read for what it names
