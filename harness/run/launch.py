@@ -248,7 +248,8 @@ class Launch:
         except Exception as exc:  # noqa: BLE001 - whatever stopped it, the run fails closed
             problems.append(f"the post-run scrub could not finish ({_why(exc)})")
             for path in ctx.agent_folders():  # then the harness's own files, bounded by their caps
-                problems += self._remove(path, ctx)
+                if os.path.lexists(path):
+                    problems += self._remove(path, ctx)
             try:
                 in_run, left = scrub_tree(ctx.paths.dir, secrets)
                 changed += in_run
@@ -279,8 +280,6 @@ class Launch:
     def _remove(path: Path, ctx: LaunchContext) -> list[str]:
         """An agent folder (or a file) the post-run cannot vouch for, removed whole: what to say of it."""
         name = escape_name(os.path.relpath(path, ctx.paths.dir))
-        if not os.path.lexists(path):
-            return []
         try:
             agentfs.remove(path)
         except OSError as exc:
