@@ -81,3 +81,67 @@ def test_a_parallel_launchs_image_between_mkdir_and_owner_is_left_alone(tmp_path
     os.utime(stale, (old, old))
     assert diskimage.sweep() == ["stale"]
     assert fresh.is_dir() and not stale.exists()
+
+
+def _mount_points() -> list[str]:
+    return [line.split(" ")[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+
+
+needs_root_mount = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to bind-mount")
+
+
+@needs_root_mount
+def test_the_sweep_unmounts_nothing_a_listing_names_only_what_its_image_bound(tmp_path: Path, monkeypatch):
+    """/var/tmp is anyone's: a crashed-looking image folder whose listing names a mount point
+    of someone else's (here a tmpfs at `victim`) never gets it unmounted by root's sweep."""
+    monkeypatch.setattr(diskimage, "IMAGES", tmp_path / "images")
+    home = tmp_path / "images" / "crashed"
+    home.mkdir(parents=True)
+    os.utime(home, (0, 0))
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (home / "folders").write_text(f"{victim}\n")
+    (home / "owner").write_text("1 0\n")
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(victim)], check=True, timeout=30)
+    try:
+        assert _mount_points().count(str(victim)) == 1
+        assert diskimage.sweep() == ["crashed"]
+        assert _mount_points().count(str(victim)) == 1  # still there
+        assert not home.exists()
+    finally:
+        subprocess.run(["umount", "-l", str(victim)], timeout=30)
+
+
+@needs_root_mount
+def test_an_images_folder_someone_else_made_is_never_used_nor_swept(tmp_path: Path, monkeypatch):
+    images = tmp_path / "images"
+    monkeypatch.setattr(diskimage, "IMAGES", images)
+    (images / "planted").mkdir(parents=True)
+    os.chown(images, 65534, 65534)
+    assert diskimage.sweep() == []
+    assert (images / "planted").is_dir()
+    with pytest.raises(diskimage.Unavailable, match="not a folder of root's own"):
+        diskimage._images()
+
+
+@needs_mount
+def test_kept_folders_share_one_bound_and_holes_stay_holes(tmp_path: Path):
+    """Sparse files copied off the image: each keeps its holes (never expanded into the run
+    folder), and the kept folders together count their apparent sizes against one bound (each
+    had the image's size once: 4 GiB in a run folder under a 2 GiB cap)."""
+    ws, home = tmp_path / "workspace", tmp_path / "opencode"
+    disk = diskimage.AgentDisk(f"test-{os.getpid()}-{tmp_path.name}", cap=32 * MiB)
+    disk.mount([ws, home])
+    try:
+        apparent = disk.size * 2 // 3  # under the bound alone, over it together
+        for folder in (ws, home):
+            with open(folder / "sparse.db", "wb") as f:
+                f.write(b"SQLite format 3\x00")
+                f.truncate(apparent)
+    finally:
+        problems = disk.release(keep=(ws, home))
+    assert len(problems) == 1 and "could not be copied off the image (more than the copy's byte bound" in problems[0]
+    kept = [f for f in (ws, home) if (f / "sparse.db").exists()]
+    assert len(kept) == 1 and not [f for f in (ws, home) if f not in kept and f.exists()]
+    st = (kept[0] / "sparse.db").stat()
+    assert st.st_size == apparent and st.st_blocks * 512 < MiB

@@ -237,7 +237,8 @@ def test_the_key_the_agent_sees_is_minted_for_the_launch(project: Project):
     with sqlite3.connect(run_dir / "workspace" / "notes.db") as con:
         assert con.execute("SELECT n FROM keep").fetchall() == [(7,)]
         (value,), = con.execute('SELECT v FROM "x""; DROP TABLE keep; --"').fetchall()
-    assert value == "k=[redacted]"
+    # Overwritten by bytes, never by SQL: filler as long as the key (`sqlitebytes.filler`).
+    assert value.startswith("k=[redacted]") and len(value) > 20 and set(value[len("k=[redacted]"):]) == {"*"}
     for path in run_dir.rglob("*"):
         if path.is_file() and not path.is_symlink():
             data = path.read_bytes()
@@ -317,3 +318,121 @@ def test_unfinished_bodies_on_the_model_port_leave_the_launcher_bounded(project:
     assert "holding 60 connections" in (run_dir / "opencode-events.jsonl").read_text()
     peak = rec["sandbox"]["launcher_peak_rss_mib"]
     assert 0 < peak < 600, peak  # the budget is 256 MiB; 1 GiB went through
+
+
+HOSTILE = """import os, sqlite3
+key = os.environ["VOT_API_KEY"]
+con = sqlite3.connect("notes.db")
+con.execute("CREATE TABLE part (id INTEGER PRIMARY KEY, data TEXT)")
+con.execute("CREATE TABLE boom (x BLOB)")
+# Any UPDATE of part (the old scrub's) writes rows x rows MiB: 900 MiB per statement here.
+con.execute("CREATE TRIGGER grow AFTER UPDATE ON part BEGIN "
+            "INSERT INTO boom SELECT zeroblob(1048576) FROM part a, part b; END")
+long = "".join(("x" * (i % 7)) + key for i in range(600))  # past a page: the key split on overflow pages
+con.executemany("INSERT INTO part (data) VALUES (?)", [(long,)] * 30)
+con.commit()
+con.close()
+with open("sparse.db", "wb") as f:  # SQLite's header, 900 MiB of holes
+    f.write(b"SQLite format 3\\x00")
+    f.truncate(900 << 20)
+with open("notes.txt", "w") as f:
+    f.write("clean\\n")
+os.setxattr("notes.txt", "user.k", key.encode())
+os.mkdir("locked")
+with open(f"locked/key-{key}.txt", "w") as f:
+    f.write(key)
+os.chmod("locked", 0o555)
+for path in ("/dev/shm/fill", "/fill"):
+    try:
+        with open(path, "wb") as f:
+            for _ in range(256):
+                f.write(bytes(1 << 20))
+        print(path, "written")
+    except OSError as exc:
+        print(path, "refused", exc.strerror)
+print("hostile done")
+"""
+
+
+def _key_anywhere(root: Path, key: str) -> list[str]:
+    """Every place under `root` the raw key is: a name, a regular file's bytes, an extended attribute."""
+    found = []
+    for dirpath, dirs, names in os.walk(root):
+        for name in [*dirs, *names]:
+            path = Path(dirpath) / name
+            if key in name:
+                found.append(f"name {path}")
+            if path.is_symlink():
+                continue
+            for attr in os.listxattr(path):
+                if key.encode() in os.getxattr(path, attr):
+                    found.append(f"xattr {path} {attr}")
+            if path.is_file() and key.encode() in path.read_bytes():
+                found.append(f"bytes {path}")
+    return found
+
+
+@needs_bwrap
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_a_trigger_sparse_files_xattrs_and_a_locked_folder_run_nothing_and_leave_no_key(launcher: Project):
+    """Issue 53: an SQLite store whose UPDATE trigger would write 900 MiB, a sparse file with
+    SQLite's header, the key in an extended attribute and in a file name inside a 0555 folder,
+    /dev/shm and / filled: nothing of the agent's runs in the launcher, nothing balloons, the
+    key is nowhere, and the run stands (all of it could be scrubbed)."""
+    import sqlite3
+
+    project = launcher
+    key = f"sk-unit-{secrets.token_hex(12)}"
+    project.env.update(VLLM_API_KEY=key)
+    steps = [_write("hostile.py", HOSTILE), _bash("hostile", "python3 hostile.py"),
+             _write("REPORT.md", "report\n"), {"text": "DONE"}]
+    code, out, err, run_dir, rec = _launch(project, "hostile", steps, env=["VLLM_API_KEY"])
+    events = (run_dir / "opencode-events.jsonl").read_text()
+    assert "hostile done" in events, events[-3000:]
+    assert "/dev/shm/fill refused No space left on device" in events and "/fill refused Read-only" in events
+    assert code == 0 and rec["status"] == "ok", (dump(out, err), rec.get("reason"))
+    assert key not in out + err
+    assert _key_anywhere(project.root, key) == []
+    with sqlite3.connect(run_dir / "workspace" / "notes.db") as con:
+        assert con.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        assert con.execute("SELECT count(*) FROM boom").fetchone() == (0,)  # the trigger never ran
+        assert con.execute("SELECT count(*) FROM part WHERE data LIKE '%[redacted]%'").fetchone() == (30,)
+    sparse = (run_dir / "workspace" / "sparse.db").stat()
+    assert sparse.st_size == 900 << 20 and sparse.st_blocks * 512 < (1 << 20)  # holes stayed holes
+
+
+ODD_NAMES = """import os
+key = os.environ["VOT_API_KEY"]
+name = b"odd-\\x1b]52;c;cHduZWQ=\\x07-\\x1b]0;title\\x07\\nrun ok\\n-\\xff"
+os.mkdir(name)
+with open(os.path.join(name, b"shot.png"), "wb") as f:  # a binary no scrub can rewrite
+    f.write(b"\\x89PNG\\r\\n\\x1a\\n" + key.encode() + b"\\x00")
+for n in range(3):  # 3 GiB of holes: past the copy's bound off a root launch's disk image
+    with open(os.path.join(name, b"hole%d" % n), "wb") as f:
+        f.truncate(1000 << 20)
+print("named")
+"""
+
+
+@needs_bwrap
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_escape_codes_and_non_utf8_in_names_are_escaped_and_the_run_voided(launcher: Project):
+    """Issue 53: a folder named with OSC 52 and OSC 0 escapes, a newline that would forge a
+    `run ok` line and a byte that is not UTF-8, holding a binary with the key and (past a root
+    launch's copy bound) sparse files: void, the names escaped in the reason and on the
+    terminal, run.json whole, the key nowhere."""
+    project = launcher
+    key = f"sk-unit-{secrets.token_hex(12)}"
+    project.env.update(VLLM_API_KEY=key)
+    steps = [_write("odd.py", ODD_NAMES), _bash("odd names", "python3 odd.py"),
+             _write("REPORT.md", "report\n"), {"text": "DONE"}]
+    code, out, err, run_dir, rec = _launch(project, "oddnames", steps, env=["VLLM_API_KEY"])
+    assert "named" in (run_dir / "opencode-events.jsonl").read_text()
+    assert code == 1 and rec["status"] == "void" and "post-run" in rec["reason"], (dump(out, err), rec)
+    assert "\x1b" not in out + err and "\x07" not in out + err
+    assert "run ok" not in [line.strip() for line in (out + err).splitlines()]
+    assert "\\x1b]52" in rec["reason"] and "\\xff" in rec["reason"], rec["reason"]
+    assert key not in out + err and _key_anywhere(project.root, key) == []
+    assert not (run_dir / "workspace").exists()

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from harness.opencode.runner import Limits, error_signature, run_opencode
 
@@ -137,3 +138,57 @@ def test_error_signature_ignores_ids_and_durations():
     b = error_signature("APIError: stream failed for ses_zzz999 after 14s (request 0123456789ab)")
     assert a == b
     assert error_signature("rate limited") != error_signature("bad gateway")
+
+
+def test_overlong_lines_are_dropped_and_a_stream_past_its_cap_ends_the_run(tmp_path, monkeypatch):
+    """What the agent's tools write into opencode's streams is bounded: a 20 MB line is never
+    kept nor parsed (an event it forges in there does not count), and past the stream's cap
+    nothing more is kept and the run ends (a 1.6 GB events file once)."""
+    import harness.opencode.runner as runner
+
+    monkeypatch.setattr(runner, "EVENTS_CAP", 4 << 20)
+    argv = _script(tmp_path, """
+        import json, sys, time
+        forged = json.dumps({"type": "tool_use", "sessionID": "ses_forged", "part": {"tool": "forged",
+                             "pad": "x" * (20 << 20)}})
+        print(forged, flush=True)
+        print(json.dumps({"type": "text", "sessionID": "ses_1", "part": {"text": "kept"}}), flush=True)
+        sys.stderr.write("y" * (20 << 20) + "\\n")
+        sys.stderr.flush()
+        line = json.dumps({"type": "step_start", "pad": "z" * 1000})
+        for _ in range(20000):
+            print(line)
+        sys.stdout.flush()
+        time.sleep(60)
+    """)
+    result = _run(tmp_path, argv)
+    assert result.ended_by == "opencode's events passed 4 MiB: nothing more was kept"
+    assert result.tool_uses == [] and result.texts == ["kept"] and result.session_id == "ses_1"
+    assert (tmp_path / "events.jsonl").stat().st_size <= 4 << 20
+    assert (tmp_path / "stderr.log").stat().st_size == 0
+
+
+@pytest.mark.timeout(30)
+def test_a_provider_error_is_found_in_linear_time_on_a_240_kb_line():
+    """The stderr log's provider errors: the cause after the last `error=`/`message=`; a 240 KB
+    line of `level=ERROR` repeats (a bash command opencode logs) took 49.7 s with the old regex."""
+    from harness.opencode.runner import provider_error
+
+    assert provider_error("level=ERROR service=llm error=APIError: stream failed\n") == "APIError: stream failed"
+    assert provider_error("level=ERROR message=a myerror=b\n") == "a myerror=b"
+    assert provider_error("level=INFO error=x") is None
+    hostile = "level=ERROR " * 20000 + "myerror=" * 5000
+    assert provider_error(hostile) is None
+    assert error_signature("a" * 240_000 + "g") == "#"
+
+
+def test_the_store_check_reads_events_in_bounded_lines(tmp_path, monkeypatch):
+    """The events file is read back line by line, each at most LINE_CAP bytes: a longer one
+    (a step_finish a tool forged with a huge pad) is skipped whole, the rest still count."""
+    import harness.serving.storecheck as storecheck
+
+    monkeypatch.setattr(storecheck, "LINE_CAP", 1000)
+    forged = json.dumps({"type": "step_finish", "part": {"messageID": "m0", "tokens": {"input": 9}, "pad": "x" * 5000}})
+    real = json.dumps({"type": "step_finish", "part": {"messageID": "m1", "tokens": {"input": 3, "output": 2}}})
+    (tmp_path / "events.jsonl").write_text(f"{forged}\n{real}\n")
+    assert storecheck.step_finish_tokens(tmp_path / "events.jsonl") == {"m1": (3, 2)}

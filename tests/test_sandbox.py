@@ -97,6 +97,55 @@ def test_bwrap_shows_the_view_and_hides_the_rest(tmp_path: Path):
 
 
 @needs_bwrap
+def test_dev_shm_and_the_root_hold_no_more_than_their_caps(tmp_path: Path):
+    """bwrap's root and /dev are tmpfs of the host's memory with no size: / and /dev are
+    read-only inside, /dev/shm a tmpfs of its own of `shm_bytes` (4 GiB once went there)."""
+    from harness.sandbox.limits import DEFAULT_CAPS, MiB
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    view = agent_view([ws], Path(sys.executable), [])
+    hand_over(view.writable, view.who)
+    script = ("echo x > /planted; echo root=$?; echo x > /dev/planted; echo dev=$?; "
+              f"dd if=/dev/zero of=/dev/shm/fill bs=1M count={DEFAULT_CAPS.shm_bytes // MiB + 16} 2>/dev/null; "
+              "echo shm=$(du -sk /dev/shm | cut -f1); echo hi > /dev/null; echo null=$?")
+    argv = wrap(Sandbox("bwrap", BWRAP), ["/bin/sh", "-c", script], view, ws, tmp_path)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    seen = dict(line.split("=", 1) for line in done.stdout.split() if "=" in line)
+    assert seen["root"] != "0" and seen["dev"] != "0", done.stdout + done.stderr
+    assert int(seen["shm"]) <= DEFAULT_CAPS.shm_bytes // 1024
+    assert seen["null"] == "0"  # the devices still work
+
+
+GETFD = """import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+pidfd = os.pidfd_open(os.getppid())
+fd = libc.syscall(438, pidfd, 1, 0)  # pidfd_getfd: the parent's stdout
+if fd >= 0:
+    os.write(fd, b'{"type":"text","part":{"text":"FORGED"}}\\n')
+print("getfd", "taken" if fd >= 0 else "refused " + os.strerror(ctypes.get_errno()))
+print("vm", libc.syscall(310, os.getppid(), 0, 0, 0, 0, 0), os.strerror(ctypes.get_errno()))
+"""
+
+
+@needs_bwrap
+def test_no_process_inside_can_take_anothers_descriptor_or_memory(tmp_path: Path):
+    """pidfd_getfd took opencode's stdout once (a forged event, denials hidden): every process
+    inside runs under a seccomp filter that refuses it, ptrace and process_vm_* with EPERM."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "g.py").write_text(GETFD)
+    view = agent_view([ws], Path(sys.executable), [])
+    hand_over(view.writable, view.who)
+    argv = wrap(Sandbox("bwrap", BWRAP), ["/bin/sh", "-c", f"python3 {ws}/g.py; echo done"], view, ws, tmp_path)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert "getfd refused Operation not permitted" in done.stdout, done.stdout + done.stderr
+    assert "vm -1 Operation not permitted" in done.stdout and "FORGED" not in done.stdout
+    assert done.stdout.strip().endswith("done")
+
+
+@needs_bwrap
 def test_the_network_is_its_own_only_allowed_ports_answer_and_streams_flow(tmp_path: Path):
     """Inside: the allowed host port answers (a streamed answer arrives as it is sent), another
     host port is refused, and the metadata address and the internet have no route: the
@@ -202,13 +251,36 @@ def test_denials_are_counted_from_the_tool_events(tmp_path: Path):
         tool("bash", "completed", {"command": f"cat {hidden}"}, f"cat: {hidden}: No such file or directory"),
         tool("bash", "completed", {"command": "touch /usr/lib/x"}, "touch: Read-only file system"),
         tool("read", "completed", {"filePath": "notes.txt"}, "hello"),  # fine
-        tool("read", "error", {"filePath": str(tmp_path / "nowhere")}, error="File not found"),  # absent on host too
+        # Absent on the host: counted all the same (the host is never asked which of the agent's paths exist).
+        tool("read", "error", {"filePath": str(tmp_path / "nowhere")}, error="File not found"),
         tool("bash", "completed", {"command": "cat /proc/1/status"}, "Name: bwrap"),
         "not json",
     ]))
     count, denied = count_denials(events, view, ws)
-    assert count == 3, denied
+    assert count == 4, denied
     assert denied[0] == f"read: {hidden}" and denied[2] == "bash: Read-only file system"
+    assert denied[3] == f"read: {tmp_path / 'nowhere'}"
+
+
+def test_denials_never_probe_the_host_and_escape_what_they_record(tmp_path: Path):
+    """A failed command naming 300 host paths: the record cannot tell which exist, holds at
+    most three names per call, each escaped (a name with an escape code or a newline)."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    real = [str(tmp_path / f"real{i}") for i in range(5)]
+    for path in real:
+        Path(path).write_text("x")
+    made_up = [str(tmp_path / f"none{i}") for i in range(295)]
+    odd = str(tmp_path / "a\x1b]52;c;eA==\x07\nrun ok")
+    events = tmp_path / "events.jsonl"
+    events.write_text("\n".join(json.dumps({"type": "tool_use", "part": {"tool": "bash", "state": {
+        "status": "error", "input": {"command": "cat " + " ".join(paths)}, "error": "No such file"}}})
+        for paths in (made_up[:3] + real, real + made_up, [odd])) + "\n")
+    count, denied = count_denials(events, View(writable=[ws]), ws)
+    assert count == 3
+    assert denied[0] == f"bash: {', '.join(made_up[:3])} and 5 more"  # the real ones named no differently
+    assert denied[1] == f"bash: {', '.join(real[:3])} and 297 more"
+    assert "\x1b" not in denied[2] and "\n" not in denied[2] and "\\x1b]52" in denied[2]
 
 
 @dataclass

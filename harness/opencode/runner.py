@@ -27,9 +27,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 POLL_S = 0.2
-# stderr log lines (--print-logs) that report a failed provider call; each is one "error".
-_PROVIDER_ERROR = re.compile(r"level=ERROR.*(?:\berror=|message=)(?P<msg>.+)$")  # the last error=: the cause
 _VOLATILE = re.compile(r"\b(?:[0-9a-f]{8,}|\d+(?:\.\d+)?(?:ms|s)?)\b|\b(?:ses|msg|prt|call)_[A-Za-z0-9]+")
+_SIGNED_CHARS = 1000  # of an error's text: _VOLATILE backtracks on long runs (quadratic in what it is given)
+# What is read from opencode's side (the agent's tools write into both streams): one line,
+# and each stream in all. A longer line is dropped (counted); past a stream's cap nothing more
+# is kept and the run ends (a 1.6 GB events file once, the launcher at 3.1 GiB).
+LINE_CAP = 8 << 20
+EVENTS_CAP, STDERR_CAP = 512 << 20, 256 << 20
 
 
 @dataclass
@@ -56,7 +60,43 @@ class RunResult:
 
 def error_signature(text: str) -> str:
     """Ids, counters and durations vary between identical failures: strip them."""
-    return _VOLATILE.sub("#", text.strip())[:300]
+    return _VOLATILE.sub("#", text.strip()[:_SIGNED_CHARS])[:300]
+
+
+def provider_error(line: str) -> str | None:
+    """The cause a stderr log line (--print-logs) gives for a failed provider call: what follows
+    the last `error=` (at a word's start) or `message=` after `level=ERROR`. String searches
+    only, linear in the line (its regex once froze the launcher 49.7 s on a 240 KB command)."""
+    start = line.find("level=ERROR")
+    if start < 0:
+        return None
+    rest = line[start:].rstrip("\n")
+    cut = None
+    end = len(rest)
+    while (at := rest.rfind("error=", 0, end)) >= 0:  # each step looks only left of the last: linear
+        if at == 0 or not (rest[at - 1].isalnum() or rest[at - 1] == "_"):
+            cut = at + len("error=")
+            break
+        end = at
+    at = rest.rfind("message=")
+    if at >= 0 and (cut is None or at + len("message=") > cut):
+        cut = at + len("message=")
+    msg = rest[cut:] if cut is not None else ""
+    return msg if msg.strip() else None
+
+
+def _bounded_lines(stream, cap: int):
+    """The stream's lines of at most `cap` bytes; a longer one is drained and yields None."""
+    while True:
+        raw = stream.readline(cap + 1)
+        if not raw:
+            return
+        if len(raw) > cap and not raw.endswith(b"\n"):
+            while (rest := stream.readline(cap)) and not rest.endswith(b"\n"):
+                pass
+            yield None
+            continue
+        yield raw
 
 
 class _Streak:
@@ -81,9 +121,24 @@ class _Watch:
 
     def __init__(self, limit: int, call_limit: int) -> None:
         self.lock = threading.Lock()
+        self.overflow: str | None = None  # a stream past its cap: the reason the run ends
+        self.dropped = 0  # lines past LINE_CAP, never parsed nor kept
         self.last_activity = time.monotonic()
         self.errors = _Streak(limit)  # provider errors, by signature
         self.failed_calls = _Streak(call_limit)  # tool calls: a failed one by its signature, a success as None
+
+    def past_cap(self, stream: str, raw: bytes | None) -> None:
+        """A line past LINE_CAP (`raw` None) is dropped; a stream past its cap ends the run."""
+        with self.lock:
+            if raw is None:
+                self.dropped += 1
+            elif self.overflow is None:
+                cap = EVENTS_CAP if stream == "events" else STDERR_CAP
+                self.overflow = f"opencode's {stream} passed {cap >> 20} MiB: nothing more was kept"
+
+    def overflowed(self) -> str | None:
+        with self.lock:
+            return self.overflow
 
     def activity(self) -> None:
         with self.lock:
@@ -117,12 +172,17 @@ def failed_call_signature(part: dict) -> str | None:
 
 def _read_events(stream, events_path: Path, result: RunResult, watch: _Watch,
                  on_event: Callable[[dict], None] | None = None) -> None:
+    kept = 0
     with open(events_path, "ab") as out:
-        for raw in stream:
+        for raw in _bounded_lines(stream, LINE_CAP):
+            watch.activity()
+            if raw is None or kept + len(raw) > EVENTS_CAP:
+                watch.past_cap("events", raw)
+                continue
+            kept += len(raw)
             out.write(raw)
             out.flush()
             result.events += 1
-            watch.activity()
             try:
                 event = json.loads(raw)
             except json.JSONDecodeError:
@@ -147,15 +207,20 @@ def _read_events(stream, events_path: Path, result: RunResult, watch: _Watch,
 
 
 def _read_stderr(stream, stderr_path: Path, result: RunResult, watch: _Watch) -> None:
+    kept = 0
     with open(stderr_path, "ab") as out:
-        for raw in stream:
+        for raw in _bounded_lines(stream, LINE_CAP):
+            if raw is None or kept + len(raw) > STDERR_CAP:
+                watch.past_cap("stderr", raw)
+                continue
+            kept += len(raw)
             out.write(raw)
             out.flush()
             line = raw.decode("utf-8", "replace")
-            match = _PROVIDER_ERROR.search(line)
-            if match and ("stream" in line or "provider" in line or "APIError" in line or "status" in line):
-                result.errors.append(match.group("msg").strip())
-                watch.error(match.group("msg"))
+            msg = provider_error(line)
+            if msg and ("stream" in line or "provider" in line or "APIError" in line or "status" in line):
+                result.errors.append(msg.strip())
+                watch.error(msg)
 
 
 def _end_group(proc: subprocess.Popen, grace_s: float = 3.0) -> None:
@@ -201,6 +266,7 @@ def run_opencode(
     prompt_file.write_bytes(prompt.encode("utf-8"))
     result = RunResult(started=time.time())
     watch = _Watch(limits.same_error_limit, limits.same_failed_call_limit)
+    guards = [*guards, watch.overflowed]  # a stream past its cap ends the run like any guard
     # stdout and stderr are socketpairs, not pipes: a pipe can be opened again through
     # /proc/<opencode's pid>/fd/1 by a tool running as the same user, and whatever it writes
     # there would read as opencode's own events; a socket cannot be reopened that way (ENXIO).

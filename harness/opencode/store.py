@@ -15,6 +15,7 @@ import sqlite3
 import stat
 import statistics
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -55,7 +56,9 @@ def check_schema(conn: sqlite3.Connection, db: Path) -> None:
                          "`npm ci` installs it), or teach harness/opencode/store.py the new layout")
 
 
-STORE_CAP = 4 << 30  # bytes per file copied: above the agent's disk cap, far below a filled TMPDIR
+VALUE_CAP = 64 << 20  # bytes of one value a query of the store may make
+READ_S = 60.0  # the store's reading, all queries together: past it sqlite3 interrupts them
+STORE_CAP = 1 << 30  # bytes per file copied: the agent's one-file cap (RLIMIT_FSIZE), far below a filled TMPDIR
 _NOFOLLOW = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
@@ -74,6 +77,10 @@ def _copy_regular(dir_fd: int, name: str, dest: Path) -> bool:
         if not stat.S_ISREG(info.st_mode) or info.st_size > STORE_CAP:
             raise UserError(f"{name} in opencode's store folder is not a regular file under {STORE_CAP:,} bytes",
                             file=dest.name, fix="the agent replaced opencode's store: no figures from it")
+        if info.st_blocks * 512 + (1 << 16) < info.st_size:  # SQLite never leaves holes; a copy would fill them
+            raise UserError(f"{name} in opencode's store folder is sparse ({info.st_size:,} bytes, "
+                            f"{info.st_blocks * 512:,} on disk)", file=dest.name,
+                            fix="the agent replaced opencode's store: no figures from it")
         with open(dest, "wb") as out:
             copied = 0
             while block := os.read(fd, 1 << 20):
@@ -107,6 +114,11 @@ def store_copy(data_dir: Path) -> Iterator[sqlite3.Connection]:
                 _copy_regular(dir_fd, f"{DB_NAME}{suffix}", Path(tmp) / f"{DB_NAME}{suffix}")
             conn = sqlite3.connect(Path(tmp) / DB_NAME)
             conn.execute("PRAGMA trusted_schema = OFF")
+            # The agent could rewrite this file: a generated column or a huge value is bounded in
+            # length, and every query in time (the progress handler aborts it past the deadline).
+            conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, VALUE_CAP)
+            deadline = time.monotonic() + READ_S
+            conn.set_progress_handler(lambda: time.monotonic() > deadline, 10_000)
             conn.row_factory = sqlite3.Row
             try:
                 yield conn
@@ -165,6 +177,14 @@ def _ms_to_dt(ms: float | None) -> datetime | None:
 def collect(data_dir: Path, *, session_id: str | None = None, title: str | None = None,
             since: datetime | None = None) -> SessionFigures:
     since_ms = int(since.timestamp() * 1000) if since else None
+    try:
+        return _collect(data_dir, session_id, title, since_ms)
+    except sqlite3.Error as exc:  # a store the agent altered: interrupted past READ_S, a value past VALUE_CAP
+        raise UserError(f"opencode's store could not be read ({exc})", file=data_dir / DB_NAME,
+                        fix="the agent altered opencode's store: no figures from it") from None
+
+
+def _collect(data_dir: Path, session_id: str | None, title: str | None, since_ms: int | None) -> SessionFigures:
     with store_copy(data_dir) as conn:
         check_schema(conn, data_dir / DB_NAME)
         root = _root_session(conn, session_id, title, since_ms, data_dir)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 import traceback
 import uuid
 from collections.abc import Callable
@@ -30,8 +31,8 @@ from harness.errors import FatalUnitLog, StackError, UserError
 from harness.run.paths import ProjectPaths
 from harness.run.record import RowKey, RunRecord, SandboxFigures, Status, Timestamps, Trial, utcnow
 from harness.sandbox import agentfs, diskimage
-from harness.sandbox.secrets import scrub_files, scrub_tree
-from harness.sandbox.untrusted import escape_controls
+from harness.sandbox.secrets import redact_text, scrub_files, scrub_tree
+from harness.sandbox.untrusted import escape_controls, escape_name
 from harness.serving.collect import gpu_cost
 from harness.stages import agent, collect, serving
 from harness.stages.agent import SmokeFailed
@@ -84,7 +85,7 @@ class Launch:
         run_id = new_run_id(opts.preset, opts.effort)
         paths = ProjectPaths(opts.root).run(run_id)
         # Names and texts from the agent reach the terminal escaped (a file name may carry OSC 52).
-        say = _escaping(say)
+        say = _escaping(say, lambda: self.ctx.secrets() if self.ctx.life is not None else [])
         self.ctx = LaunchContext(opts=opts, say=say, paths=paths, life=None)
         # The unit's log is collected into the first trial's folder for the whole serve; the
         # mission stack stopped before a destroy is the trial's running now.
@@ -138,9 +139,16 @@ class Launch:
         for record, trial_ctx in self.trials:
             if record.sandbox is not None:
                 record.sandbox.launcher_peak_rss_mib = peak
-            record.save(trial_ctx.paths.dir)
+            _save_pending(record, trial_ctx)
         for record, trial_ctx in self.trials:
-            self._post_run(record, trial_ctx)  # run.json last: it was written above
+            try:
+                self._post_run(record, trial_ctx)  # run.json last: it was written above
+            except Exception as exc:  # noqa: BLE001 - whatever stopped it, the record on disk says void
+                why = f"post-run: it could not finish ({type(exc).__name__})"
+                record.reason = ((record.reason + "; ") if record.reason else "") + why
+                if record.status == Status.ok:
+                    record.status, record.stopped_at = Status.void, "post-run"
+                self.ctx.say(f"WARNING: {why}")
         for name, value in self.ctx.restore_env.items():  # the preset's own key, back for the user's shell
             if value is None:
                 os.environ.pop(name, None)
@@ -232,41 +240,77 @@ class Launch:
         ctx.stays.clear()
         for path in sorted(ctx.unclean):  # walked by nothing else: no scrub could vouch for it
             problems += self._remove(path, ctx)
+        deadline = time.monotonic() + POSTRUN_SCRUB_S
         try:
             changed, left = scrub_files(sorted(ProjectPaths(ctx.root).unit_run_dir.glob("*.log")), secrets)
-            in_run, left_in_run = scrub_tree(ctx.paths.dir, secrets)
+            in_run, left_in_run = scrub_tree(ctx.paths.dir, secrets, deadline=deadline)
             changed, left = changed + in_run, left + left_in_run
         except Exception as exc:  # noqa: BLE001 - whatever stopped it, the run fails closed
-            problems.append(f"the post-run scrub could not finish ({escape_controls(str(exc))})")
-            remove |= set(ctx.agent_folders())
+            problems.append(f"the post-run scrub could not finish ({_why(exc)})")
+            for path in ctx.agent_folders():  # then the harness's own files, bounded by their caps
+                if os.path.lexists(path):
+                    problems += self._remove(path, ctx)
+            try:
+                in_run, left = scrub_tree(ctx.paths.dir, secrets)
+                changed += in_run
+            except Exception as again:  # noqa: BLE001
+                problems.append(f"the run folder's scrub could not finish ({_why(again)})")
         for rel in left:  # relative to the run folder (a unit log: absolute)
             path = ctx.paths.dir / rel
             remove.add(next((f for f in ctx.agent_folders() if path == f or f in path.parents), path))
         if left:
-            problems.append(f"a secret could not be redacted from {', '.join(escape_controls(p) for p in left)}")
+            shown = ", ".join(escape_name(p) for p in left[:5]) + (f" and {len(left) - 5} more" if len(left) > 5 else "")
+            problems.append(f"a secret could not be redacted from {shown}")
         for path in sorted(remove):
             problems += self._remove(path, ctx)
         if changed:
             ctx.say(f"secrets redacted from {changed} file(s) of run {record.run_id}")
         if problems:
-            why = "post-run: " + "; ".join(problems)
+            why = redact_text("post-run: " + "; ".join(problems), secrets)
             ctx.say(f"WARNING: {why}")
             record.reason = ((record.reason + "; ") if record.reason else "") + why
             if record.status == Status.ok:
                 record.status, record.stopped_at = Status.void, "post-run"
-            record.save(ctx.paths.dir)
-            scrub_files([ctx.paths.record], secrets)
+        record.reason = redact_text(record.reason, secrets)
+        record.save(ctx.paths.dir)  # the record as the post-run leaves it (on disk it said void till now)
+        scrub_files([ctx.paths.record], secrets)
 
 
     @staticmethod
     def _remove(path: Path, ctx: LaunchContext) -> list[str]:
         """An agent folder (or a file) the post-run cannot vouch for, removed whole: what to say of it."""
-        name = escape_controls(os.path.relpath(path, ctx.paths.dir))
+        name = escape_name(os.path.relpath(path, ctx.paths.dir))
         try:
             agentfs.remove(path)
         except OSError as exc:
             return [f"{name} could not be removed ({exc.strerror})"]
         return [f"{name} removed"]
+
+
+POSTRUN_SCRUB_S = 300.0  # the post-run's scrub of one run folder: past it, fail closed (100,000 files once took 349 s)
+
+
+def _why(exc: BaseException) -> str:
+    """An error as a reason may hold it: an OSError's text names the agent's file (the raw key
+    in a name), so only its kind; the harness's own (Unclean) messages escape what they name."""
+    if isinstance(exc, OSError):
+        return exc.strerror or type(exc).__name__
+    if isinstance(exc, agentfs.Unclean):
+        return escape_name(str(exc))
+    return type(exc).__name__
+
+
+def _save_pending(record: RunRecord, ctx: LaunchContext) -> None:
+    """The record saved as void until its post-run vouches for it: a post-run (or a save) that
+    fails leaves void on disk, never ok (a non-UTF-8 name once crashed it with `ok` saved)."""
+    status, stopped_at, reason = record.status, record.stopped_at, record.reason
+    if status == Status.ok:
+        record.status, record.stopped_at = Status.void, "post-run"
+        record.reason = "the post-run did not finish"
+    try:
+        record.save(ctx.paths.dir)
+    finally:
+        record.status, record.stopped_at, record.reason = status, stopped_at, reason
 
 
 def launcher_peak_rss_mib() -> float:
@@ -277,8 +321,10 @@ def launcher_peak_rss_mib() -> float:
     return round(peak / (1 << 20 if os.uname().sysname == "Darwin" else 1 << 10), 1)
 
 
-def _escaping(say: Say) -> Say:
-    return lambda message: say(escape_controls(message))
+def _escaping(say: Say, secrets: Callable[[], list[str]]) -> Say:
+    """Every line for the terminal: each form of a secret redacted (an error naming a file named
+    after the key), control characters escaped."""
+    return lambda message: say(escape_controls(redact_text(message, secrets())))
 
 
 def trial_record(first: RunRecord, run_id: str, index: int) -> RunRecord:

@@ -112,7 +112,7 @@ def walk(root: Path | str, max_depth: int = MAX_DEPTH, max_entries: int = MAX_EN
                 continue
             seen += 1
             if seen > max_entries:
-                raise Unclean(f"more than {max_entries:,} entries under {Path(root).name}/")
+                raise Unclean(f"more than {max_entries:,} entries under its folder")
             st = lstat_at(fd, name)
             if st is None:
                 continue
@@ -120,7 +120,7 @@ def walk(root: Path | str, max_depth: int = MAX_DEPTH, max_entries: int = MAX_EN
             yield Entry(fd, name, st, child_rel, len(stack))
             if stat.S_ISDIR(st.st_mode):
                 if len(stack) > max_depth:
-                    raise Unclean(f"folders nested more than {max_depth} deep under {Path(root).name}/")
+                    raise Unclean(f"folders nested more than {max_depth} deep under its folder")
                 try:
                     child = _open_child_dir(fd, name)
                 except FileNotFoundError:
@@ -167,8 +167,20 @@ def remove(path: Path) -> None:
         finally:
             os.close(top)
         os.rmdir(path.name, dir_fd=parent)
+    except OSError as exc:  # its text would name the agent's file (the raw key in a name): only its kind
+        raise OSError(exc.errno, exc.strerror) from None
     finally:
         os.close(parent)
+
+
+def _in_writable(dir_fd: int, act) -> None:
+    """`act()` in the open folder `dir_fd`; refused (the agent made it 0555: the same uid in a
+    user's launch), the folder made writable for its owner and `act` tried once more."""
+    try:
+        act()
+    except PermissionError:
+        os.fchmod(dir_fd, stat.S_IMODE(os.fstat(dir_fd).st_mode) | stat.S_IRWXU)
+        act()
 
 
 def _empty(top: int, lift_at: int = MAX_DEPTH) -> None:
@@ -187,18 +199,20 @@ def _empty(top: int, lift_at: int = MAX_DEPTH) -> None:
                 stack.pop()
                 if own is not None:
                     os.close(fd)
-                    os.rmdir(own, dir_fd=stack[-1][0])
+                    parent = stack[-1][0]
+                    _in_writable(parent, lambda: os.rmdir(own, dir_fd=parent))
                 continue
             try:
                 st = os.stat(name, dir_fd=fd, follow_symlinks=False)
             except FileNotFoundError:
                 continue
             if not stat.S_ISDIR(st.st_mode):
-                os.unlink(name, dir_fd=fd)
+                _in_writable(fd, lambda: os.unlink(name, dir_fd=fd))
                 continue
             if len(stack) >= lift_at:
                 lifted += 1
-                os.rename(name, f".lifted-{lifted}-{uuid.uuid4().hex}", src_dir_fd=fd, dst_dir_fd=top)
+                lifted_name = f".lifted-{lifted}-{uuid.uuid4().hex}"
+                _in_writable(fd, lambda: os.rename(name, lifted_name, src_dir_fd=fd, dst_dir_fd=top))
                 continue
             child = _open_child_dir(fd, name)
             stack.append((child, iter(_listing(child)), name))
@@ -206,9 +220,10 @@ def _empty(top: int, lift_at: int = MAX_DEPTH) -> None:
 
 def copy_tree(src: Path, dst: Path, max_bytes: int) -> int:
     """`src` (a tree the agent wrote) copied into `dst`, a new folder made here: folders made
-    fresh, regular files copied by descriptor, links recreated as links (never followed), FIFOs,
-    sockets and devices left out; bounded as `walk` is (Unclean) and by `max_bytes` copied
-    (Unclean past it). The bytes copied."""
+    fresh, regular files copied by descriptor (their data only: a hole stays a hole), links
+    recreated as links (never followed), FIFOs, sockets and devices left out; bounded as `walk`
+    is (Unclean) and by `max_bytes` of apparent size (a file's length, holes included: Unclean
+    past it). The bytes counted."""
     os.mkdir(dst, 0o755)
     stack: list[tuple[str, int]] = [("", open_dir(dst))]
     copied = 0
@@ -231,24 +246,44 @@ def copy_tree(src: Path, dst: Path, max_bytes: int) -> int:
     return copied
 
 
+def _where(entry: Entry) -> str:
+    """The top folder an entry is under, as a message may show it (the agent named it)."""
+    from harness.sandbox.untrusted import escape_name
+
+    return escape_name(entry.rel.split("/")[0][:120])
+
+
 def _copy_file(entry: Entry, dst_dir: int, budget: int) -> int:
+    """One file's data extents copied at their offsets, its length set: its apparent size counted."""
     if entry.st.st_size > budget:
-        raise Unclean(f"more than the copy's byte bound under {entry.rel.split('/')[0]}")
+        raise Unclean(f"more than the copy's byte bound under {_where(entry)}")
     src = os.open(entry.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=entry.dir_fd)
     try:
-        if not stat.S_ISREG(os.fstat(src).st_mode):
+        info = os.fstat(src)
+        if not stat.S_ISREG(info.st_mode):
             return 0
+        if info.st_size > budget:
+            raise Unclean(f"more than the copy's byte bound under {_where(entry)}")
         out = os.open(entry.name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                       entry.st.st_mode & 0o755 | 0o600, dir_fd=dst_dir)
-        copied = 0
         try:
-            while copied <= budget and (block := os.read(src, 1 << 20)):
-                os.write(out, block)
-                copied += len(block)
+            at = 0
+            while at < info.st_size:
+                try:
+                    start = os.lseek(src, at, os.SEEK_DATA)
+                except OSError:  # ENXIO: only a hole is left
+                    break
+                end = min(os.lseek(src, start, os.SEEK_HOLE), info.st_size)
+                while start < end:
+                    block = os.pread(src, min(1 << 20, end - start), start)
+                    if not block:
+                        break
+                    os.pwrite(out, block, start)
+                    start += len(block)
+                at = end
+            os.ftruncate(out, info.st_size)
         finally:
             os.close(out)
-        if copied > budget:
-            raise Unclean(f"more than the copy's byte bound under {entry.rel.split('/')[0]}")
-        return copied
+        return info.st_size
     finally:
         os.close(src)

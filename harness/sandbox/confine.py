@@ -163,6 +163,9 @@ def _bwrap_argv(tool: str, view: View, cwd: Path) -> list[str]:
     argv = [*_outside_argv(view), tool, "--die-with-parent", "--unshare-user", "--disable-userns",
             "--cap-drop", "ALL", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
             "--unshare-cgroup-try", "--proc", "/proc", "--dev", "/dev",
+            # /dev's own tmpfs (and /dev/shm in it) and the root tmpfs are unsized memory of the
+            # host: /dev/shm gets a sized tmpfs of its own, /dev and / are made read-only below.
+            "--size", str(view.caps.shm_bytes), "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
             "--size", str(view.caps.tmp_bytes), "--tmpfs", "/tmp"]
     bridged = isinstance(view.net, Bridge)
     if bridged:
@@ -177,7 +180,7 @@ def _bwrap_argv(tool: str, view: View, cwd: Path) -> list[str]:
         argv += ["--ro-bind", str(p), str(p)]
     for p in view.writable:
         argv += ["--bind", str(p), str(p)]
-    return [*argv, "--chdir", str(cwd), "--", *_inside_argv(view)]
+    return [*argv, "--remount-ro", "/", "--chdir", str(cwd), "--", *_inside_argv(view)]
 
 
 def describe_caps(view: View) -> dict[str, str]:
@@ -189,7 +192,8 @@ def describe_caps(view: View) -> dict[str, str]:
     pids = f"{caps.pids} (RLIMIT_NPROC in its user namespace" + (f"; {view.cgroup.kind} pids.max)" if view.cgroup
                                                                 else ")")
     return {"processes": pids, "file size": f"{caps.file_bytes / gib:g} GiB (RLIMIT_FSIZE)",
-            "tmp": f"{caps.tmp_bytes / gib:g} GiB (its own tmpfs)",
+            "tmp": f"{caps.tmp_bytes / gib:g} GiB (its own tmpfs); /dev/shm {caps.shm_bytes / gib:g} GiB "
+                   "(its own tmpfs); / and /dev read-only",
             "disk": f"{caps.disk_bytes / gib:g} GiB over its host folders (watched every second; the run ends past it)",
             "memory": memory}
 

@@ -1,6 +1,12 @@
 """What the sandbox refused the agent, for the record: counted from the run's own opencode
 events (a tool call that failed on a hidden path, a read-only one, a privileged call, a cap
-or the network) and from the caps' own counters (the cgroup's, the disk watcher's)."""
+or the network) and from the caps' own counters (the cgroup's, the disk watcher's).
+
+A hidden path is judged from the sandbox's own view alone: a failed call naming an absolute
+path outside what the sandbox shows. The host is never asked whether the agent's paths exist
+there (the record would list which hidden host paths exist: 8 of 318 probed, once); so a
+path the model made up counts as well, as the sandbox hid it just the same. The names come
+from the agent: escaped, cut short and few per call before they reach the record."""
 
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ import re
 from pathlib import Path
 
 from harness.sandbox.confine import View
+from harness.sandbox.untrusted import escape_name
 
 _DENIED_TEXT = re.compile(r"Read-only file system|Operation not permitted|Permission denied", re.I)
 _NET_DENIED = re.compile(r"Connection refused|Network is unreachable|No route to host|Could not resolve host|"
@@ -26,7 +33,18 @@ _CAPS = [(re.compile(p, re.I), label) for p, label in (
 )]
 _FAILED_TEXT = re.compile(r"No such file|not found|does not exist|ENOENT|cannot access|can't open|" +
                           _DENIED_TEXT.pattern + "|" + "|".join(c.pattern for c, _ in _CAPS), re.I)
-_ABS_PATH = re.compile(r"(?<![\w.~$-])(/[A-Za-z0-9._@+-][^\s'\"|;&<>()`]*)")
+# An absolute path: not inside a word, nor a URL's `//host/...` (a hidden path is judged by
+# name alone, so a URL's host must not read as one).
+_ABS_PATH = re.compile(r"(?<![\w.~$:/-])(/[A-Za-z0-9._@+-][^\s'\"|;&<>()`]*)")
+
+
+_TEXT_CAP = 64 << 10  # characters of a tool's output or command read for what it names
+_NAME_CAP, _NAMES_PER_CALL = 160, 3
+
+
+def _shown(text: str, cap: int) -> str:
+    """The agent's text as the record may hold it: control characters escaped, cut at `cap`."""
+    return escape_name(text[:cap]) + ("…" if len(text) > cap else "")
 
 
 # -- denials ------------------------------------------------------------------------------
@@ -42,7 +60,7 @@ def _named_paths(tool: str, state_input: dict, cwd: Path) -> list[Path]:
             found.append(Path(value) if value.startswith("/") else cwd / value)
     command = state_input.get("command")
     if tool == "bash" and isinstance(command, str):
-        found += [Path(m) for m in _ABS_PATH.findall(command)]
+        found += [Path(m) for m in _ABS_PATH.findall(command[:_TEXT_CAP])]
     return found
 
 
@@ -75,7 +93,7 @@ def count_denials(events: Path, view: View, cwd: Path, hits: list[str] | tuple =
             continue
         part = event.get("part") or {}
         state = part.get("state") or {}
-        text = " ".join(str(state.get(k) or "") for k in ("output", "error"))
+        text = " ".join(str(state.get(k) or "")[:_TEXT_CAP] for k in ("output", "error"))
         failed = state.get("status") == "error" or bool(_FAILED_TEXT.search(text) or _NET_DENIED.search(text))
         if not failed:
             continue
@@ -85,9 +103,12 @@ def count_denials(events: Path, view: View, cwd: Path, hits: list[str] | tuple =
         hidden = []
         for path in named:
             absolute = str(Path(os.path.normpath(path))).rstrip(":")
-            if absolute not in hidden and not _inside(Path(absolute), visible) and os.path.lexists(absolute):
+            if absolute not in hidden and not _inside(Path(absolute), visible):
                 hidden.append(absolute)
-        found = [f"{tool}: {', '.join(hidden)}"] if hidden else []
+        tool = _shown(str(tool), 40)
+        shown = [_shown(p, _NAME_CAP) for p in hidden[:_NAMES_PER_CALL]]
+        more = f" and {len(hidden) - _NAMES_PER_CALL} more" if len(hidden) > _NAMES_PER_CALL else ""
+        found = [f"{tool}: {', '.join(shown)}{more}"] if hidden else []
         found += [f"{tool}: {label}: {m.group(0)}" for c, label in _CAPS if (m := c.search(text))]
         if not hidden:
             found += [f"{tool}: {m}" for m in dict.fromkeys(x.group(0) for x in _DENIED_TEXT.finditer(text))]

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
+import stat
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -52,6 +54,44 @@ def _mounted(path: Path) -> bool:
     return os.path.ismount(path)
 
 
+def _root_owned_dir(path: Path) -> bool:
+    """A real folder (not a link) owned by root that no one else may write: /var/tmp is anyone's,
+    so a folder there a user made first (or a listing a user wrote) is never acted on."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == 0 and not st.st_mode & 0o022
+
+
+def _images() -> Path:
+    """IMAGES, made here if missing, refused unless root's own (Unavailable)."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(IMAGES, 0o700)
+    if not _root_owned_dir(IMAGES):
+        raise Unavailable(f"{IMAGES} is not a folder of root's own (someone else made it first)")
+    return IMAGES
+
+
+def _unescape(field: str) -> str:
+    """A mountinfo path: spaces, tabs, newlines and backslashes are written as octal escapes."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def _binds_of(mnt: Path) -> dict[str, str]:
+    """mount point → the folder of the image mounted at `mnt` it shows ("/0", "/1"): the binds
+    this image made, read from the kernel's own table (never from a listing on disk)."""
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return {}
+    rows = [line.split(" ") for line in lines]
+    device = next((r[2] for r in rows if len(r) > 4 and _unescape(r[4]) == str(mnt)), None)
+    if device is None:
+        return {}
+    return {_unescape(r[4]): _unescape(r[3]) for r in rows if len(r) > 4 and r[2] == device and _unescape(r[4]) != str(mnt)}
+
+
 @dataclass
 class AgentDisk:
     """One stay's image: `mount(folders)`, later `release()` (idempotent)."""
@@ -68,7 +108,7 @@ class AgentDisk:
     def mount(self, folders: list[Path]) -> None:
         if not available():
             raise Unavailable("not root, or no loop device or mkfs.ext4 here")
-        self.home = IMAGES / self.name
+        self.home = _images() / self.name
         shutil.rmtree(self.home, ignore_errors=True)
         self.home.mkdir(parents=True, mode=0o700)
         image, mnt = self.home / "disk.img", self.home / "mnt"
@@ -100,6 +140,7 @@ class AgentDisk:
         the image (by descriptor, bounded: `agentfs.copy_tree`), the rest of the agent's writes
         gone with it. What could not be done, for the record."""
         problems = []
+        budget = self.size  # for every kept folder together (each had the image's size once: 4 GiB of a 2 GiB cap)
         for n, folder in reversed(list(enumerate(self.folders))):
             if _mounted(folder):
                 _run_quiet(["umount", str(folder)])
@@ -111,9 +152,13 @@ class AgentDisk:
             if folder in keep and self.home is not None:
                 try:
                     agentfs.remove(folder)  # what the harness put there before the stay
-                    agentfs.copy_tree(self.home / "mnt" / str(n), folder, self.size)
-                except (agentfs.Unclean, OSError) as exc:
+                    budget -= agentfs.copy_tree(self.home / "mnt" / str(n), folder, budget)
+                except agentfs.Unclean as exc:
                     problems.append(f"{folder.name} could not be copied off the image ({exc})")
+                    with contextlib.suppress(OSError):
+                        agentfs.remove(folder)  # never half a copy
+                except OSError as exc:  # its text would carry the agent's file name: only the error's kind
+                    problems.append(f"{folder.name} could not be copied off the image ({exc.strerror})")
                     with contextlib.suppress(OSError):
                         agentfs.remove(folder)  # never half a copy
         self.folders = []
@@ -146,11 +191,16 @@ def _young(home: Path) -> bool:
 
 def sweep() -> list[str]:
     """Images a crashed launch left (their owner process is gone): their folders unmounted, the
-    image deleted. A parallel launch's images (owner alive) are left alone. What was swept."""
-    if os.geteuid() != 0 or not IMAGES.is_dir():
+    image deleted. A parallel launch's images (owner alive) are left alone. What was swept.
+    Only what the harness itself made is acted on: IMAGES and each image's folder root's own,
+    and a folder unmounted only where the kernel's mount table shows it bound from that
+    image (never a mount point a listing names: the listing is a file anyone may have written)."""
+    if os.geteuid() != 0 or not _root_owned_dir(IMAGES):
         return []
     swept = []
     for home in sorted(IMAGES.iterdir()):
+        if not _root_owned_dir(home):
+            continue
         try:
             pid, started = (home / "owner").read_text().split()
             if psutil.Process(int(pid)).create_time() == float(started):
@@ -161,10 +211,8 @@ def sweep() -> list[str]:
         except (OSError, ValueError, psutil.Error):
             pass
         disk = AgentDisk(home.name, 0, home=home)
-        try:
-            disk.folders = [Path(line) for line in (home / "folders").read_text().splitlines() if line]
-        except OSError:
-            disk.folders = []
+        binds = _binds_of(home / "mnt")
+        disk.folders = [Path(point) for point, _ in sorted(binds.items(), key=lambda item: item[1])]
         disk.release()
         swept.append(home.name)
     return swept

@@ -79,6 +79,8 @@ def take_back(paths: Iterable[Path], who: AgentIdentity) -> dict[Path, str]:
                 continue
             try:
                 agentfs.chown_tree(path, os.geteuid(), os.getegid())
-            except (agentfs.Unclean, OSError) as exc:
+            except agentfs.Unclean as exc:
                 unclean[path] = str(exc)
+            except OSError as exc:  # its text would name the agent's file (the raw key in a name): its kind only
+                unclean[path] = f"its hand-back failed ({exc.strerror})"
     return unclean

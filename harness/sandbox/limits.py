@@ -7,7 +7,8 @@ ordinary user; each cap uses what works without privilege, and a cgroup only on 
   Since Linux 5.14 that count is per (user namespace, uid), so it bounds this sandbox's
   processes alone, whoever launched it; a fork past it fails with EAGAIN.
 - one file's size: RLIMIT_FSIZE (a write past it fails with EFBIG / SIGXFSZ).
-- /tmp: a tmpfs of `tmp_bytes` (bwrap --size), so it cannot fill the host's memory.
+- /tmp: a tmpfs of `tmp_bytes` (bwrap --size), so it cannot fill the host's memory; /dev/shm
+  one of `shm_bytes`; bwrap's root and /dev tmpfs (unsized) remounted read-only.
 - the host folders it writes (workspace, opencode data, TMPDIR): no unprivileged quota
   exists for a bind, so a watcher totals their allocated blocks every second and ends the
   run past `disk_bytes`; RLIMIT_FSIZE bounds how far one write can go in between.
@@ -38,6 +39,7 @@ class Caps:
     pids: int = 512
     file_bytes: int = 1 * GiB
     tmp_bytes: int = 512 * MiB
+    shm_bytes: int = 64 * MiB  # /dev/shm: a sized tmpfs of its own (bwrap's /dev is otherwise unsized memory)
     disk_bytes: int = 2 * GiB
     memory_bytes: int = 8 * GiB
 

@@ -109,8 +109,20 @@ def _parent(pid: int) -> int | None:
         return None
 
 
-def origin_of(conn: socket.socket, opencode: Path) -> str:
-    """OPENCODE, TOOL or UNKNOWN for a connection to the model's port."""
+def _started(pid: int) -> str | None:
+    """The process's start time (clock ticks since boot): with the pid, one process for good."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def origin_of(conn: socket.socket, opencode: Path, pinned: list[tuple[int, str | None]] | None = None) -> str:
+    """OPENCODE, TOOL or UNKNOWN for a connection to the model's port. With `pinned` (a list the
+    caller keeps for one run), the first opencode seen is the run's, for good: the model's first
+    call comes before any tool can run, so it is the harness's own opencode; another opencode
+    binary (one a tool daemonized, re-parented away from it) is a tool."""
     pid = client_pid(conn)
     if pid is None:
         return UNKNOWN
@@ -122,4 +134,10 @@ def origin_of(conn: socket.socket, opencode: Path) -> str:
         if _exe(ancestor) == binary:
             return TOOL
         ancestor, hops = _parent(ancestor), hops + 1
+    if pinned is not None:
+        me = (pid, _started(pid))
+        if not pinned:
+            pinned.append(me)
+        elif pinned[0] != me:
+            return TOOL
     return OPENCODE

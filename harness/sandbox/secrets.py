@@ -9,11 +9,18 @@ After the run, each file is scrubbed by what it is:
   case, base64, base32 and base85 at every alignment, URL-encoded) replaced by
   `[redacted]`, streamed into a new file created O_EXCL under a random name beside it and
   renamed over it (memory stays bounded by one chunk, whatever the agent wrote);
-- SQLite: copied into a private folder, the same replacement in every text and blob cell
-  there, VACUUMed, written back whole;
-- DuckDB: copied into a private folder and opened there with external access off and the
-  configuration locked; the replacement through DuckDB in every VARCHAR/JSON column, the
-  live data copied into a fresh file (no old block keeps a copy), written back;
+- SQLite: never opened by SQLite (a trigger, a view, a generated column or an expression
+  index would run in the launcher): its WAL folded in and every form overwritten by filler
+  of the same length, by bytes, in a new file beside it (`sqlitebytes`: why, and how a
+  value split across overflow pages is found);
+- DuckDB: copied (holes kept) into a private folder and opened read-only there with external
+  access off, the configuration locked, memory and spill bounded, every function the scrub
+  calls schema-qualified (`system.main.contains`: an agent's macro of that name is never
+  called); a file carrying code that an UPDATE or a copy would run (CHECK constraints,
+  generated columns, defaults, indexes) is refused, named, and the launch fails closed;
+  otherwise the replacement in every VARCHAR/JSON column and each table copied into a fresh
+  file (no old block keeps a copy), written back;
+- extended attributes whose name or value holds a form: removed;
 - file and folder names and link targets that hold a form: renamed, links removed;
 - anything else is never rewritten (a byte-for-byte edit would corrupt it; a sparse file
   is never expanded): a file that still holds a secret is named, and the launch fails
@@ -34,9 +41,9 @@ import functools
 import itertools
 import os
 import re
-import sqlite3
 import stat
 import tempfile
+import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -44,7 +51,7 @@ from pathlib import Path
 from urllib.parse import quote, quote_plus
 
 from harness.run.paths import RUN_RECORD
-from harness.sandbox import agentfs
+from harness.sandbox import agentfs, sqlitebytes
 
 REDACTED = "[redacted]"
 MIN_SECRET_LEN = 8  # shorter values ("none", "1") would redact ordinary text
@@ -236,7 +243,10 @@ def _write_beside(dir_fd: int, name: str, mode: int, fill) -> None:
     """Replace `name` in `dir_fd` by a new file that `fill(fd)` writes: created O_EXCL under a fresh
     random name (nothing the agent planted is opened or followed), then renamed over `name`."""
     tmp = f".{uuid.uuid4().hex}.scrub"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+    made: list[int] = []
+    _writable(dir_fd, lambda: made.append(
+        os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)))
+    fd = made[0]
     try:
         try:
             fill(fd)
@@ -254,22 +264,6 @@ def _write_beside(dir_fd: int, name: str, mode: int, fill) -> None:
 def _copy_fd(src: int, dst: int) -> None:
     for block in _fd_blocks(src):
         os.write(dst, block)  # a regular file: a short write is an error raised by os.write
-
-
-def _copy_in(dir_fd: int, name: str, dest: Path) -> bool:
-    """The agent's file copied into a private folder of the harness, by descriptor."""
-    fd = _open_file(dir_fd, name)
-    if fd is None:
-        return False
-    try:
-        out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-        try:
-            _copy_fd(fd, out)
-        finally:
-            os.close(out)
-    finally:
-        os.close(fd)
-    return True
 
 
 def _write_back(private: Path, dir_fd: int, name: str, st: os.stat_result) -> None:
@@ -292,66 +286,74 @@ def _quote(identifier: str) -> str:
     return '"' + identifier.replace('"', '""') + '"'
 
 
-def _scrub_sqlite(db: Path, encoded: list[bytes]) -> int:
-    """The replacement in every text and blob cell of a private copy, then VACUUM (no old page kept)."""
-    con = sqlite3.connect(db, timeout=30)
-    changed = 0
-    try:
-        con.execute("PRAGMA trusted_schema = OFF")  # the file's own triggers and views call no function of note
-        con.execute("PRAGMA secure_delete = ON")
-        tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-        for table in tables:
-            columns = [r[1] for r in con.execute(f"PRAGMA table_info({_quote(table)})")]
-            for column in columns:
-                t, c = _quote(table), _quote(column)
-                for form in encoded:
-                    text = form.decode()
-                    changed += con.execute(
-                        f"UPDATE {t} SET {c} = replace({c}, ?, ?) WHERE typeof({c}) = 'text' AND instr({c}, ?) > 0",
-                        (text, REDACTED, text)).rowcount
-                    changed += con.execute(
-                        f"UPDATE {t} SET {c} = CAST(replace(CAST({c} AS TEXT), ?, ?) AS BLOB) "
-                        f"WHERE typeof({c}) = 'blob' AND instr({c}, ?) > 0",
-                        (text, REDACTED, form)).rowcount
-        con.commit()
-        con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        con.execute("PRAGMA journal_mode = DELETE")  # one file to write back
-        con.execute("VACUUM")
-    finally:
-        con.close()
-    return changed
+def _copy_extents(src: int, dst: int) -> None:
+    """`src`'s data copied into `dst` at the same offsets, its holes left holes, its size kept."""
+    size = os.fstat(src).st_size
+    for start, end in _extents(src, size):
+        at = start
+        while at < end:
+            block = os.pread(src, min(CHUNK, end - at), at)
+            if not block:
+                break
+            os.pwrite(dst, block, at)
+            at += len(block)
+    os.ftruncate(dst, size)
 
 
 def _scrub_sqlite_at(dir_fd: int, name: str, st: os.stat_result, encoded: list[bytes]) -> tuple[bool, bool]:
-    """A SQLite file (and its WAL) copied into a private folder, scrubbed there, written back whole."""
-    side = [name + suffix for suffix in ("-wal", "-journal")]
-    with tempfile.TemporaryDirectory(prefix="llms-scrub-") as tmp:
-        db = Path(tmp) / "db"
-        _copy_in(dir_fd, name, db)
-        for suffix, side_name in zip(("-wal", "-journal"), side):
-            _copy_in(dir_fd, side_name, Path(tmp) / f"db{suffix}")
-        if not any(holds_any(p, encoded) for p in Path(tmp).iterdir()):
+    """An SQLite file (its WAL folded in) scrubbed by bytes into a new file beside it; its -wal,
+    -journal and -shm removed. No SQL engine opens it (`sqlitebytes`)."""
+    pattern = _pattern(encoded)
+    db = _open_file(dir_fd, name)
+    if db is None:
+        return False, False
+    sides = {suffix: _open_file(dir_fd, name + suffix) for suffix in ("-wal", "-journal")}
+    try:
+        if not (sqlitebytes.holds(db, encoded, pattern)
+                or any(fd is not None and _fd_holds(fd, encoded) for fd in sides.values())):
             return False, False
+
+        def fill(out: int) -> None:
+            _copy_extents(db, out)
+            if sides["-wal"] is not None and not _is_sparse(os.fstat(sides["-wal"])):
+                sqlitebytes.fold_wal(out, sides["-wal"])
+            sqlitebytes.scrub(out, encoded, pattern)
+            if sqlitebytes.holds(out, encoded, pattern):
+                raise _StillHolds
+
         try:
-            _scrub_sqlite(db, encoded)
-        except sqlite3.Error:
-            return False, True  # a store we cannot rewrite still holds it: named, and the caller fails closed
-        if holds_any(db, encoded):
-            return False, True
-        _write_back(db, dir_fd, name, st)
-    for side_name in (*side, name + "-shm"):
-        _unlink(dir_fd, side_name)
+            _write_beside(dir_fd, name, st.st_mode, fill)
+        except (_StillHolds, sqlitebytes.NotSqlite):
+            return False, True  # named: the caller fails closed
+    finally:
+        os.close(db)
+        for fd in sides.values():
+            if fd is not None:
+                os.close(fd)
+    for suffix in ("-wal", "-journal", "-shm"):
+        _unlink(dir_fd, name + suffix)
     return True, False
 
 
+class _StillHolds(Exception):
+    pass
+
+
 # -- DuckDB ------------------------------------------------------------------------------
+DUCK_MEMORY = "256MB"  # the scrub's DuckDB: its memory and its spill bounded (a macro once took 3.3 GiB)
+
+
 def _duck_connect(path: Path, read_only: bool = False, attach: Path | None = None):
     """A DuckDB connection that can reach no file but `path` (and `attach`, made before it locks):
-    external access off, configuration locked, no extension loaded."""
+    external access off, configuration locked, no extension loaded, one thread, memory and
+    spill bounded (its spill in the private folder)."""
     import duckdb
 
+    spill = path.parent / "spill"
     con = duckdb.connect(str(path), read_only=read_only,
-                         config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
+                         config={"autoinstall_known_extensions": False, "autoload_known_extensions": False,
+                                 "memory_limit": DUCK_MEMORY, "threads": 1, "temp_directory": str(spill),
+                                 "max_temp_directory_size": DUCK_MEMORY})
     if attach is not None:
         con.execute("ATTACH ? AS fresh_copy", [str(attach)])
     con.execute("SET enable_external_access = false")
@@ -359,21 +361,42 @@ def _duck_connect(path: Path, read_only: bool = False, attach: Path | None = Non
     return con
 
 
+class _DuckCode(Exception):
+    """A DuckDB file carrying code an UPDATE or a copy would run."""
+
+
+def _duck_code(con) -> None:
+    """Refuse a file whose UPDATE or copy would run its own expressions: CHECK constraints,
+    generated columns, defaults, explicit indexes. (Its macros and views are never called:
+    every function here is schema-qualified and only base tables are read.)"""
+    here = "database_name = system.main.current_database()"
+    for what, sql in (
+        ("a CHECK constraint", f"SELECT count(*) FROM system.main.duckdb_constraints() WHERE {here} "
+                               "AND constraint_type = 'CHECK'"),
+        ("a generated column or a default", f"SELECT count(*) FROM system.main.duckdb_columns() WHERE {here} "
+                                            "AND (is_generated OR column_default IS NOT NULL)"),
+        ("an index", f"SELECT count(*) FROM system.main.duckdb_indexes() WHERE {here}"),
+    ):
+        if con.execute(sql).fetchone()[0]:
+            raise _DuckCode(what)
+
+
 def _duck_text_columns(con) -> list[tuple[str, str, str, str]]:
     return con.execute(
-        "SELECT c.schema_name, c.table_name, c.column_name, c.data_type FROM duckdb_columns() c "
-        "JOIN duckdb_tables() t ON c.table_oid = t.table_oid "
-        "WHERE c.database_name = current_database() AND NOT c.internal "
+        "SELECT c.schema_name, c.table_name, c.column_name, c.data_type FROM system.main.duckdb_columns() c "
+        "JOIN system.main.duckdb_tables() t ON c.table_oid = t.table_oid "
+        "WHERE c.database_name = system.main.current_database() AND NOT c.internal "
         "AND (c.data_type = 'VARCHAR' OR c.data_type = 'JSON')").fetchall()
 
 
 def _duck_where(column: str, n: int) -> str:
-    return " OR ".join([f"contains({column}::VARCHAR, ?)"] * n)
+    return " OR ".join([f"system.main.contains(CAST({column} AS VARCHAR), ?)"] * n)
 
 
 def _duckdb_holds(path: Path, encoded: list[bytes]) -> bool:
     texts = [f.decode() for f in encoded]
     with _duck_connect(path, read_only=True) as con:
+        _duck_code(con)
         for schema, table, column, _ in _duck_text_columns(con):
             hit = con.execute(f"SELECT 1 FROM {_quote(schema)}.{_quote(table)} "
                               f"WHERE {_duck_where(_quote(column), len(texts))} LIMIT 1", texts).fetchone()
@@ -384,40 +407,62 @@ def _duckdb_holds(path: Path, encoded: list[bytes]) -> bool:
 
 def _scrub_duckdb(path: Path, encoded: list[bytes]) -> bool:
     """Replace through DuckDB (its strings are compressed: a byte search can miss them), then
-    copy the live data into a fresh file so no freed block keeps a copy. `path` is a private copy."""
+    copy each table into a fresh file so no freed block keeps a copy. `path` is a private copy."""
     texts = [f.decode() for f in encoded]
     fresh = path.with_name(path.name + ".fresh")
     changed = 0
     with _duck_connect(path, attach=fresh) as con:
+        _duck_code(con)
         for schema, table, column, dtype in _duck_text_columns(con):
             c = _quote(column)
-            value = f"{c}::VARCHAR"
+            value = f"CAST({c} AS VARCHAR)"
             for _ in texts:
-                value = f"replace({value}, ?, '{REDACTED}')"
+                value = f"system.main.replace({value}, ?, '{REDACTED}')"
             changed += con.execute(
-                f"UPDATE {_quote(schema)}.{_quote(table)} SET {c} = ({value})::{dtype} "
+                f"UPDATE {_quote(schema)}.{_quote(table)} SET {c} = CAST(({value}) AS {dtype}) "
                 f"WHERE {_duck_where(c, len(texts))}", [*texts, *texts]).fetchone()[0]
         if changed:
-            con.execute(f"COPY FROM DATABASE {_quote(con.execute('SELECT current_database()').fetchone()[0])} "
-                        "TO fresh_copy")
+            here = con.execute("SELECT system.main.current_database()").fetchone()[0]
+            tables = con.execute("SELECT schema_name, table_name FROM system.main.duckdb_tables() "
+                                 "WHERE database_name = ? AND NOT internal", [here]).fetchall()
+            for schema, table in tables:
+                con.execute(f"CREATE SCHEMA IF NOT EXISTS fresh_copy.{_quote(schema)}")
+                con.execute(f"CREATE TABLE fresh_copy.{_quote(schema)}.{_quote(table)} AS "
+                            f"SELECT * FROM {_quote(here)}.{_quote(schema)}.{_quote(table)}")
         con.execute("DETACH fresh_copy")
     if changed:
         os.replace(fresh, path)
     return bool(changed)
 
 
+def _copy_sparse_in(dir_fd: int, name: str, dest: Path) -> bool:
+    """The agent's file copied into a private folder of the harness by descriptor, holes kept."""
+    fd = _open_file(dir_fd, name)
+    if fd is None:
+        return False
+    try:
+        out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            _copy_extents(fd, out)
+        finally:
+            os.close(out)
+    finally:
+        os.close(fd)
+    return True
+
+
 def _scrub_duckdb_at(dir_fd: int, name: str, st: os.stat_result, encoded: list[bytes]) -> tuple[bool, bool]:
     with tempfile.TemporaryDirectory(prefix="llms-scrub-") as tmp:
         db = Path(tmp) / "db.duckdb"
-        _copy_in(dir_fd, name, db)
-        _copy_in(dir_fd, name + ".wal", Path(tmp) / "db.duckdb.wal")
+        _copy_sparse_in(dir_fd, name, db)
+        _copy_sparse_in(dir_fd, name + ".wal", Path(tmp) / "db.duckdb.wal")
         try:
             if not _duckdb_holds(db, encoded):
                 return False, False
             _scrub_duckdb(db, encoded)
             if _duckdb_holds(db, encoded):
                 return False, True
-        except Exception:  # noqa: BLE001 - duckdb's errors have no common base: a store we cannot open is named
+        except Exception:  # noqa: BLE001 - duckdb's errors have no common base; _DuckCode: refused. Named.
             return False, True
         _write_back(db, dir_fd, name, st)
     _unlink(dir_fd, name + ".wal")
@@ -441,9 +486,9 @@ def _scrub_at(dir_fd: int, name: str, st: os.stat_result, encoded: list[bytes]) 
     try:
         head = os.pread(fd, 16, 0)
         kind = _kind(head)
+        if _is_sparse(os.fstat(fd)):  # never written out in full, nor parsed: its holes would become bytes
+            return False, _fd_holds(fd, encoded)
         if kind == "other":
-            if _is_sparse(os.fstat(fd)):  # never written out in full: its holes would become the disk's bytes
-                return False, _fd_holds(fd, encoded)
             found, text = _replaced(_fd_blocks(fd), encoded)  # scan only: a clean file is never copied
             if not found:
                 return False, False
@@ -472,6 +517,21 @@ class _Writer:
             view = view[os.write(self.fd, view):]
 
 
+@functools.lru_cache(maxsize=4)
+def _forms_of(secrets: tuple[str, ...]) -> list[bytes]:
+    return forms(list(secrets))
+
+
+def redact_text(text: str | None, secrets: list[str]) -> str | None:
+    """A message (a reason, a line for the terminal) with every form of each secret replaced."""
+    if not text or not secrets:
+        return text
+    raw = text.encode("utf-8", "surrogateescape")
+    for form in _forms_of(tuple(secrets)):
+        raw = raw.replace(form, REDACTED.encode())
+    return raw.decode("utf-8", "surrogateescape")
+
+
 def _holds_text(value: str, encoded: list[bytes]) -> bool:
     raw = os.fsencode(value)
     return any(form in raw for form in encoded)
@@ -491,34 +551,99 @@ class Scrubbed:
     left: list[str] = field(default_factory=list)  # relative to the walked root
 
 
+def _writable(dir_fd: int, act) -> None:
+    """`act()` in the open folder `dir_fd`; refused (a folder the agent made 0555, in a user's
+    launch: the same uid), the folder made writable for its owner and `act` tried once more.
+    An error raised says only its kind: its text would carry the name, the raw key in it."""
+    try:
+        act()
+        return
+    except PermissionError:
+        pass
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror) from None
+    try:
+        os.fchmod(dir_fd, stat.S_IMODE(os.fstat(dir_fd).st_mode) | stat.S_IRWXU)
+        act()
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror) from None
+
+
 def _rename_free(dir_fd: int, name: str, wanted: str) -> None:
     target, n = wanted, 0
-    while True:
+    while n < 10_000:  # bounded: a name taken that often is the agent's doing; the rename then fails
         try:
             os.stat(target, dir_fd=dir_fd, follow_symlinks=False)
         except FileNotFoundError:
             break
         n += 1
         target = f"{wanted}.{n}"
-    os.rename(name, target, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    _writable(dir_fd, lambda: os.rename(name, target, src_dir_fd=dir_fd, dst_dir_fd=dir_fd))
 
 
-def scrub_tree(root: Path, secrets: list[str], last: tuple[str, ...] = (RUN_RECORD,)) -> tuple[int, list[str]]:
+_XATTR_OPEN = {stat.S_IFREG: os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+               stat.S_IFDIR: os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC}
+XATTR_CAP = 64 << 10  # bytes of one attribute's value read (the kernel's own bound)
+
+
+def _scrub_xattrs(dir_fd: int, name: str, st: os.stat_result, encoded: list[bytes]) -> int:
+    """The extended attributes of a file or folder whose name or value holds a form: removed
+    (a value is the agent's bytes: nothing to keep). The attributes removed."""
+    flags = _XATTR_OPEN.get(stat.S_IFMT(st.st_mode))
+    if flags is None or not hasattr(os, "listxattr"):
+        return 0
+    try:
+        fd = os.open(name, flags, dir_fd=dir_fd)
+    except OSError:
+        return 0
+    removed = 0
+    try:
+        try:
+            names = os.listxattr(fd)
+        except OSError:
+            return 0
+        for attr in names:
+            try:
+                value = os.getxattr(fd, attr)[:XATTR_CAP]
+            except OSError:
+                value = b""
+            if _holds_text(attr, encoded) or any(form in value for form in encoded):
+                try:
+                    os.removexattr(fd, attr)
+                except OSError as exc:
+                    raise OSError(exc.errno, f"an extended attribute could not be removed ({exc.strerror})") from None
+                removed += 1
+    finally:
+        os.close(fd)
+    return removed
+
+
+class PastDeadline(agentfs.Unclean):
+    """The scrub ran past its time bound: what it did not reach cannot be vouched for."""
+
+
+def scrub_tree(root: Path, secrets: list[str], last: tuple[str, ...] = (RUN_RECORD,),
+               deadline: float | None = None) -> tuple[int, list[str]]:
     """Every file under `root` by descriptor (no link followed, any depth up to agentfs's bound:
     past it `agentfs.Unclean` is raised and the caller fails closed), those named in `last`
-    (at the top) after the rest; names and link targets holding a form renamed or removed.
+    (at the top) after the rest; names and link targets holding a form renamed or removed,
+    extended attributes holding one removed. Past `deadline` (time.monotonic) `PastDeadline`.
     (files changed, paths relative to `root` that still hold a secret)."""
     if not secrets or not Path(root).is_dir():
         return 0, []
     root, encoded, out = Path(root), forms(secrets), Scrubbed()
     names: list[tuple[str, int]] = []  # folders whose names hold a form: renamed deepest first, after the walk
     for entry in agentfs.walk(root):
+        if deadline is not None and time.monotonic() > deadline:
+            raise PastDeadline("the scrub passed its time bound")
         if entry.is_link:
             if _holds_text(os.readlink(entry.name, dir_fd=entry.dir_fd), encoded):
-                _unlink(entry.dir_fd, entry.name)
+                _writable(entry.dir_fd, lambda e=entry: _unlink(e.dir_fd, e.name))
                 out.changed += 1
                 continue
-        elif entry.is_file and not (entry.depth == 1 and entry.name in last):
+        else:
+            out.changed += bool(_scrub_xattrs(entry.dir_fd, entry.name, entry.st, encoded))
+        if entry.is_file and not (entry.depth == 1 and entry.name in last):
             changed, holds = _scrub_at(entry.dir_fd, entry.name, entry.st, encoded)
             out.changed += changed
             if holds:

@@ -4,10 +4,10 @@ Entering: the agent's own network (the bridge and its wire log), its view, its c
 where offered, the disk watcher), its folders handed to the agent's user. Inside: the
 command wrapped for the sandbox (`argv`). Leaving, in this order and whatever happened:
 the caps' refusals collected, the cgroup removed, the bridge closed (what the tap refused
-counted), the folders taken back by descriptor, then every secret scrubbed out of them
-(`secrets.scrub_tree`: no link followed, no predictable temporary). A folder the hand-back
-or the scrub could not vouch for is named in `unclean` with why: the launch removes it and
-no row stands on the run (fail closed). Afterwards `denials(events)` counts what the
+counted), the folders taken back by descriptor. The secrets are scrubbed out of them by
+the launch's post-run, after the unit is destroyed (no scrub of hostile files bills the
+unit's time). A folder the hand-back could not vouch for is named in `unclean` with why:
+the launch removes it and no row stands on the run (fail closed). Afterwards `denials(events)` counts what the
 sandbox refused from opencode's own events and the caps' counters.
 
 So no post-run step can be forgotten, run out of order, or run on the agent's files with
@@ -22,14 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.run.record import SandboxFigures
-from harness.sandbox import agentfs, diskimage
+from harness.sandbox import diskimage
 from harness.sandbox.confine import Sandbox, View, agent_view, describe_caps, wrap
 from harness.sandbox.denials import count_denials
 from harness.sandbox.identity import AgentIdentity, agent_identity, hand_over, take_back
 from harness.sandbox.limits import DiskWatch, make_cgroup
 from harness.sandbox.net import Bridge, bridge, is_loopback_url, loopback_ports
 from harness.sandbox.peers import origin_of
-from harness.sandbox.secrets import scrub_tree
 from harness.sandbox.wirelog import WireLog
 
 
@@ -46,7 +45,6 @@ class StayPlan:
     urls: list[str]  # the unit first, then the mission's services: their loopback ports are forwarded
     cgroup_name: str
     wire_log: Path | None = None
-    secrets: list[str] = field(default_factory=list)  # scrubbed out of the folders on the way out
     # As root: the folders on a bounded image named so (None: watched only). `keep_image`: left
     # mounted past the stay (the mission's store is read after it), released by the launch's post-run.
     image_name: str | None = None
@@ -122,7 +120,7 @@ class AgentStay:
         model_port = loopback_ports(plan.urls[:1])
         wire = (model_port[0], WireLog(plan.wire_log)) if plan.wire_log is not None and model_port else None
         return bridge(kind if isolated else None, loopback_ports(plan.urls), self.who if kind == "bwrap" else None,
-                      wire, functools.partial(origin_of, opencode=plan.opencode))
+                      wire, functools.partial(origin_of, opencode=plan.opencode, pinned=[]))
 
     def argv(self, command: list[str], profile_dir: Path) -> list[str]:
         """`command` as it runs inside the sandbox, in the stay's working folder."""
@@ -148,16 +146,8 @@ class AgentStay:
         if view is None:
             return
         self.unclean.update(take_back(view.writable, self.who))
-        for folder in view.writable:
-            if folder in self.unclean or not folder.is_dir():
-                continue
-            try:
-                _, left = scrub_tree(folder, self.plan.secrets, last=())
-            except (agentfs.Unclean, OSError) as exc:
-                self.unclean[folder] = f"its scrub could not finish: {exc}"
-                continue
-            if left:
-                self.unclean[folder] = f"a secret could not be redacted from {len(left)} file(s)"
+        # No scrub here: the unit still bills while the stay ends (a hostile store once held it
+        # 658 s more); the launch's post-run scrubs every folder after the destroy.
         if not self.plan.keep_image:
             for problem in self.release_image():
                 self.unclean.setdefault(view.writable[0], problem)

@@ -17,12 +17,27 @@ from typing import Any
 from harness.serving.turns import Turn
 
 
+LINE_CAP = 8 << 20  # bytes of one events line (the runner keeps none longer)
+
+
+def _lines(path: Path):
+    """The file's lines streamed, each at most LINE_CAP bytes (a longer one skipped whole):
+    the events file is what opencode wrote, and a tool could write into it."""
+    with open(path, "rb") as f:
+        while raw := f.readline(LINE_CAP + 1):
+            if len(raw) > LINE_CAP and not raw.endswith(b"\n"):
+                while (rest := f.readline(LINE_CAP)) and not rest.endswith(b"\n"):
+                    pass
+                continue
+            yield raw.decode("utf-8", "replace")
+
+
 def step_finish_tokens(events_path: Path) -> dict[str, tuple[int, int]]:
     """message id → (prompt, completion) from the event stream's step_finish events."""
     out: dict[str, tuple[int, int]] = {}
     if not events_path.is_file():
         return out
-    for line in events_path.read_text(encoding="utf-8", errors="replace").splitlines():
+    for line in _lines(events_path):
         try:
             event = json.loads(line)
         except json.JSONDecodeError:

@@ -20,9 +20,11 @@ from harness.verdicts.phases import files_read_before, phases_between, phases_fr
 def collect(rec: RunRecord, ctx: LaunchContext) -> None:
     data_dir = oc_config.data_dir(ctx.env)
     try:
-        # The title and the launch time select this run's root session; the store is
-        # this run's own anyway (isolated XDG dirs), the filters only make that explicit.
-        rec.session = collect_store(data_dir, title=ctx.title, since=rec.times.mission_start - timedelta(seconds=2))
+        # The session the harness's own opencode announced on its stdout (a session another
+        # opencode the agent started would be a second root), its title and the launch time.
+        started = ctx.result.session_id if ctx.result is not None else None
+        rec.session = collect_store(data_dir, session_id=started, title=ctx.title,
+                                    since=rec.times.mission_start - timedelta(seconds=2))
     except UserError as exc:
         rec.session = None
         ctx.say(f"collect: {exc.render()}")

@@ -22,7 +22,7 @@ from harness.sandbox.confine import Sandbox
 from harness.sandbox.limits import cgroup_name
 from harness.sandbox.secrets import secrets_from
 from harness.sandbox.stay import AgentStay, StayPlan
-from harness.sandbox.untrusted import escape_controls
+from harness.sandbox.untrusted import escape_controls, escape_name
 from harness.stacks.base import Unit
 from harness.stacks.local_process import AGENT_MARKER_VAR
 from harness.run.unitlog import UnitLogCollector
@@ -111,7 +111,7 @@ class LaunchContext:
         mission = home == self.paths.opencode_home  # its store and files are read after the stay
         plan = StayPlan(sandbox=self.sandbox, opencode=self.pf.opencode, workdir=workdir, home=home,
                         tmp=self.paths.agent_tmp, readable=[self.provider_file], urls=urls,
-                        cgroup_name=cgroup_name(self.paths.dir.name), wire_log=wire_log, secrets=self.secrets(),
+                        cgroup_name=cgroup_name(self.paths.dir.name), wire_log=wire_log,
                         image_name=f"{self.paths.dir.name}-{'mission' if mission else 'smoke'}", keep_image=mission)
         stay = AgentStay(plan, record.sandbox)
         try:
@@ -124,7 +124,8 @@ class LaunchContext:
                 self.wire_counts[wire_log] = stay.wire_counts
             for path, why in stay.unclean.items():
                 self.unclean.add(path)
-                self.untrusted.append(f"the agent's {escape_controls(path.name)}/ could not be vouched for ({why})")
+                self.untrusted.append(f"the agent's {escape_controls(path.name)}/ could not be vouched for "
+                                      f"({escape_name(why)})")
 
     def agent_folders(self) -> list[Path]:
         """Every folder the agent could write (the smoke's and the mission's)."""
