@@ -1,9 +1,9 @@
 """`llms-benchmark launch`: run the benchmark end to end.
 
 Every argument is checked before anything happens (no run folder, nothing served): the
-environment, preset and mission are names (never paths) of files that load and validate, the
-effort is one opencode accepts, the numbers are in range, no `--capacity-*` without `--capacity`.
-A launch the preflight refuses (nothing served) keeps its record out of git, under
+environment, preset and mission are names (never paths), the effort is one opencode accepts,
+the numbers are in range, no `--capacity-*` without `--capacity`; with `--detach` their files
+also load and validate here, before the background launch starts. A launch the preflight refuses (nothing served) keeps its record out of git, under
 `.llms-benchmark/refused/<run-id>/` with its reason. `--detach` starts the launch in the
 background and prints its run id and record path at once (`llms-benchmark wait RUN` waits).
 """
@@ -204,7 +204,6 @@ def launch_local_cmd(
     root = project_root()
     check_launch_inputs(root, environment, preset, effort, mission)
     check_capacity_options_used(ctx, capacity)
-    check_launch_files(root, environment, preset, mission)
     cap = None
     if capacity:
         from harness.load.agents.slo import Measure
@@ -222,6 +221,9 @@ def launch_local_cmd(
     if note:
         say(note)
     if detach:
+        # Here, not in the background: the child's refusal would reach no one (its parent exits 0).
+        # In the foreground the preflight refuses the same files and keeps the refusal's record.
+        check_launch_files(root, environment, preset, mission)
         argv = [environment, preset, effort, "--mission", mission, "--probe-long-tokens", str(probe_long_tokens),
                 "--stop-after-report", str(stop_after_report), "--trials", str(trials),
                 *(["--no-sandbox"] if no_sandbox else [])]
