@@ -7,6 +7,7 @@ Out of Memory, not a killed process. (Speed is measured in bench/rule_timing.py,
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -87,3 +88,31 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
     first, rss = done.stdout.splitlines()
     assert first.startswith(str(1 << 30) + " False error:") and "Out of Memory" in first
     assert int(rss) < 1200  # MB: the 6 GB string was never built
+
+
+def test_the_rules_memory_cap_ends_with_the_rule(tmp_path):
+    """The cap bounds the rule's work only: a process that calls the CLI in-process and goes on
+    (a test runner, a notebook) starts its later children with its own limit again. Kept, a 1 GiB
+    data limit made every opencode (Bun) and llama-server started afterwards die at start."""
+    script = f"""
+import os, resource, subprocess, sys
+sys.path.insert(0, {str(ROOT)!r})
+from typer.testing import CliRunner
+from harness.cli import app
+from harness.verdicts.bounds import memory_capped
+before = resource.getrlimit(resource.RLIMIT_DATA)
+with memory_capped(1 << 30) as cap:
+    inside = resource.getrlimit(resource.RLIMIT_DATA)
+os.chdir({str(tmp_path)!r})
+result = CliRunner().invoke(app, ["rule", "no-such-run", "--accept"], catch_exceptions=False)
+child = subprocess.run([sys.executable, "-c", "import resource; print(resource.getrlimit(resource.RLIMIT_DATA)[0])"],
+                       capture_output=True, text=True, check=True).stdout.strip()
+print(before[0], cap, inside[0], result.exit_code, resource.getrlimit(resource.RLIMIT_DATA)[0], child)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "LLMS_BENCHMARK_ROOT": str(tmp_path)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    before, cap, inside, code, after, child = done.stdout.split()
+    assert int(cap) >= 1 << 30 and inside == cap, done.stdout  # the cap held while the rule ran
+    assert code == "2", done.stdout  # no such run: refused, as a user error
+    assert after == before and child == before, done.stdout

@@ -11,12 +11,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from harness.cli.common import JsonOpt, err, out, project_root, user_errors
+from harness.verdicts.bounds import rule_memory_capped
 
 
 ACTIONS = ("set", "check")
 
 
 @user_errors
+@rule_memory_capped  # what the agent's queries build cannot grow this process past it (`set`, `--final` draft too)
 def rule_cmd(run_id: Annotated[str, typer.Argument(help="The run to rule (a folder of .llms-benchmark/runs/).")],
              action: Annotated[str | None, typer.Argument(
                  help="`set N` (rule one finding: --verdict, --reason) or `check` (validate the edited file).",
@@ -44,10 +46,6 @@ def rule_cmd(run_id: Annotated[str, typer.Argument(help="The run to rule (a fold
 
     from harness.errors import UserError
     from harness.verdicts import rule as rules
-    from harness.verdicts.bounds import cap_memory
-
-    cap_memory()  # `set` and `--final` may draft too: what the agent's queries build cannot grow this process past it
-
     if action is not None or final:
         if action is not None and action not in ACTIONS:
             raise UserError(f"'{action}' is not an action of rule", field="ACTION",
