@@ -12,8 +12,10 @@ The goal (issue 47): beside one busy process, decode >= 50 % of idle; idle no sl
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -30,13 +32,28 @@ MODEL = "Qwen/Qwen2.5-Coder-1.5B-Instruct"
 
 def llama_bench(bench: Path, gguf: Path, threads: int, prompt: int, gen: int, repeats: int) -> tuple[float, float]:
     """(prefill tok/s, decode tok/s), llama-bench's averages over `repeats` runs."""
+    started = time.monotonic()
     out = subprocess.run([str(bench), "-m", str(gguf), "-t", str(threads), "-p", str(prompt), "-n", str(gen),
                           "-fa", "0", "-r", str(repeats), "-o", "csv"], capture_output=True, text=True, timeout=1800)
     if out.returncode != 0:
         raise SystemExit(f"llama-bench failed: {out.stderr[-2000:]}")
     rows = [line for line in out.stdout.splitlines()[1:] if line.strip()]
     speeds = [float(line.split(",")[-2].strip('"')) for line in rows]
+    print(f"  llama-bench -t {threads}: {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
     return speeds[0], speeds[1]
+
+
+def start_hog() -> int:
+    """A CPU-bound process outside this process's tree (its shell parent exits, so it is
+    re-parented): the harness counts its own descendants as its own load, never as others'."""
+    shell = subprocess.run(["sh", "-c", f"'{sys.executable}' -c 'while True: pass' >/dev/null 2>&1 & echo $!"],
+                           capture_output=True, text=True, check=True, timeout=30)
+    return int(shell.stdout.strip())
+
+
+def stop_hog(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
 
 
 def main() -> None:
@@ -62,7 +79,7 @@ def main() -> None:
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     idle_tg = None
     for n in [int(x) for x in args.busy.split(",")]:
-        hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+        hogs = [start_hog() for _ in range(n)]
         try:
             time.sleep(1.0)
             choice = cpu_threads.choose_now()
@@ -73,8 +90,7 @@ def main() -> None:
                 pp_c, tg_c = llama_bench(bench, gguf, choice.threads, args.prompt, args.gen, args.repeats)
         finally:
             for hog in hogs:
-                hog.kill()
-                hog.wait()
+                stop_hog(hog)
         if n == 0:
             idle_tg = tg_c
         ratio = f"{tg_c / idle_tg:.0%}" if idle_tg else "—"
