@@ -3,9 +3,10 @@
 Every argument is checked before anything happens (no run folder, nothing served): the
 environment, preset and mission are names (never paths), the effort is one opencode accepts,
 the numbers are in range, no `--capacity-*` without `--capacity`; with `--detach` their files
-also load and validate here, before the background launch starts. A launch the preflight refuses (nothing served) keeps its record out of git, under
-`.llms-benchmark/refused/<run-id>/` with its reason. `--detach` starts the launch in the
-background and prints its run id and record path at once (`llms-benchmark wait RUN` waits).
+also load and validate here, before the background launch starts. A launch the preflight
+refuses (nothing served) keeps its record out of git, under `.llms-benchmark/refused/<run-id>/`
+with its reason. `--detach` starts the launch in the background and prints its run id and
+record path at once (`llms-benchmark wait RUN` waits).
 """
 
 from __future__ import annotations

@@ -11,14 +11,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from harness.cli.common import JsonOpt, err, out, project_root, user_errors
-from harness.verdicts.bounds import rule_memory_capped
+from harness.verdicts.bounds import memory_capped
 
 
 ACTIONS = ("set", "check")
 
 
 @user_errors
-@rule_memory_capped  # what the agent's queries build cannot grow this process past it (`set`, `--final` draft too)
+@memory_capped()  # what the agent's queries build cannot grow this process past it (`set`, `--final` draft too)
 def rule_cmd(run_id: Annotated[str, typer.Argument(help="The run to rule (a folder of .llms-benchmark/runs/).")],
              action: Annotated[str | None, typer.Argument(
                  help="`set N` (rule one finding: --verdict, --reason) or `check` (validate the edited file).",

@@ -12,7 +12,6 @@ few at a time (`controls.Controls`) and the cap counts what is allocated, not wh
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 
 RULE_MEMORY_CAP = 1 << 30  # bytes of data the rule's process may hold
@@ -56,28 +55,17 @@ def cap_memory(limit: int | None = None) -> int | None:
 
 @contextlib.contextmanager
 def memory_capped(limit: int | None = None):
-    """The cap for the rule's work only: the previous limit comes back on the way out. A process
-    that goes on past the rule (a test runner calling the CLI in-process) would otherwise pass a
-    1 GiB data limit to everything it starts later: Bun (opencode) and llama-server die at start
-    under it."""
+    """The cap for the rule's work only (a `with` or a decorator): the previous limit comes back
+    on the way out. A process that goes on past the rule (a test runner calling the CLI
+    in-process) would otherwise pass a 1 GiB data limit to everything it starts later: Bun
+    (opencode) and llama-server die at start under it."""
     try:
         import resource
     except ImportError:  # not POSIX
         yield None
         return
     before = resource.getrlimit(resource.RLIMIT_DATA)
-    cap = cap_memory(limit)
     try:
-        yield cap
+        yield cap_memory(limit)
     finally:
-        if resource.getrlimit(resource.RLIMIT_DATA) != before:
-            resource.setrlimit(resource.RLIMIT_DATA, before)
-
-
-def rule_memory_capped(fn):
-    """`fn` run under `memory_capped()` (a command's body, its signature kept for typer)."""
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        with memory_capped():
-            return fn(*args, **kwargs)
-    return wrapper
+        resource.setrlimit(resource.RLIMIT_DATA, before)
