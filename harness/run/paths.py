@@ -28,6 +28,7 @@
         serving-timeline.jsonl        /metrics readings of the run window
         serving.jsonl                 per model call: store tokens joined with server figures
         wire.jsonl                    per model call, as the sandbox's bridge saw it (the run's figures)
+        trajectory.json               the agent's steps in ATIF (harness/trajectory/atif_out.py)
         stop-request                  `llms-benchmark stop`: end the run once its report is persisted
 
 Frozen, one property per file (Harbor's `TrialPaths` is the model): a file moves here or nowhere.
@@ -39,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 RUN_RECORD = "run.json"
+TRAJECTORY = "trajectory.json"  # ATIF, written before the post-run scrub walks the folder
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,10 @@ class RunPaths:
     @property
     def wire_log(self) -> Path:
         return self.dir / "wire.jsonl"
+
+    @property
+    def trajectory(self) -> Path:
+        return self.dir / TRAJECTORY
 
     @property
     def stop_request(self) -> Path:
