@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from harness.cli.common import JsonOpt, emit, err, project_root, require_trace_file, say, user_errors
@@ -99,7 +100,8 @@ def register(app: typer.Typer) -> None:
 
 @user_errors
 def load_trace(
-    source: Annotated[Path, typer.Argument(help="A run folder holding wire.jsonl, or a wire.jsonl file.")],
+    source: Annotated[Path, typer.Argument(
+        help="A run folder holding wire.jsonl, a wire.jsonl file, or an ATIF trajectory (any agent's .json).")],
     out: Annotated[Path, typer.Option("--out", help="Our trace file to write (*.trace.jsonl).")],
     block_size: Annotated[int, typer.Option(help="KV block size the prefix reuse is counted in.")] = 16,
     mooncake: Annotated[Path | None, typer.Option(
@@ -108,13 +110,16 @@ def load_trace(
         help="Also write the Weka/AgentX trace format into this folder (one file per root session).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """An agent trace from a run's wire log: each session's turns, prefix reuse and think times."""
+    """An agent trace from a run's wire log or any agent's ATIF trajectory: each session's turns, prefix reuse
+    and think times."""
     from harness.load.agents.run import make_trace
 
     if block_size < 1:
         raise UserError(f"--block-size must be at least 1 (got {block_size})", field="--block-size",
                         fix="give 16 (vLLM's default)")
     trace = make_trace(source, out, block_size=block_size, mooncake=mooncake, weka_dir=weka)
+    for note in trace.notes:  # what a conversion assumed (kept in the trace's notes too)
+        err.print(f"[yellow]assumed[/yellow] {escape(note)}", highlight=False)
     table = Table("session", "parent", "turns", "prompt tokens (first..last)", "think p50 s", title=f"trace: {out}")
     for s in trace.sessions:
         thinks = sorted(t.think_s for t in s.turns if t.think_s is not None)
@@ -122,15 +127,15 @@ def load_trace(
         table.add_row(s.id, s.parent or "", str(len(s.turns)), span,
                       f"{thinks[len(thinks) // 2]:.3f}" if thinks else "")
     emit({"trace": str(out), "mooncake": str(mooncake) if mooncake else None, "weka": str(weka) if weka else None,
-          "sessions": len(trace.sessions),
+          "sessions": len(trace.sessions), "notes": trace.notes,
           "turns": sum(len(s.turns) for s in trace.sessions)}, as_json, table)
 
 
 @user_errors
 def load_agents(
     trace_files: Annotated[list[Path], typer.Argument(
-        help="*.trace.jsonl files (llms-benchmark load-trace), or with --mooncake-block-size / --weka AIPerf's "
-             "formats; each copy replays them all.")],
+        help="*.trace.jsonl files (llms-benchmark load-trace) or ATIF trajectories (.json, converted as load-trace "
+             "does), or with --mooncake-block-size / --weka AIPerf's formats; each copy replays them all.")],
     base_url: Annotated[str, typer.Option("--base-url", help="The OpenAI-compatible server's base URL.")],
     model: Annotated[str, typer.Option("--model", help="Served model name (default: the first /v1/models lists).")
                      ] = "",
@@ -198,6 +203,8 @@ def load_agents(
         for f in trace_files:
             require_trace_file(f, "TRACE_FILES")
     trace = merge([read_trace(f, mooncake_block_size=mooncake_block_size, is_weka=weka) for f in trace_files])
+    for note in trace.notes:
+        err.print(f"[yellow]assumed[/yellow] {escape(note)}", highlight=False)
     slo = Slo(ttft_p99_s=ttft_p99, turn_p99_s=turn_p99)
     say(f"load-agents: {len(trace_files)} trace(s), {len(trace.sessions)} sessions a copy, at {base_url}; "
         f"SLO: {slo.describe()}; {measure.describe()}")

@@ -17,15 +17,19 @@ from harness.load.agents.slo import PRODUCT_MEASURE, PRODUCT_SLO, Measure, Slo
 from harness.load.agents.sweep import LevelStats, SweepResult, is_fault, sweep
 from harness.load.agents.trace import AgentTrace, dump, from_run, from_wire, load
 from harness.load.agents.watch import Watcher
+from harness.trajectory import atif_in
 from harness.wire.openai import bearer, model_ids, models_url, root_url
 from harness.wire.tls import tls
 
 
 def make_trace(source: Path, out: Path, *, block_size: int, mooncake: Path | None = None,
                weka_dir: Path | None = None) -> AgentTrace:
-    """A run folder (or its wire.jsonl) -> our trace file, and AIPerf's Mooncake / Weka files if asked."""
+    """A run folder, its wire.jsonl or an ATIF trajectory (any agent's, told by its content) -> our
+    trace file, and AIPerf's Mooncake / Weka files if asked."""
     if source.is_dir():  # a run folder: its session tree from opencode's store when it keeps one
         trace = from_run(source, block_size=block_size)
+    elif atif_in.sniff(source):
+        trace = atif_in.convert(source, block_size=block_size)
     else:
         trace = from_wire(source, block_size=block_size, source=str(source))
     dump(trace, out)
@@ -43,6 +47,8 @@ def read_trace(path: Path, *, mooncake_block_size: int | None = None, is_weka: b
         return weka.import_paths([path])
     if mooncake_block_size is not None:
         return aiperf.import_file(path, block_size=mooncake_block_size)
+    if atif_in.sniff(path):  # an ATIF trajectory, converted as `load-trace` would
+        return atif_in.convert(path)
     return load(path)
 
 

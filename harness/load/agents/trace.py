@@ -70,6 +70,8 @@ class AgentTrace(BaseModel):
     version: Literal[1] = VERSION
     source: str = ""
     block_size: int = Field(DEFAULT_BLOCK_SIZE, ge=1)
+    # what a conversion had to assume (an ATIF file without token counts or times: atif_in.py)
+    notes: list[str] = Field(default_factory=list, max_length=100)
     sessions: list[Session] = Field(min_length=1)
 
     @model_validator(mode="after")
@@ -255,6 +257,8 @@ def from_run(run_dir: Path, *, block_size: int = DEFAULT_BLOCK_SIZE) -> AgentTra
 
 def dump(trace: AgentTrace, path: Path) -> None:
     head = trace.model_dump(mode="json", exclude={"sessions"})
+    if not head["notes"]:  # nothing assumed: the files written before the field stay as they were
+        del head["notes"]
     lines = [json.dumps({"kind": "agent-trace", **head})]
     for s in trace.sessions:
         row = s.model_dump(mode="json")
@@ -318,4 +322,5 @@ def merge(traces: list[AgentTrace]) -> AgentTrace:
         for s in t.sessions:
             sessions.append(s.model_copy(update={"id": f"t{i}.{s.id}",
                                                  "parent": None if s.parent is None else f"t{i}.{s.parent}"}))
-    return AgentTrace(source=",".join(t.source for t in traces), block_size=sizes.pop(), sessions=sessions)
+    return AgentTrace(source=",".join(t.source for t in traces), block_size=sizes.pop(), sessions=sessions,
+                      notes=[f"t{i}: {n}" for i, t in enumerate(traces) for n in t.notes][:100])
