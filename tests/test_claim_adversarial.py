@@ -63,7 +63,7 @@ def as_read(text: str, store: Path) -> str:
 
         def fill(m):
             sql, col = m.group(1), int(m.group(2) or 1) - 1
-            row = con.execute(timeshift.mapped(sql, clock, clock)).fetchone()
+            row = con.execute(timeshift.mapped(sql, clock)).fetchone()
             value = 0 if row is None or row[col] is None else row[col]
             return f"`{sql}` → {int(value) if float(value).is_integer() else round(float(value), 3)}"
 

@@ -200,7 +200,7 @@ def reading(store: Path, query: str) -> float:
     con = open_store(store)
     try:
         clock = timeshift.store_clock(con)
-        rows = _ReadOnlyClient(con, rewrite=lambda s: timeshift.mapped(s, clock, clock)).sql(sql).rows
+        rows = _ReadOnlyClient(con, rewrite=lambda s: timeshift.mapped(s, clock)).sql(sql).rows
     finally:
         con.close()
     if len(rows) != 1:

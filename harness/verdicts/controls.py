@@ -217,7 +217,7 @@ class Controls:
         self.folder = Path(folder)
         self.fixes = fixes
         self.drive = dict(drive or DRIVE)  # how every store of the set was driven
-        self._cons: dict[str, object] = {}
+        self._cons: dict[tuple, object] = {}
 
     @classmethod
     def for_mission(cls, mission: Path, drive: dict | None = None) -> Controls | None:
@@ -244,17 +244,21 @@ class Controls:
 
     OPEN_AT_ONCE = 3  # connections kept open: each reserves ~70 MB the rule's memory cap counts (bounds.py)
 
-    def connection(self, name: str):
-        from harness.verdicts.evidence import open_store
+    def connection(self, name: str, align=None):
+        """The store, confined; with `align` (a run's `timeshift.Clock`) its timeline laid onto the run's."""
+        from harness.verdicts.evidence import _CONFIG, open_store
+        from harness.verdicts.timeshift import aligned
 
-        if name in self._cons:
-            self._cons[name] = self._cons.pop(name)  # most recently used last
-            return self._cons[name]
+        key = (name, align)
+        if key in self._cons:
+            self._cons[key] = self._cons.pop(key)  # most recently used last
+            return self._cons[key]
         while len(self._cons) >= self.OPEN_AT_ONCE:
             oldest = next(iter(self._cons))
             self._cons.pop(oldest).close()
-        self._cons[name] = open_store(self.path(name))
-        return self._cons[name]
+        path = self.path(name)
+        self._cons[key] = aligned(path, align, dict(_CONFIG)) if align is not None else open_store(path)
+        return self._cons[key]
 
     def close(self) -> None:
         for con in self._cons.values():

@@ -13,8 +13,8 @@ Controls valid for any drive: the run's drive (duration × users) seldom equals 
 (the short mode). When a set of controls driven as the run was is on this machine, it is used
 ("drive-matched"); otherwise readings that grow with traffic (counts and sums, row counts) are
 compared per request driven, each store's requests counted in the store itself ("normalised").
-Time filters (`now()`, absolute times) are re-run with the run's clock mapped onto each store's
-(`timeshift`). The mode is written into the rulings; a control the named defect lacks is a
+Time filters (`now()`, absolute times, in any form) read the same moment of the drive on every
+store: each control's timeline is laid onto the run's (`timeshift`). The mode is written into the rulings; a control the named defect lacks is a
 named refusal, never a fallback.
 
 Every cited query has one time budget across all the stores it is read on (QUERY_BUDGET_S),
@@ -98,9 +98,8 @@ class Judge:
         else:
             rd = f"{drive['duration']:g} s × {drive['vus']} users" if drive else "an unknown drive"
             self.mode = (f"normalised: the control stores were driven {cd}, the run {rd}; counts and sums are "
-                         f"compared per request driven, time filters mapped onto each store's clock")
+                         f"compared per request driven, each control's timeline laid onto the run's")
         self._queries: dict[str, _Query] = {}
-        self._clocks: dict[str, timeshift.Clock | None] = {}
         self._requests: dict[str, float | None] = {}
         self.run_clock = timeshift.store_clock(store._con) if store._con is not None else None
         self.run_requests = self._count(store._con)
@@ -118,9 +117,8 @@ class Judge:
             return None
 
     def _con(self, name: str):
-        con = self.controls.connection(name)
-        if name not in self._clocks:
-            self._clocks[name] = timeshift.store_clock(con)
+        con = self.controls.connection(name, align=self.run_clock)
+        if name not in self._requests:
             self._requests[name] = self._count(con)
         return con
 
@@ -134,11 +132,10 @@ class Judge:
         if left <= 0:
             q.over = True
             return None
-        con = self._con(name)
-        clock = self._clocks.get(name)
+        con = self._con(name)  # the control's timeline laid onto the run's (`timeshift.aligned`)
         rewrite = None
-        if self.run_clock is not None and clock is not None:
-            rewrite = lambda sql, c=clock: timeshift.mapped(sql, self.run_clock, c)  # noqa: E731
+        if self.run_clock is not None:
+            rewrite = lambda sql, c=self.run_clock: timeshift.mapped(sql, c)  # noqa: E731
         t0 = time.monotonic()
         try:
             got = ev.rerun(con, check.cited, limit_s=left, rewrite=rewrite)

@@ -333,7 +333,7 @@ class Store:
             self._clock = timeshift.store_clock(self._con)
         clock = self._clock
         # `now()` in a cited query is the run's last recorded instant, not the hour the rule runs at.
-        rewrite = (lambda sql: timeshift.mapped(sql, clock, clock)) if clock is not None else None
+        rewrite = (lambda sql: timeshift.mapped(sql, clock)) if clock is not None else None
         try:
             check = ev.rerun(self._con, cited, self.hide, min(ev.QUERY_LIMIT_S, QUERY_BUDGET_S, left), rewrite)
         finally:

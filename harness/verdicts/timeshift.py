@@ -1,28 +1,40 @@
-"""A cited query's time filters, mapped onto the store it is re-run on.
+"""A cited query's time filters, on every store it is re-run on: the stores' clocks, not the query.
 
-An agent filters on `now() - INTERVAL 10 MINUTE` or on the absolute times it saw (epoch
-nanoseconds, ISO strings). Re-run later, or on a control store driven days before, such a
-filter reads nothing, and "nothing" then differs from every control. So each store gets the
-query with its own clock: `now()` (and `current_timestamp`, `get_current_timestamp()`,
-`transaction_timestamp()`) becomes the store's last recorded instant, and every absolute time
-in the text moves by the distance between the run's first record and the store's.
+An agent filters on `now() - INTERVAL 10 MINUTE` or on the absolute times it saw, in any form
+DuckDB reads (epoch nanoseconds or seconds, `epoch_ns(...)`, `TIMESTAMP '...'`, `'...'::DATE`,
+`make_timestamp(...)`, arithmetic over them). Re-run later, or on a control store driven days
+before, such a filter reads nothing, and "nothing" then differs from every control. Rewriting
+the filters means recognising every form (issue 48 found forms a rewrite skipped, each a way to
+make the run differ from its controls); so nothing in the query is rewritten but the clock:
 
-The text is rewritten token by token with DuckDB's own tokenizer (`duckdb.tokenize`), never a
-regex over SQL: a `now()` inside a string or a comment is not touched.
+- a control store is opened with its timeline laid onto the run's (`aligned`): each `*_ns`
+  column of its tables is read through a view that maps the store's [first, last] instant onto
+  the run's, affinely, so a filter on the run's last quarter reads the control's last quarter
+  whatever the two drives' lengths (a span keeps its own duration: `end_ns` moves with its
+  `start_ns`). Absolute times the agent wrote then mean the same moment of the drive on every
+  store;
+- `now()` (and `current_timestamp`, `get_current_timestamp()`, `transaction_timestamp()`,
+  `localtimestamp`, `current_date`, `today()`) becomes the run's last recorded instant on every
+  store (`mapped`), found with DuckDB's own tokenizer (`duckdb.tokenize`): a `now()` inside a
+  string or a comment is not touched, and a column or alias named `now` is not the clock.
+
+Span events' `time_ns`, inside the `events` JSON, keep the store's own clock.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
+from pathlib import Path
+
+from harness.verdicts import sqlread
 
 _NOW_CALLS = {"now", "get_current_timestamp", "transaction_timestamp"}
 _NOW_WORDS = {"current_timestamp", "localtimestamp"}
-# Epoch literals of 2020-2035 in each unit a query may use: ns per unit -> the range it reads as a time.
-_EPOCH = {1: (1.57e18, 2.06e18), 1_000: (1.57e15, 2.06e15), 1_000_000: (1.57e12, 2.06e12),
-          1_000_000_000: (1.57e9, 2.06e9)}
-_ISO = re.compile(r"^(20[23]\d-\d\d-\d\d)([ T])(\d\d:\d\d(?::\d\d(?:\.\d+)?)?)(Z|[+-]\d\d:?\d\d)?$")
+_DATE_CALLS = {"today"}
+_DATE_WORDS = {"current_date"}
+_ALIAS = "_aligned_store"  # the attached control store; queries read the views of the same names
+_INTEGERS = {"BIGINT", "HUGEINT", "UBIGINT", "INTEGER"}
 
 
 @dataclass(frozen=True)
@@ -33,9 +45,10 @@ class Clock:
     end_ns: int
 
 
-def store_clock(con) -> Clock | None:
+def store_clock(con, catalog: str | None = None) -> Clock | None:
+    table = f"{catalog}.main.spans" if catalog else "spans"
     try:
-        row = con.execute("SELECT min(start_ns), max(end_ns) FROM spans").fetchone()
+        row = con.execute(f"SELECT min(start_ns), max(end_ns) FROM {table}").fetchone()
     except Exception:  # noqa: BLE001 - a store without spans has no clock; its queries run unmapped
         return None
     if not row or row[0] is None or row[1] is None:
@@ -43,72 +56,90 @@ def store_clock(con) -> Clock | None:
     return Clock(int(row[0]), int(row[1]))
 
 
+def _column(name: str, table: str, columns: set[str], store: Clock, run: Clock) -> str:
+    """The SQL that reads `name` on the run's timeline (the column's own name kept)."""
+    span = max(store.end_ns - store.start_ns, 1)
+    ratio = (run.end_ns - run.start_ns) / span
+
+    def moved(col: str) -> str:
+        return f"({run.start_ns} + CAST(round(({col} - {store.start_ns}) * {ratio!r}) AS BIGINT))"
+
+    if table == "spans" and name == "end_ns" and "start_ns" in columns:
+        return f"{moved('start_ns')} + (end_ns - start_ns) AS end_ns"  # the span keeps its duration
+    return f"{moved(name)} AS {name}"
+
+
+def aligned(path: Path, run: Clock | None, config: dict):
+    """The store at `path`, read-only and confined by `config` (external access off and the
+    configuration locked once the views exist), its timeline laid onto `run`'s. Without a run
+    clock or a store clock it is opened as it is."""
+    import duckdb
+
+    base = {k: v for k, v in config.items() if k not in ("enable_external_access", "lock_configuration")}
+    con = duckdb.connect(":memory:", config=base)
+    try:
+        con.execute(f"ATTACH ? AS {_ALIAS} (READ_ONLY)", [str(path)])
+        store = store_clock(con, _ALIAS) if run is not None else None
+        rows = con.execute("SELECT table_name, column_name, data_type FROM information_schema.columns "
+                           "WHERE table_catalog = ? AND table_schema = 'main' ORDER BY table_name, ordinal_position",
+                           [_ALIAS]).fetchall()
+        tables: dict[str, list[tuple[str, str]]] = {}
+        for table, column, kind in rows:
+            if table in sqlread.SIGNAL_TABLES:
+                tables.setdefault(table, []).append((column, kind))
+        for table, cols in tables.items():
+            names = {c for c, _ in cols}
+            moved = [c for c, kind in cols if c.endswith("_ns") and kind.upper() in _INTEGERS]
+            if store is None or not moved:
+                select = f"SELECT * FROM {_ALIAS}.main.{table}"
+            else:
+                replace = ", ".join(_column(c, table, names, store, run) for c in moved)
+                select = f"SELECT * REPLACE ({replace}) FROM {_ALIAS}.main.{table}"
+            con.execute(f'CREATE VIEW "{table}" AS {select}')
+        if config.get("enable_external_access") is False:
+            con.execute("SET enable_external_access = false")
+        if config.get("lock_configuration"):
+            con.execute("SET lock_configuration = true")
+    except Exception:
+        con.close()
+        raise
+    return con
+
+
 def _iso(ns: int) -> str:
     return datetime.fromtimestamp(ns / 1e9, tz=UTC).strftime("%Y-%m-%d %H:%M:%S.%f+00")
 
 
-def mapped(sql: str, run: Clock, store: Clock) -> str:
-    """`sql` with its clock moved from the run's onto `store`'s (unchanged where it has none)."""
+def mapped(sql: str, run: Clock) -> str:
+    """`sql` with its clock calls read as the run's last recorded instant (unchanged where it has none)."""
     import duckdb
 
     try:
         tokens = duckdb.tokenize(sql)
     except Exception:  # noqa: BLE001 - what does not tokenize is left to the parser to refuse
         return sql
-    shift = store.start_ns - run.start_ns
-    out, last = [], 0
     bounds = [(pos, tokens[i + 1][0] if i + 1 < len(tokens) else len(sql), kind) for i, (pos, kind) in enumerate(tokens)]
-    i = 0
+    when = _iso(run.end_ns)
+    out, last, i = [], 0, 0
     while i < len(bounds):
         pos, end, kind = bounds[i]
         word = sql[pos:end].rstrip()
         name = kind.name if hasattr(kind, "name") else str(kind)
-        replacement = None
         low = word.lower()
-        if name in ("identifier", "keyword") and low in _NOW_CALLS | _NOW_WORDS:
-            # now() / get_current_timestamp(): the call's parentheses go with it.
-            stop = pos + len(word)
+        calls, words = _NOW_CALLS | _DATE_CALLS, _NOW_WORDS | _DATE_WORDS
+        if name in ("identifier", "keyword") and low in calls | words:
+            # now() / today(): the call's parentheses go with it.
+            stop: int | None = pos + len(word)
             if i + 2 < len(bounds) and sql[bounds[i + 1][0]:bounds[i + 1][1]].strip() == "(" \
                     and sql[bounds[i + 2][0]:bounds[i + 2][1]].strip().startswith(")"):
                 stop = bounds[i + 2][0] + 1
                 i += 2
-            elif low in _NOW_CALLS:
+            elif low in calls:
                 stop = None  # a column or alias named `now`: not the clock
             if stop is not None:
-                out.append(sql[last:pos] + f"TIMESTAMPTZ '{_iso(store.end_ns)}'")
+                literal = f"DATE '{when[:10]}'" if low in _DATE_CALLS | _DATE_WORDS else f"TIMESTAMPTZ '{when}'"
+                out.append(sql[last:pos] + literal)
                 last = stop
-        elif name == "numeric_const":
-            replacement = _shift_number(word, shift)
-        elif name == "string_const":
-            replacement = _shift_iso(word, shift)
-        if replacement is not None:
-            out.append(sql[last:pos] + replacement)
-            last = pos + len(word)
         i += 1
     out.append(sql[last:])
     return "".join(out)
-
-
-def _shift_number(word: str, shift_ns: int) -> str | None:
-    try:
-        value = float(word)
-    except ValueError:
-        return None
-    for unit_ns, (low, high) in _EPOCH.items():
-        if low <= value <= high:
-            return str(int(value + shift_ns / unit_ns))
-    return None
-
-
-def _shift_iso(word: str, shift_ns: int) -> str | None:
-    if len(word) < 3 or word[0] != "'" or word[-1] != "'":
-        return None
-    m = _ISO.match(word[1:-1])
-    if not m:
-        return None
-    try:
-        when = datetime.fromisoformat(f"{m.group(1)}T{m.group(3)}" + (m.group(4) or "").replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    moved = when + timedelta(microseconds=shift_ns // 1000)
-    return "'" + moved.isoformat(sep=m.group(2)) + "'"
