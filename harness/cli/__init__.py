@@ -21,7 +21,7 @@ import typer
 HELP = "Serve a preset, run a coding agent on a mission against it, measure what holds up."
 # The order of `--help`.
 VERBS = ("launch", "matrix", "wait", "stop", "mission", "score", "validate", "preflight", "units", "probe",
-         "collect", "rule", "render", "inconclusive", "query", "classroom", "load", "metrics")
+         "collect", "rule", "render", "inconclusive", "query", "export", "classroom", "load", "metrics")
 # command -> the module under harness/cli/ that registers it (tests/test_cli_commands.py checks
 # this against what each module registers).
 COMMANDS = {**{verb: verb for verb in VERBS if verb not in ("units", "load")},

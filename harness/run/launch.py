@@ -38,6 +38,7 @@ from harness.stages import agent, collect, serving
 from harness.stages.agent import SmokeFailed
 from harness.stages.capacity import CapacityOptions, run_capacity
 from harness.stages.context import LaunchContext, LaunchOptions, Say
+from harness.trajectory.launch_hook import record_trajectory
 from harness.run.units import Interrupted, UnitLife, destroy_leftovers, lifetime
 
 __all__ = ["STAGES", "FAILPOINT_STAGES", "TRIAL_STAGES", "Interrupted", "LaunchOptions", "SmokeFailed", "launch_local"]
@@ -240,6 +241,7 @@ class Launch:
         ctx.stays.clear()
         for path in sorted(ctx.unclean):  # walked by nothing else: no scrub could vouch for it
             problems += self._remove(path, ctx)
+        record_trajectory(record, ctx.paths.dir, ctx.say, secrets)  # before the scrub, which then covers it
         deadline = time.monotonic() + POSTRUN_SCRUB_S
         try:
             changed, left = scrub_files(sorted(ProjectPaths(ctx.root).unit_run_dir.glob("*.log")), secrets)

@@ -171,6 +171,7 @@ class Artifacts(BaseModel):
     serving_timeline: str | None = None  # /metrics readings of the run window (serving-timeline.jsonl)
     serving_table: str | None = None  # per model call: store tokens joined with the server's figures
     wire_log: str | None = None  # per model call as the sandbox's bridge saw it (wire.jsonl)
+    trajectory: str | None = None  # the agent's steps in ATIF (trajectory.json), validated when written
 
     def relative_to(self, run_dir: Path) -> Artifacts:
         """Files inside the run folder named relative to it: run records are committed, and
@@ -233,6 +234,7 @@ class RunRecord(BaseModel):
     capacity: CapacityFigures | None = None  # `launch --capacity`: agents the serve sustained (the serve's)
     versions: dict[str, str] = Field(default_factory=dict)
     artifacts: Artifacts = Field(default_factory=Artifacts)
+    notes: list[str] = Field(default_factory=list)  # what the run left undone that does not make it void
 
     def figures(self) -> tuple[Tokens, int, float | None] | None:
         """(tokens, turns, median turn): the wire's where the harness saw it, else the store's."""
