@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 import atif
@@ -50,11 +50,19 @@ def _sdk():
     return trace, Resource, TracerProvider, SimpleSpanProcessor, InMemorySpanExporter
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def _ns(value) -> int | None:
+    """An ISO time as integer nanoseconds, exactly (a float's seconds would lose the microseconds)."""
     try:
-        return int(datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp() * 1e9)
+        moment = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
     except (TypeError, ValueError):
         return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    delta = moment - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1_000
 
 
 def _step_window(step: atif.Step) -> tuple[int | None, int | None]:
