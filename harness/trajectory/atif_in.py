@@ -2,7 +2,9 @@
 
 ATIF (Harbor's RFC 0001; the pinned `atif` package's models validate it) records an agent's
 steps; each agent step is one model call (or several, `llm_call_count` > 1, with metrics summed).
-An agent step that called the model becomes a turn (trace.py):
+An agent step that called the model becomes a turn (trace.py); one with `llm_call_count` n > 1
+becomes n equal turns back to back (its metrics summed: one summed prompt could exceed the
+model's context):
 
 - prompt_tokens / output_tokens / cached_tokens: the step's `metrics`. Absent, they are
   estimated from the text at CHARS_PER_TOKEN characters a token: the prompt from every message,
@@ -10,7 +12,8 @@ An agent step that called the model becomes a turn (trace.py):
   own message, reasoning and tool-call arguments;
 - think_s: the previous model call's end to this one's start (the tools' and the client's time).
   ATIF gives a step one `timestamp`; the start and end of its model call come from the step's
-  `extra` where a writer put them (STARTED_KEYS / ENDED_KEYS, ours: harness/trajectory). With
+  `extra` or its metrics' `extra` where a writer put them (STARTED_KEYS / ENDED_KEYS; ours,
+  harness/trajectory/atif_out.py, writes the wire log's `started` / `first_data` / `ended`). With
   the timestamp alone, the gap between two agent steps also holds the recorded model's own time:
   think_s is that gap (an upper bound: the replay puts less load than the agent did). Without
   timestamps think_s is 0 (each answer followed at once: more load than the agent put);
@@ -46,9 +49,11 @@ MAX_BYTES = 64 * 1024 * 1024  # one ATIF file (Harbor's keep token ids and logpr
 MAX_FILES = 64  # subagent and continuation files followed from one trajectory
 MAX_DEPTH = 8  # subagents of subagents
 CHARS_PER_TOKEN = 4.0  # the common rule of thumb for English and code under BPE tokenizers
-# where a writer records a step's model call start and end (ISO 8601) in the step's `extra`
-STARTED_KEYS = ("request_started", "started", "start_time")
-ENDED_KEYS = ("request_ended", "ended", "end_time")
+# where a writer records a step's model call start, first data and end (ISO 8601), in the step's
+# `extra` or its metrics' (the names of our wire log, which atif_out.py copies; never `request_ended`,
+# which the wire log uses for the request's upload, nor `completed`, opencode's message after its tools)
+STARTED_KEYS = ("started", "start_time")
+ENDED_KEYS = ("ended", "end_time")
 FIRST_DATA_KEYS = ("first_data", "first_token")
 FIX = "give an ATIF trajectory JSON file (Harbor's RFC 0001, validated by the `atif` package)"
 
@@ -157,7 +162,8 @@ class _Builder:
         self.counts: Counter = Counter()  # assumption -> agent steps it applied to
         self.notes: list[str] = []
         self.files = 0
-        self.turns = 0
+        self.turns = 0  # model calls
+        self.steps = 0  # agent steps that called the model
 
     # ---- files a trajectory names: beside the first one, never outside its folder
 
@@ -225,10 +231,12 @@ class _Builder:
         return me
 
     def _turn(self, me: dict, step: Step, context: int) -> None:
-        self.turns += 1
-        if self.turns > MAX_TURNS:
-            raise UserError(f"more than {MAX_TURNS} agent steps", field="steps", fix="split the trajectory")
         m = step.metrics
+        calls = step.llm_call_count or 1
+        self.turns += calls
+        self.steps += 1
+        if self.turns > MAX_TURNS:
+            raise UserError(f"more than {MAX_TURNS} model calls", field="steps", fix="split the trajectory")
         prompt = m.prompt_tokens if m and m.prompt_tokens else None
         if prompt is None:
             self.counts["metrics.prompt_tokens"] += 1
@@ -237,19 +245,31 @@ class _Builder:
         if out is None:
             self.counts["metrics.completion_tokens"] += 1
             out = round(_said(step) / CHARS_PER_TOKEN)
-        if (step.llm_call_count or 1) > 1:
-            self.counts["llm_call_count>1"] += 1
-        extra = step.extra or {}
-        start, end = _pick(extra, STARTED_KEYS), _pick(extra, ENDED_KEYS)
-        first = _pick(extra, FIRST_DATA_KEYS)
+        # the model call's times: the step's extra, else its metrics' (ours: harness/trajectory/atif_out.py)
+        extras = [step.extra or {}, (m.extra if m else None) or {}]
+        start = next((t for e in extras if (t := _pick(e, STARTED_KEYS)) is not None), None)
+        end = next((t for e in extras if (t := _pick(e, ENDED_KEYS)) is not None), None) if start else None
+        first = next((t for e in extras if (t := _pick(e, FIRST_DATA_KEYS)) is not None), None) if start else None
         stamp = _time(step.timestamp)
         if start is None:
             self.counts["timestamp only" if stamp is not None else "timestamp"] += 1
-        me["turns"].append({"start": start if start is not None else stamp, "end": end if start is not None else None,
-                            "first": first if start is not None else None, "prompt": max(1, prompt),
-                            "out": max(1, out), "cached": m.cached_tokens if m else None,
-                            "ids": m.prompt_token_ids if m else None,
-                            "tools": [c.function_name for c in step.tool_calls or []][:1000]})
+        turn = {"start": start if start is not None else stamp, "end": end, "first": first,
+                "cached": m.cached_tokens if m else None, "ids": m.prompt_token_ids if m else None,
+                "tools": [c.function_name for c in step.tool_calls or []][:1000]}
+        if calls == 1:
+            me["turns"].append({**turn, "prompt": max(1, prompt), "out": max(1, out)})
+            return
+        # metrics summed over several calls: replayed as that many equal calls back to back (one
+        # summed prompt could exceed the model's context); the first starts, the last ends, the step
+        self.counts["llm_call_count>1"] += 1
+        def share(total: int, k: int) -> int:  # the sums stay the step's: the remainder to the first calls
+            return total // calls + (k < total % calls)
+        for k in range(calls):
+            me["turns"].append({**turn, "start": turn["start"] if k == 0 else None,
+                                "end": turn["end"] if k == calls - 1 else None, "first": turn["first"] if k == 0
+                                else None, "cached": None if turn["cached"] is None else share(turn["cached"], k),
+                                "ids": None, "tools": turn["tools"] if k == calls - 1 else [],
+                                "prompt": max(1, share(prompt, k)), "out": max(1, share(out, k))})
 
     # ---- the dicts -> trace.py's models
 
@@ -265,20 +285,18 @@ class _Builder:
             for t in s["turns"]:
                 reused, how = self._reuse(prev, t)
                 think = None
-                if prev is not None:
-                    if t["start"] is None or prev["start"] is None:
-                        think = 0.0
-                    else:  # the previous end where recorded, else its timestamp (the gap: an upper bound)
-                        think = round(max(0.0, t["start"] - (prev["end"] if prev["end"] is not None
-                                                             else prev["start"])), 6)
+                if prev is not None:  # from the previous call's end where recorded, else its start (an upper bound)
+                    anchor = prev["end"] if prev["end"] is not None else prev["start"]
+                    think = 0.0 if t["start"] is None or anchor is None else round(max(0.0, t["start"] - anchor), 6)
                 start = t["start"] if t["start"] is not None else (t0 if prev is None else prev["_at"])
                 t["_at"] = start
+
+                def since_start(at: float | None, t: dict = t) -> float | None:
+                    return None if at is None or t["start"] is None else round(max(0.0, at - t["start"]), 6)
                 turns.append(Turn(
                     start_s=round(max(0.0, start - t0), 6), prompt_tokens=t["prompt"], reused_blocks=reused,
-                    reuse=how, output_tokens=t["out"], think_s=think,
-                    duration_s=None if t["end"] is None else round(max(0.0, t["end"] - t["start"]), 6),
-                    ttft_s=None if t["first"] is None else round(max(0.0, t["first"] - t["start"]), 6),
-                    cached_tokens=t["cached"], tool_calls=t["tools"]))
+                    reuse=how, output_tokens=t["out"], think_s=think, duration_s=since_start(t["end"]),
+                    ttft_s=since_start(t["first"]), cached_tokens=t["cached"], tool_calls=t["tools"]))
                 prev = t
             sessions.append(Session(id=s["id"], parent=s["parent"], fork_after_turn=s["fork"],
                                     rejoin_before_turn=s["rejoin"], turns=turns))
@@ -308,16 +326,16 @@ class _Builder:
                                          "estimated from the step's message, reasoning and tool calls at "
                                          f"{CHARS_PER_TOKEN:g} characters a token",
             "timestamp only": "{n} of {of} agent steps give a timestamp but not their model call's start and end "
-                              f"(steps[].extra.{STARTED_KEYS[0]}/{ENDED_KEYS[0]}): think time is the gap between "
-                              "agent steps, which holds the recorded model's time too (an upper bound: less load "
-                              "than the agent put)",
+                              f"(`{STARTED_KEYS[0]}` / `{ENDED_KEYS[0]}` in steps[].extra or steps[].metrics.extra): "
+                              "think time is the gap between agent steps, which holds the recorded model's time "
+                              "too (an upper bound: less load than the agent put)",
             "timestamp": "steps[].timestamp absent on {n} of {of} agent steps: their think time is 0 (each answer "
                          "followed at once: more load than the agent put) and they start with their session",
-            "llm_call_count>1": "{n} of {of} agent steps made several model calls (llm_call_count > 1, metrics "
-                                "summed): each is replayed as one call",
+            "llm_call_count>1": "{n} agent steps made several model calls (llm_call_count > 1, metrics summed): "
+                                "each is replayed as that many equal calls back to back (think 0 between them)",
             "is_copied_context": "{n} steps copied from a prior trajectory (is_copied_context) are not replayed",
         }
-        of = self.turns
+        of = self.steps
         return [said[k].format(n=n, of=of) for k, n in self.counts.items()] + self.notes
 
 
