@@ -261,6 +261,8 @@ def build_trajectory(run_dir: Path) -> atif.Trajectory:
         traj = _aggregated(run_dir, record)
         notes.append("the run folder keeps no opencode store or events: one step stands for the agent's model "
                      "calls (llm_call_count), its message the agent's report")
+        if traj.steps[0].source != "user":
+            notes.append(f"no user step: missions/{record.mission} no longer hashes to the run's mission_sha256")
     else:
         builder = _Builder(run_dir, record, found, rows)
         traj = builder.trajectory(found.root)
