@@ -17,6 +17,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import atif
 import httpx
 import psutil
 import pytest
@@ -150,6 +151,20 @@ def test_replay_hello_records_what_was_served(project: Project):
 
     # The serving timeline and the per-turn join against what was served (one launch, its checks).
     check_serving_section(run_dir, rec, "hello")
+
+    # The trajectory in ATIF (issue 50): written by the launch, validated by the atif models, its
+    # steps the served turns from opencode's store, their tokens the wire's, no host path in it.
+    assert rec["artifacts"]["trajectory"] == "trajectory.json" and rec["notes"] == []
+    text = (run_dir / "trajectory.json").read_text()
+    traj = atif.Trajectory.model_validate(json.loads(text))
+    assert traj.steps[0].source == "user" and MISSION_PROMPT_MATCH in traj.steps[0].message
+    agent = [s for s in traj.steps if s.source == "agent"]
+    assert len(agent) == len(served) == 3 and "opencode.db" in traj.notes
+    assert [s.metrics.prompt_tokens for s in agent] == [s["usage"]["prompt_tokens"] for s in served]
+    assert traj.final_metrics.total_prompt_tokens == wire["tokens"]["input"]
+    assert sorted(c.function_name for s in agent for c in s.tool_calls or []) == ["bash", "write"]
+    assert traj.agent.version == "1.18.33" and traj.agent.extra["engine"]["name"] == "replay"
+    assert str(project.root) not in text and str(Path.home()) + "/" not in text
 
 
 # -- 2. the watchdog: a model call that never answers -------------------------------------------
