@@ -59,7 +59,12 @@ def export(run: Annotated[str, typer.Argument(help="A run folder, or a run id un
     folder = run_folder(run)
     done: dict = {"run": folder.name}
     if atif:
-        done["atif"] = str(write_trajectory(folder))
+        written = write_trajectory(folder)
+        try:
+            written = written.resolve().relative_to(Path.cwd().resolve())
+        except ValueError:
+            pass  # outside the working folder: named in full
+        done["atif"] = str(written)
     if otel:
         from harness.trajectory.otel import export as export_otel
 

@@ -27,8 +27,6 @@ of the document has the run folder, the project root and the home folder replace
 from __future__ import annotations
 
 import json
-import re
-from datetime import UTC, datetime
 from pathlib import Path
 
 import atif
@@ -40,23 +38,13 @@ from harness.run.paths import RUN_RECORD, TRAJECTORY
 from harness.run.record import RunRecord
 from harness.sandbox import wirelog
 from harness.trajectory import sources
+from harness.trajectory.hostpaths import unhost
 from harness.trajectory.sources import AgentSession, Entry, Sessions, bounded
+from harness.trajectory.wire_metrics import iso_ms, assign, chat_rows, store_metrics, wire_metrics
 
 SCHEMA_VERSION = "ATIF-v1.8"  # the version of the pinned `atif` models that validate it
 AGENT = "opencode"
-SLACK_S = 0.5  # the store's and the wire's clocks are the same host's: ms rounding and write order
 MAX_DEPTH = 32  # subagents nested deeper are named in the notes, not embedded
-
-
-def _iso(ms: float | None) -> str | None:
-    return datetime.fromtimestamp(ms / 1000, UTC).isoformat().replace("+00:00", "Z") if ms else None
-
-
-def _seconds(value) -> float | None:
-    try:
-        return datetime.fromisoformat(value).timestamp()
-    except (TypeError, ValueError):
-        return None
 
 
 def _record(run_dir: Path) -> RunRecord:
@@ -71,77 +59,11 @@ def _record(run_dir: Path) -> RunRecord:
                         fix="give a run.json the harness wrote") from None
 
 
-# -- the wire's exchanges, each to its model turn ----------------------------------------------
-def _chat_rows(run_dir: Path, record: RunRecord) -> list[dict] | None:
-    name = record.artifacts.wire_log or "wire.jsonl"
-    path = run_dir / name
-    if Path(name).is_absolute() or not path.is_file() or path.is_symlink():
-        return None
-    rows = [e for e in wirelog.read_log(path) if e.get("origin") != wirelog.TOOL_ORIGIN
-            and str(e.get("path", "")).split("?")[0].endswith(wirelog.CHAT_PATH) and e.get("status") == 200]
-    for e in rows:
-        e["_start"], e["_end"] = _seconds(e.get("started")), _seconds(e.get("ended"))
-    return sorted(rows, key=lambda e: e["_start"] or 0)
-
-
-def _assign(rows: list[dict], found: Sessions) -> tuple[dict[str, list[dict]], int]:
-    """(assistant message id -> its exchanges, exchanges no message holds)."""
-    turns = [e for s in found.sessions.values() for e in s.entries if e.role == "assistant"]
-    out: dict[str, list[dict]] = {}
-    if found.source.endswith(".jsonl") and len(turns) == len(rows):  # the events: one session, in order
-        for entry, row in zip(sorted(turns, key=lambda e: e.created_ms or 0), rows):
-            out.setdefault(entry.id, []).append(row)
-        return out, 0
-    unmatched = 0
-    for row in rows:
-        best = None
-        for entry in turns:
-            if row["_start"] is None or entry.created_ms is None:
-                continue
-            lo, hi = entry.created_ms / 1000 - SLACK_S, (entry.completed_ms or entry.created_ms) / 1000 + SLACK_S
-            overlap = min(row["_end"] or row["_start"], hi) - max(row["_start"], lo)
-            if overlap >= 0 and (best is None or (overlap, entry.created_ms) > best[0]):
-                best = ((overlap, entry.created_ms), entry.id)
-        if best is None:
-            unmatched += 1
-        else:
-            out.setdefault(best[1], []).append(row)
-    return out, unmatched
-
-
-def _wire_metrics(rows: list[dict]) -> atif.Metrics:
-    usage = [r.get("usage") or {} for r in rows]
-    first = rows[0]
-    ttft = (_seconds(first.get("first_data")) or 0) - (first["_start"] or 0) if first.get("first_data") else None
-    return atif.Metrics(
-        prompt_tokens=sum(u.get("prompt_tokens", 0) for u in usage),
-        completion_tokens=sum(u.get("completion_tokens", 0) for u in usage),
-        cached_tokens=sum(u.get("cached_tokens", 0) for u in usage),
-        extra={"source": "wire.jsonl", "reasoning_tokens": sum(u.get("reasoning_tokens", 0) for u in usage),
-               "started": first.get("started"), "first_data": first.get("first_data"), "ended": rows[-1].get("ended"),
-               "ttft_s": round(ttft, 6) if ttft is not None and ttft >= 0 else None,
-               "duration_s": round(sum(r.get("seconds") or 0 for r in rows), 6),
-               "finish_reason": rows[-1].get("finish_reason"), "requests": len(rows)})
-
-
-def _store_metrics(tokens: dict) -> atif.Metrics:
-    """opencode's own count, where the wire saw none of this turn (no wire log, a cut exchange)."""
-    def n(v) -> int:
-        return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 else 0
-
-    cache = tokens.get("cache") if isinstance(tokens.get("cache"), dict) else {}
-    return atif.Metrics(
-        prompt_tokens=n(tokens.get("input")) + n(cache.get("read")) + n(cache.get("write")),
-        completion_tokens=n(tokens.get("output")) + n(tokens.get("reasoning")), cached_tokens=n(cache.get("read")),
-        extra={"source": "opencode store", "reasoning_tokens": n(tokens.get("reasoning")),
-               "cache_write_tokens": n(cache.get("write"))})
-
-
 # -- steps ------------------------------------------------------------------------------------
 class _Builder:
     def __init__(self, run_dir: Path, record: RunRecord, found: Sessions, rows: list[dict] | None) -> None:
         self.run_dir, self.record, self.found = run_dir, record, found
-        self.by_turn, self.unmatched = _assign(rows or [], found)
+        self.by_turn, self.unmatched = assign(rows or [], found)
         self.agent = _agent(record)
         self.notes: list[str] = []
 
@@ -181,11 +103,11 @@ class _Builder:
 
     def _step(self, step_id: int, entry: Entry, refs: dict[str, str]) -> atif.Step:
         if entry.role == "user":
-            return atif.Step(step_id=step_id, source="user", message=entry.text, timestamp=_iso(entry.created_ms))
+            return atif.Step(step_id=step_id, source="user", message=entry.text, timestamp=iso_ms(entry.created_ms))
         rows = self.by_turn.get(entry.id) or []
-        metrics = _wire_metrics(rows) if rows else _store_metrics(entry.tokens) if entry.tokens else None
+        metrics = wire_metrics(rows) if rows else store_metrics(entry.tokens) if entry.tokens else None
         calls = [atif.ToolCall(tool_call_id=t.call_id, function_name=t.name, arguments=t.arguments,
-                               extra={"status": t.status, "started": _iso(t.started_ms), "ended": _iso(t.ended_ms)})
+                               extra={"status": t.status, "started": iso_ms(t.started_ms), "ended": iso_ms(t.ended_ms)})
                  for t in entry.tools]
         results = [atif.ObservationResult(
             source_call_id=t.call_id, content=t.output if t.output is not None else "",
@@ -193,12 +115,12 @@ class _Builder:
                                                                 session_id=self.record.run_id)]
             if t.call_id in refs else None) for t in entry.tools]
         return atif.Step(
-            step_id=step_id, source="agent", timestamp=rows[0].get("started") if rows else _iso(entry.created_ms),
+            step_id=step_id, source="agent", timestamp=rows[0].get("started") if rows else iso_ms(entry.created_ms),
             model_name=entry.model or self.agent.model_name, reasoning_effort=self.record.key.effort,
             message=entry.text, reasoning_content=entry.reasoning or None, tool_calls=calls or None,
             observation=atif.Observation(results=results) if results else None, metrics=metrics,
             llm_call_count=len(rows) or (1 if entry.tokens else None),
-            extra={"message_id": entry.id, "completed": _iso(entry.completed_ms), "finish": entry.finish})
+            extra={"message_id": entry.id, "completed": iso_ms(entry.completed_ms), "finish": entry.finish})
 
 
 def _summed(steps: list[atif.Step]) -> atif.FinalMetrics:
@@ -253,7 +175,7 @@ def build_trajectory(run_dir: Path) -> atif.Trajectory:
         raise UserError(f"run {record.run_id} never started its mission (stopped at {record.stopped_at}): "
                         "no agent step to export", file=run_dir / RUN_RECORD, field="times.mission_start",
                         fix="export a run that reached its mission")
-    rows = _chat_rows(run_dir, record)
+    rows = chat_rows(run_dir, record)
     found = sources.read(run_dir, record.session.root_session if record.session else None,
                          record.artifacts.opencode_events)
     notes: list[str] = []
@@ -274,7 +196,7 @@ def build_trajectory(run_dir: Path) -> atif.Trajectory:
             notes.append(f"{builder.unmatched} model call(s) on the wire belong to no opencode message "
                          "(counted in final_metrics only)")
         if not any(s.source == "user" for s in traj.steps) and (prompt := _mission_prompt(run_dir, record)):
-            user = atif.Step(step_id=1, source="user", message=prompt, timestamp=_iso(
+            user = atif.Step(step_id=1, source="user", message=prompt, timestamp=iso_ms(
                 record.times.mission_start.timestamp() * 1000), extra={"from": f"missions/{record.mission} prompt"})
             steps = [user, *(s.model_copy(update={"step_id": s.step_id + 1}) for s in traj.steps)]
             traj = traj.model_copy(update={"steps": steps})
@@ -310,7 +232,7 @@ def _aggregated(run_dir: Path, record: RunRecord) -> atif.Trajectory:
     steps = []
     if prompt := _mission_prompt(run_dir, record):
         steps.append(atif.Step(step_id=1, source="user", message=prompt,
-                               timestamp=_iso(record.times.mission_start.timestamp() * 1000)))
+                               timestamp=iso_ms(record.times.mission_start.timestamp() * 1000)))
     metrics = None
     if figures is not None:
         t = figures["tokens"]
@@ -319,44 +241,12 @@ def _aggregated(run_dir: Path, record: RunRecord) -> atif.Trajectory:
     steps.append(atif.Step(
         step_id=len(steps) + 1, source="agent", message=text, model_name=agent.model_name,
         reasoning_effort=record.key.effort, metrics=metrics, llm_call_count=figures["turns"] if figures else None,
-        timestamp=_iso(record.times.mission_start.timestamp() * 1000),
+        timestamp=iso_ms(record.times.mission_start.timestamp() * 1000),
         extra={"aggregated": True, "report": record.artifacts.agent_output,
-               "completed": _iso(record.times.mission_end.timestamp() * 1000) if record.times.mission_end else None}))
+               "completed": iso_ms(record.times.mission_end.timestamp() * 1000) if record.times.mission_end else None}))
     return atif.Trajectory(schema_version=SCHEMA_VERSION, session_id=record.run_id,
                            trajectory_id=(record.session.root_session if record.session else None) or record.run_id,
                            agent=agent, steps=steps)
-
-
-# -- host paths -------------------------------------------------------------------------------
-def unhost(doc, run_dir: Path, run_id: str):
-    """Every string (keys included) of `doc` with the run folder, the project root and the home
-    folder replaced: the trajectory names nothing of the host it was made on."""
-    run = run_dir.resolve()
-    pairs = [(str(run), "<run>"), (str(run_dir.absolute()), "<run>")]
-    if run.parent.parent.name == ".llms-benchmark":
-        pairs.append((str(run.parents[2]), "<project>"))
-    home = str(Path.home())
-    if len(home) > 1:
-        pairs.append((home, "~"))
-    pairs = sorted({p for p in pairs if len(p[0]) > 1}, key=lambda p: -len(p[0]))
-    moved = re.compile(r"[^\s\"'<>()\[\]{}]*\.llms-benchmark/(?:runs|inconclusive|refused)/" + re.escape(run_id))
-
-    def clean(text: str) -> str:
-        text = moved.sub("<run>", text)
-        for host, alias in pairs:
-            text = text.replace(host, alias)
-        return text
-
-    def walk(node):
-        if isinstance(node, str):
-            return clean(node)
-        if isinstance(node, list):
-            return [walk(x) for x in node]
-        if isinstance(node, dict):
-            return {clean(k): walk(v) for k, v in node.items()}
-        return node
-
-    return walk(doc)
 
 
 def write_trajectory(run_dir: Path) -> Path:
