@@ -124,3 +124,15 @@ def test_export_errors_are_clear(run_dir: Path, args: list[str], says: str) -> N
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert says in " ".join(done.stderr.split()) and "Traceback" not in done.stderr
     assert "fix:" in done.stderr
+
+
+def test_without_the_sdk_the_refusal_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from harness.errors import UserError
+    from harness.trajectory import otel
+
+    monkeypatch.setitem(sys.modules, "opentelemetry.sdk.trace", None)  # as if the extra were not installed
+    with pytest.raises(UserError) as exc:
+        otel._sdk()
+    assert "llms-benchmark[observability]" in exc.value.fix and exc.value.field == "--otel"

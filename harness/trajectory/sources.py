@@ -282,6 +282,8 @@ def read(run_dir: Path, root: str | None, events: str | None) -> Sessions | None
             return from_store(store, root)
         except UserError:
             pass  # an unreadable store: the events say what they can
+    if events and (Path(events).is_absolute() or ".." in Path(events).parts):
+        events = Path(events).name  # an older record's absolute name: this folder's file, never another's
     if events and os.path.lexists(run_dir / events):
         return from_events(run_dir / events, events)
     return None
