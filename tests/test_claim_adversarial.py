@@ -426,3 +426,36 @@ def test_structured_inverted_directions_hold_nothing(run, tmp_path: Path):
     ]}
     rulings = rule(store, drive, tmp_path, "inv", records=records)
     assert rulings.confirmed == 0, [(f.number, f.reason) for f in rulings.findings if f.verdict == HELD_UP]
+
+
+# --- time filters in the forms an agent writes (issue 48: forms a rewrite skipped) ----------------
+def _second_half(store: Path) -> dict[str, str]:
+    """The run's second half as a filter on `{col}`, in forms no rewrite recognised; each control's
+    timeline is laid onto the run's, so each reads the same share of every drive."""
+    from datetime import UTC, datetime
+
+    with duckdb.connect(str(store), read_only=True) as con:
+        start, end = con.execute("SELECT min(start_ns), max(end_ns) FROM spans").fetchone()
+    mid = (start + end) // 2
+    iso = datetime.fromtimestamp(mid / 1e9, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+    return {"seconds times 1e9": f"{{col}} >= {mid // 10**9}::BIGINT * 1000000000",
+            "a cast string": f"to_timestamp({{col}} / 1e9) >= '{iso}+00'::TIMESTAMPTZ",
+            "make_timestamp": f"make_timestamp({{col}} // 1000) >= make_timestamp({mid // 1000})"}
+
+
+def test_time_filters_in_any_form_credit_the_honest_and_hold_nothing_false(run, tmp_path: Path):
+    store, drive = run
+    rows = []
+    for form in _second_half(store).values():
+        rows.append((stated("T06-mcp-call-logs-unexported"), "shop-mcp's per-call log lines never reach the log store: "
+                     "src/shop_mcp/api.py, call: the shop_mcp.api logger does not propagate",
+                     f"{{{{SELECT count(*) FROM logs WHERE service = 'shop-mcp' AND {form.format(col='time_ns')}}}}}"))
+        rows.append((FALSE_CLAIMS["generic count"], FALSE["generic count"][0],
+                     f"{{{{SELECT count(*) FROM spans WHERE service = 'shop-api' AND {form.format(col='start_ns')}}}}}"))
+    for i, (claim, text, evidence) in enumerate(rows):
+        report = as_read(f"{HEAD}| 1 | {claim} {text} | Telemetry | high | {evidence} |\n\n## Telemetry gaps\n", store)
+        (f,) = rule(store, drive, tmp_path, f"time-{i}", report).findings
+        if i % 2 == 0:
+            assert f.verdict == HELD_UP and f.defects == [label("T06-mcp-call-logs-unexported")], (evidence, f.reason)
+        else:
+            assert f.verdict != HELD_UP, (evidence, f.reason)
