@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -92,6 +93,29 @@ def row(path: Path, shown: str, url: str | None, model: str) -> tuple[str, list[
             f"| {replayed} |"), trace.notes
 
 
+def round_trip(run_dir: Path, tmp: Path) -> str:
+    """One run folder: wire log -> trace against wire log -> ATIF (atif_out) -> trace."""
+    import json
+
+    from harness.load.agents.trace import from_run
+    from harness.trajectory.atif_out import build_trajectory
+
+    path = tmp / f"{run_dir.name}.trajectory.json"
+    try:
+        path.write_text(json.dumps(build_trajectory(run_dir).to_json_dict()))
+        direct, via = from_run(run_dir), convert(path)
+    except UserError as exc:
+        return f"| {run_dir.name} | refused: {exc.message} | | | | |"
+    a = sorted(direct.sessions, key=lambda x: x.turns[0].start_s)
+    b = sorted(via.sessions, key=lambda x: x.turns[0].start_s)
+    pairs = [(s, t) for x, y in zip(a, b, strict=False) for s, t in zip(x.turns, y.turns, strict=False)]
+    sizes = ("prompt_tokens", "output_tokens", "cached_tokens", "reused_blocks", "tool_calls")
+    same = sum(all(getattr(s, k) == getattr(t, k) for k in sizes) for s, t in pairs)
+    gaps = [abs(s.think_s - t.think_s) for s, t in pairs if s.think_s is not None and t.think_s is not None]
+    return (f"| {run_dir.name} | {len(a)} / {len(b)} | {sum(len(x.turns) for x in a)} / {sum(len(y.turns) for y in b)} "
+            f"| {same}/{len(pairs)} | {max(gaps, default=0) * 1e6:.1f} | {len(via.notes)} |")
+
+
 def shown_argv() -> list[str]:
     """The command line as the report shows it: no folder of this machine."""
     out, hide = [], False
@@ -110,6 +134,7 @@ def main() -> int:
     ap.add_argument("--url", default="", help="replay each trace once (1 copy) against this served base URL")
     ap.add_argument("--model", default="", help="the served model name (with --url)")
     ap.add_argument("--timed", action="store_true", help="replay against the timed replay server on loopback")
+    ap.add_argument("--runs", type=Path, nargs="*", default=[], help="run folders with a wire log: round trips")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -121,8 +146,9 @@ def main() -> int:
             shown_root = {f: f.relative_to(tmp / "golden") for f in golden}
             where.append(f"Harbor's golden test trajectories (`tests/golden/`), {args.source or args.harbor_git} "
                          f"at {commit[:12]}, read from git into a temporary folder")
-        if not files:
-            raise SystemExit("no file: give ATIF files or --harbor-git")
+        if not files and not args.runs:
+            raise SystemExit("no file: give ATIF files, --harbor-git or --runs")
+        trips = [round_trip(r, tmp) for r in args.runs]
         proc, url, model = None, args.url or None, args.model
         if args.timed:
             proc, url = start_timed(tmp)
@@ -150,7 +176,7 @@ def main() -> int:
     lines = ["# Foreign ATIF trajectories as load (issue 50)", "",
              "Each file: validated by the pinned `atif` models (1.8), converted by `llms-benchmark load-trace` "
              "(harness/trajectory/atif_in.py)" + (", " + "; ".join(where) if where else "") + ".", "",
-             f"    {' '.join(['.venv/bin/python bench/atif_foreign.py', *shown_argv()])}", "",
+             f"    .venv/bin/python bench/atif_foreign.py {shlex.join(shown_argv())}", "",
              "Sessions and turns follow the subagent and continuation files a trajectory names beside it; each "
              "subagent file is also a row of its own. Prompt tokens: the trace's sum, beside the file's own "
              "`final_metrics.total_prompt_tokens` (which also counts the files a trajectory names, present or not). "
@@ -160,6 +186,15 @@ def main() -> int:
              "|---|---|---|---|---|---|---|---|---|---|", *rows, "",
              "What each conversion assumed (printed by `load-trace`, kept in the trace's `notes`):", "", *notes, "",
              f"Bench wall time {time.monotonic() - started:.1f} s."]
+    if trips:
+        lines[-1:-1] = [
+            "Round trips (`--runs`): each run folder's wire log -> trace (`load-trace RUN`), against wire log -> "
+            "ATIF (harness/trajectory/atif_out.py) -> trace; sessions paired by first start. Sizes = prompt, "
+            "output and cached tokens, reused blocks and tool names all equal. Runs are named by their id: the "
+            "committed runs keep no wire log (tests/test_atif_in.py compares them in their token sums), so these are "
+            "run folders a launch left here.", "",
+            "| run | sessions (wire / via ATIF) | turns | turns equal in sizes | max think Δ µs | notes |",
+            "|---|---|---|---|---|---|", *trips, ""]
     text = "\n".join(lines) + "\n"
     if args.out:
         args.out.write_text(text, encoding="utf-8")
