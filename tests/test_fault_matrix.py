@@ -20,7 +20,7 @@ import pytest
 from conftest import Project, stop
 from test_launch_e2e import SMALL_PROBE, _agents_of, assert_destroyed, dump
 
-STAGES = ("preflight", "serve", "wait-ready", "probe", "configure", "smoke", "run", "collect", "destroy")
+STAGES = ("preflight", "serve", "wait-ready", "probe", "configure", "smoke", "run", "destroy", "collect")
 # A signal at `run` lands two seconds in, while opencode is running the mission.
 DELAY = {"run": "@2"}
 LAUNCH = ["launch", "local", "replay", "replay-hello", "--mission", "hello", *SMALL_PROBE]
@@ -140,6 +140,12 @@ def test_every_stage_every_fault_destroys_and_records(project: Project, stage: s
 def test_sigkill_at_every_stage_leaves_an_orphan_the_next_command_destroys(project: Project, stage: str):
     code, out, err, _ = launch_with(project, f"{stage}:sigkill{DELAY.get(stage, '')}")
     assert code == -9, dump(out, err)
+    if stage == "collect":  # after the destroy: no unit left to orphan; the record says why it has no row
+        assert project.ledger() == {} and "destroyed vot-replay-hello" in err, dump(out, err)
+        _, rec = project.only_run()
+        assert rec["status"] == "fault" and rec["stopped_at"] == "collect" and rec["times"]["destroyed"], rec
+        assert "the collect did not finish" in rec["reason"], rec["reason"]
+        return
     orphan = project.ledger().get("replay/vot-replay-hello")
     assert orphan is not None, "a SIGKILLed launch leaves its unit in the ledger"
     server = psutil.Process(orphan["pid"])
@@ -167,8 +173,7 @@ def test_sigkill_at_every_stage_leaves_an_orphan_the_next_command_destroys(proje
 @pytest.mark.timeout(600)
 # SIGINT and SIGTERM share one handler (see `faults`): one lands while trial two's agent runs,
 # the other after it.
-@pytest.mark.parametrize("failpoint", ["configure#2:raise", "run#2:raise", "run#2:sigint@2",
-                                       "collect#2:sigterm"])
+@pytest.mark.parametrize("failpoint", ["configure#2:raise", "run#2:raise", "run#2:sigint@2"])
 def test_a_fault_in_trial_two_destroys_the_unit_and_leaves_trial_one_intact(project: Project, failpoint: str):
     project.env["LLMS_BENCHMARK_FAILPOINT"] = failpoint
     code, out, err = project.run_cli([*LAUNCH, "--trials", "3"], timeout=540)
@@ -189,6 +194,24 @@ def test_a_fault_in_trial_two_destroys_the_unit_and_leaves_trial_one_intact(proj
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
+def test_a_signal_in_trial_two_s_collect_after_the_destroy_leaves_one_ok_and_three_uncollected(project: Project):
+    """Every trial is collected after the one destroy: SIGTERM in trial two's collect ends it and
+    trial three's (fault, the signal named); trial one, collected before, stands."""
+    project.env["LLMS_BENCHMARK_FAILPOINT"] = "collect#2:sigterm"
+    code, out, err = project.run_cli([*LAUNCH, "--trials", "3"], timeout=540)
+    assert code == 3, dump(out, err)
+    one, two, three = sorted(project.records(), key=lambda r: r["trial"]["index"])
+    assert one["status"] == "ok" and one["reason"] is None, one["reason"]
+    assert two["status"] == "fault" and two["stopped_at"] == "collect" and "SIGTERM" in two["reason"], two
+    assert three["status"] == "fault" and three["stopped_at"] == "collect", three
+    assert "not collected: interrupted by SIGTERM" in three["reason"], three["reason"]
+    for rec in (one, two):  # collected after the destroy, never before
+        assert rec["times"]["collected"] > rec["times"]["destroyed"], rec["times"]
+    assert_destroyed(project, two)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_sigkill_in_trial_two_the_next_command_destroys_and_closes_trial_two_only(project: Project):
     project.env["LLMS_BENCHMARK_FAILPOINT"] = "run#2:sigkill@2"
     proc = project.popen([*LAUNCH, "--trials", "3"])
@@ -201,7 +224,8 @@ def test_sigkill_in_trial_two_the_next_command_destroys_and_closes_trial_two_onl
     code, out, err = project.run_cli(["serve", "replay", "replay-hello"], timeout=120)
     assert code == 0 and "leftover unit vot-replay-hello" in " ".join(err.split()), dump(out, err)
     one, two = sorted(project.records(), key=lambda r: r["trial"]["index"])
-    assert one["status"] == "ok" and one["reason"] is None  # finished before the kill: left as it was
+    # trial one's collect comes after the destroy, which the kill never reached: no row, and it says so
+    assert one["status"] == "fault" and "the collect did not finish" in one["reason"], one
     assert two["status"] == "fault" and "died without finishing" in two["reason"] and two["times"]["end"]
     code, out, err = project.run_cli(["destroy", "replay", "replay-hello"], timeout=60)
     assert code == 0 and project.ledger() == {}, dump(out, err)

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import harness.run.paths as paths
-from harness.run.launch import FAILPOINT_STAGES, STAGES
+from harness.run.launch import AFTER_DESTROY, FAILPOINT_STAGES, STAGES
 from harness.run.paths import ProjectPaths, RunPaths
 
 RUN_PROPERTIES = [n for n, v in vars(RunPaths).items() if isinstance(v, property)]
@@ -30,9 +30,10 @@ def test_the_docstring_tree_names_every_run_file_and_no_other():
     assert drawn == named
 
 
-def test_failpoint_stages_are_the_stage_list_plus_destroy():
-    assert FAILPOINT_STAGES[-1] == "destroy"
-    assert [s for s in FAILPOINT_STAGES[:-1]] == [s.name for s in STAGES if s.failpoint]
+def test_failpoint_stages_are_the_stage_list_then_destroy_then_what_runs_after_it():
+    after = [s.name for s in AFTER_DESTROY]
+    assert after == ["collect"]  # what reads the agent's leftovers: after the unit is gone
+    assert list(FAILPOINT_STAGES) == [*(s.name for s in STAGES if s.failpoint), "destroy", *after]
     # the fault matrix covers exactly these (tests/test_fault_matrix.py)
     from test_fault_matrix import STAGES as MATRIX
 

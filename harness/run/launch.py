@@ -1,9 +1,13 @@
 """`launch local`: the stage list over one run record, and the loop that runs it.
 
-Preflight → Serve → Wait-ready → Probe → Configure → Smoke → Mission-setup → Run → Collect → Destroy
+Preflight → Serve → Wait-ready → Probe → Configure → Smoke → Mission-setup → Run → Destroy → Collect → Post-run
+
+Collect reads what the agent left (opencode's store, the mission's files), so it runs once the
+unit is destroyed (harness/run/after_destroy.py): nothing the agent left bills GPU time. What it
+needs from the live server (the /metrics timeline, the pace, the log) is taken during Run.
 
 With `--trials K` the stages from Configure (less the smoke) run again K−1 times on the same
-unit before the destroy, each trial its own record (`record.trial`). With `--capacity` the
+unit before the destroy, each trial its own record (`record.trial`), each collected after it. With `--capacity` the
 agents sweep (harness/stages/capacity.py) then runs on that unit, still before the destroy.
 
 Each stage is a function `(record, context)`: it reads what earlier stages recorded and
@@ -27,6 +31,7 @@ from pathlib import Path
 from typing import Literal
 
 from harness.run import failpoint
+from harness.run.after_destroy import AfterStage, collect_all, mark_pending
 from harness.errors import FatalUnitLog, StackError, UserError
 from harness.run.paths import ProjectPaths
 from harness.run.record import RowKey, RunRecord, SandboxFigures, Status, Timestamps, Trial, utcnow
@@ -62,10 +67,11 @@ STAGES: tuple[Stage, ...] = (
     Stage("smoke", agent.smoke),
     Stage("mission-setup", agent.mission_setup, failpoint=None),
     Stage("run", agent.run_mission),
-    Stage("collect", collect.collect),
 )
+# After the destroy, on each trial whose stages all ran: what the agent left, read (see above).
+AFTER_DESTROY: tuple[AfterStage, ...] = (AfterStage("collect", collect.collect),)
 # Destroy is the unit's lifetime ending; its failpoint fires in each destroy attempt.
-FAILPOINT_STAGES = (*(s.name for s in STAGES if s.failpoint), "destroy")
+FAILPOINT_STAGES = (*(s.name for s in STAGES if s.failpoint), "destroy", *(s.name for s in AFTER_DESTROY))
 
 
 def new_run_id(preset: str, effort: str) -> str:
@@ -73,7 +79,8 @@ def new_run_id(preset: str, effort: str) -> str:
 
 
 # What a later trial of `--trials K` runs again, on the unit the first trial served, probed
-# and smoked: its own provider file, workspace, opencode data, mission stack, run and collect.
+# and smoked: its own provider file, workspace, opencode data, mission stack, run (and, after
+# the destroy, its collect).
 TRIAL_STAGES = ("configure", "mission-setup", "run", "collect")
 
 
@@ -100,6 +107,7 @@ class Launch:
             trial=Trial(group=run_id, index=1, of=opts.trials) if opts.trials > 1 else None,
         )
         self.trials: list[tuple[RunRecord, LaunchContext]] = [(self.record, self.ctx)]
+        self.due: list[tuple[RunRecord, LaunchContext]] = []  # trials whose stages all ran: collected after the destroy
         self.stage = STAGES[0].name
 
     @property
@@ -131,6 +139,8 @@ class Launch:
                 self.ctx.paths.fault.write_text(traceback.format_exc())
                 self._end(Status.fault, f"{type(exc).__name__}: {exc} (traceback in fault.txt)")
         self._destroyed()
+        collect_all(AFTER_DESTROY, self.due)  # the unit is down: nothing read from here on bills it
+        self._destroy_outcome()
         rec, life = self.record, self.ctx.life
         if life.late_signal is not None and rec.status in (Status.ok, Status.void):
             rec.status, rec.stopped_at = Status.fault, "destroy"
@@ -176,11 +186,13 @@ class Launch:
             self.save()
             if stage.failpoint == "end":
                 failpoint.hit(stage.name, index)
+        self.due.append((rec, ctx))
 
     def _next_trial(self, index: int) -> None:
-        """The previous trial's record is finished as it stands (only its destroy time and the
-        shared GPU-hours come later); the next one starts on the same unit."""
+        """The previous trial's mission is over (its collect, its destroy time and the shared
+        GPU-hours come after the destroy); the next one starts on the same unit."""
         self.record.times.end = utcnow()
+        mark_pending(self.record)
         self.save()
         first, first_ctx = self.trials[0]
         run_id = new_run_id(self.ctx.opts.preset, self.ctx.opts.effort)
@@ -198,16 +210,13 @@ class Launch:
         self.record.status, self.record.reason, self.record.stopped_at = status, reason, self.stage
 
     def _destroyed(self) -> None:
-        """The destroy's outcome on the records: when and GPU-hours on every trial's (the serve
-        is theirs together); a death of the unit or a failed destroy on the trial running then."""
+        """Before the collect: when it was destroyed and the GPU-hours, on every trial's record
+        (the serve is theirs together); a death of the unit on the trial running then."""
         rec, life = self.record, self.ctx.life
         if life.collector is not None:
             rec.unit_death = life.collector.death
         if life.unit is None:
             return
-        if life.destroy_error is not None:
-            rec.status, rec.stopped_at = Status.fault, "destroy"
-            rec.reason = f"{rec.reason + '; ' if rec.reason else ''}destroy failed: {life.destroy_error} — still in the ledger"
         self._copy_served_log()
         for record in self.records:
             if life.destroy_error is None:
@@ -215,8 +224,19 @@ class Launch:
             if record.times.serve_start and record.times.destroyed:
                 hours = (record.times.destroyed - record.times.serve_start).total_seconds() / 3600
                 record.gpu_hours = round(hours * (record.gpus or 0), 4)
-                if record.serving is not None:
-                    record.serving.gpu_cost_usd = gpu_cost(record.gpu_hours, record.serving.gpu_hourly_usd)
+
+    def _destroy_outcome(self) -> None:
+        """After the collect (whose verdict it overrides): a failed destroy on the trial running
+        then, and each record's GPU cost at its serving section's price."""
+        rec, life = self.record, self.ctx.life
+        if life.unit is None:
+            return
+        if life.destroy_error is not None:
+            rec.status, rec.stopped_at = Status.fault, "destroy"
+            rec.reason = f"{rec.reason + '; ' if rec.reason else ''}destroy failed: {life.destroy_error} — still in the ledger"
+        for record in self.records:
+            if record.gpu_hours is not None and record.serving is not None:
+                record.serving.gpu_cost_usd = gpu_cost(record.gpu_hours, record.serving.gpu_hourly_usd)
 
     def _copy_served_log(self) -> None:
         """Replay only: what the script served, for the whole serve, into the first trial's folder."""

@@ -54,6 +54,7 @@ class Timestamps(BaseModel):
     mission_start: datetime | None = None
     mission_end: datetime | None = None
     destroyed: datetime | None = None
+    collected: datetime | None = None  # the collect began (after the destroy: it reads what the agent left)
     end: datetime | None = None
 
 

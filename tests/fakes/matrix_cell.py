@@ -53,6 +53,7 @@ def _collected(rec, ctx) -> None:
 STAND_INS = {"probe": _probed, "smoke": _smoked, "configure": _nothing, "mission-setup": _nothing,
              "run": _mission, "collect": _collected}
 launch.STAGES = tuple(replace(s, run=STAND_INS.get(s.name, s.run)) for s in launch.STAGES)
+launch.AFTER_DESTROY = tuple(replace(s, run=STAND_INS.get(s.name, s.run)) for s in launch.AFTER_DESTROY)
 
 if __name__ == "__main__":
     from harness.cli import main
