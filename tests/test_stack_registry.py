@@ -1,4 +1,4 @@
-"""A stack is declared once (its spec in harness/stacks/catalog.py); the registry, the environment
+"""A stack is declared once (its spec in harness/stack_specs/catalog.py); the registry, the environment
 schema, ports and preset overrides follow from the declarations."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from harness.errors import UserError
-from harness.stacks import catalog, registry
+from harness.stack_specs import catalog
+from harness.stacks import registry
 from harness.vot.loader import SCHEMA_DIR, load_schema, schema_errors
 
 REPO = Path(__file__).resolve().parents[1]
@@ -37,13 +38,36 @@ def test_each_spec_names_its_own_implementation(spec):
 def test_the_catalog_the_schema_reads_imports_neither_the_stacks_nor_the_schema():
     """The stacks import harness.vot; harness.vot reads the catalog: were the catalog to import a
     stack module (or harness.vot), the two packages would import each other again."""
-    code = ("import sys, harness.stacks.catalog; "
+    code = ("import sys, harness.stack_specs.catalog; "
             "print(sorted(m for m in sys.modules if m.startswith(('harness.vot', 'harness.stacks'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
-    assert out.stdout.split() == ["['harness.stacks',", "'harness.stacks.azure_spec',", "'harness.stacks.catalog',",
-                                  "'harness.stacks.spec']"]
+    assert out.stdout.split() == ["[]"]
     # The registry still loads the stack itself, and only when asked.
     assert registry.get_stack("replay", REPO).name == "replay"
+
+
+def _imports(package: str) -> dict[str, set[str]]:
+    """Every module each file of `package` imports, at the top or inside a function."""
+    import ast
+
+    found = {}
+    for path in sorted((REPO / "harness" / package).glob("*.py")):
+        names = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+        found[path.name] = names
+    return found
+
+
+def test_no_circle_between_the_schema_and_the_stacks_not_even_inside_a_function():
+    """Issue 49: harness.vot read the catalog from inside functions while the stacks import harness.vot."""
+    for name, names in _imports("vot").items():
+        assert not [n for n in names if n.startswith("harness.stacks")], name
+    for name, names in _imports("stack_specs").items():
+        assert not [n for n in names if n.startswith(("harness.stacks", "harness.vot"))], name
 
 
 def test_preset_override_stacks_match_the_preset_schema():

@@ -48,7 +48,7 @@ def read_gpu_quota(env) -> GpuQuota | None:
 
     from harness.stacks import azure_arm
     from harness.stacks.azure_arm import AzureSettings, describe
-    from harness.stacks.azure_spec import DEFAULT_RESOURCE_GROUP
+    from harness.stack_specs.azure import DEFAULT_RESOURCE_GROUP
 
     settings = AzureSettings.from_env()
     cfg = env.config

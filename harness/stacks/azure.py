@@ -34,7 +34,7 @@ from harness.serving.vllm_log import kv_facts
 from harness.stacks import azure_arm
 from harness.stacks.azure_arm import ARM_SCOPE, RESOURCE_GROUPS_API, AzureSettings, describe, get_json
 from harness.stacks.azure_logs import CRASH_LOOP, REVISION_FAILED, LogFollower
-from harness.stacks.azure_spec import DEFAULT_IMAGE, DEFAULT_RESOURCE_GROUP, VLLM_PORT
+from harness.stack_specs.azure import DEFAULT_IMAGE, DEFAULT_RESOURCE_GROUP, VLLM_PORT
 from harness.stacks.base import GpuCell, Unit, file_logs, unit_name
 from harness.vot import render
 from harness.vot.environment import Environment

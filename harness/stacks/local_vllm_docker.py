@@ -34,7 +34,7 @@ from pathlib import Path
 from harness.errors import PreflightError, StackError
 from harness.serving.vllm_log import kv_facts
 from harness.stacks.base import GpuCell, Unit
-from harness.stacks.catalog import DOCKER_DEFAULT_IMAGE as DEFAULT_IMAGE
+from harness.stack_specs.catalog import DOCKER_DEFAULT_IMAGE as DEFAULT_IMAGE
 from harness.stacks.ledger import Ledger
 from harness.stacks.local_process import LocalProcessStack
 from harness.stacks.local_vllm import nvidia_gpu_cell

@@ -1,4 +1,4 @@
-"""The stack that serves an environment, loaded by name from its spec (harness/stacks/catalog.py)
+"""The stack that serves an environment, loaded by name from its spec (harness/stack_specs/catalog.py)
 only when it serves: azure's SDK costs a quarter second, and an extra not installed is one
 clear refusal.
 """
@@ -9,7 +9,7 @@ import importlib
 from pathlib import Path
 
 from harness.stacks.base import Stack
-from harness.stacks.catalog import NOT_YET, SPECS, canonical, get_spec  # noqa: F401 - the registry's face
+from harness.stack_specs.catalog import NOT_YET, SPECS, canonical, get_spec  # noqa: F401 - the registry's face
 from harness.stacks.unsupported import UnsupportedStack
 
 

@@ -32,7 +32,7 @@ class Environment(BaseModel):
     @property
     def port(self) -> int:
         """The configured port, else the stack's default (0: its server picks a free one)."""
-        from harness.stacks.catalog import get_spec
+        from harness.stack_specs.catalog import get_spec
 
         return int(self.config.get("port", get_spec(self.stack).default_port))
 
@@ -42,7 +42,7 @@ def load_environment_file(path: Path) -> Environment:
     data = load_yaml(path)
     check(data, "environment", path)
     check_name_matches_file(data, path)
-    from harness.stacks.catalog import get_spec
+    from harness.stack_specs.catalog import get_spec
 
     spec = get_spec(data["stack"])  # the schema has already refused an unknown one
     stack = spec.name

@@ -92,7 +92,7 @@ def load_schema(schema_name: str) -> dict[str, Any]:
     declarations fill in the `stack` enum and each stack's `config:` check."""
     schema = json.loads((SCHEMA_DIR / f"{schema_name}.schema.json").read_text("utf-8"))
     if schema_name == "environment":
-        from harness.stacks.catalog import environment_schema
+        from harness.stack_specs.catalog import environment_schema
 
         schema = environment_schema(schema)
     return schema

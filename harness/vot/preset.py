@@ -90,7 +90,7 @@ class Preset(BaseModel):
     def override_for(self, stack: str) -> StackOverride | None:
         """The preset's `stacks.<stack>:` block, under the stack's name or an older one
         (vllm-on-tap still reads `aca` as azure); None for a stack without overrides."""
-        from harness.stacks.catalog import SPECS, canonical
+        from harness.stack_specs.catalog import SPECS, canonical
 
         spec = next((s for s in SPECS if s.name == canonical(stack)), None)
         if spec is None:
@@ -108,7 +108,7 @@ class Preset(BaseModel):
         `false` values are kept here (the override's way to remove a flag) and
         dropped by the renderer.
         """
-        from harness.stacks.catalog import canonical
+        from harness.stack_specs.catalog import canonical
 
         over = self.override_for(stack) or StackOverride()
         return ResolvedPreset(

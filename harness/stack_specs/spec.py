@@ -1,6 +1,6 @@
 """What a stack declares about itself, so that nothing else lists stacks.
 
-Each stack has one `StackSpec(...)` in harness/stacks/catalog.py: its name, the port its
+Each stack has one `StackSpec(...)` in harness/stack_specs/catalog.py: its name, the port its
 server listens on unless the environment says otherwise, the JSON Schema of its
 environment `config:` block, and whether a preset may override it (`stacks.<name>:`).
 The environment schema's stack enum and per-stack config checks, `Environment.port` and

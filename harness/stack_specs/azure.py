@@ -1,10 +1,10 @@
-"""`azure`'s declaration (see harness/stacks/spec.py), apart from azure.py only because
+"""`azure`'s declaration (see harness/stack_specs/spec.py), apart from azure.py only because
 that module loads the Azure SDK: listing the stacks or checking an environment file
 must not pay for it."""
 
 from __future__ import annotations
 
-from harness.stacks.spec import StackSpec, config_schema
+from harness.stack_specs.spec import StackSpec, config_schema
 
 DEFAULT_IMAGE = "vllm/vllm-openai:v0.30.0"
 DEFAULT_RESOURCE_GROUP = "rg-vot"

@@ -1,4 +1,4 @@
-"""Every stack this version serves, as declared (harness/stacks/spec.py says what a spec holds),
+"""Every stack this version serves, as declared (harness/stack_specs/spec.py says what a spec holds),
 and what is read from the declarations alone: the names and aliases, the environment schema's
 `stack` enum and per-stack `config:` checks, the stacks a preset may override.
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from harness.errors import UserError
-from harness.stacks.azure_spec import SPEC as AZURE
-from harness.stacks.spec import ANY_PORT_SCHEMA, VLLM_PORT_SCHEMA, StackSpec, config_schema
+from harness.stack_specs.azure import SPEC as AZURE
+from harness.stack_specs.spec import ANY_PORT_SCHEMA, VLLM_PORT_SCHEMA, StackSpec, config_schema
 
 DOCKER_DEFAULT_IMAGE = "vllm/vllm-openai:v0.30.0"
 
