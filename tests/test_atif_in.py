@@ -156,6 +156,13 @@ def test_sniff_tells_atif_by_content_not_name(tmp_path: Path) -> None:
     wire = tmp_path / "t.json"
     wire.write_text(json.dumps({"path": "/v1/chat/completions", "note": "ATIF"}) + "\n")
     assert not sniff(wire) and not sniff(tmp_path / "absent.json")
+    # the key last, after 64 KiB of steps: still told by content
+    data = json.loads(CLAUDE.read_text())
+    data["steps"][0]["message"] = "x" * 70_000
+    late = tmp_path / "late.json"
+    late.write_text(json.dumps({k: v for k, v in data.items() if k != "schema_version"} | {
+        "schema_version": data["schema_version"]}))
+    assert sniff(late) and convert(late).sessions
 
 
 @pytest.mark.parametrize("change,field", [

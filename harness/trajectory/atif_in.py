@@ -60,15 +60,23 @@ FIX = "give an ATIF trajectory JSON file (Harbor's RFC 0001, validated by the `a
 
 def sniff(path: Path) -> bool:
     """Whether `path` is an ATIF file: by content (a JSON object whose schema_version starts
-    "ATIF"), never by name. Reads at most the file's first 64 KiB to decide."""
+    "ATIF"), never by name. The key is looked for in the first 64 KiB (writers put it first);
+    a JSON document without it there is parsed whole (at most MAX_BYTES) to be sure."""
     try:
         with path.open("rb") as fh:
             head = fh.read(65536)
-    except OSError:
-        return False
-    if not head.lstrip().startswith(b"{"):
-        return False
-    return re.search(rb'"schema_version"\s*:\s*"ATIF', head) is not None
+            if not head.lstrip().startswith(b"{"):
+                return False
+            if re.search(rb'"schema_version"\s*:\s*"ATIF', head):
+                return True
+            if b'"schema_version"' not in head and len(head) < 65536:
+                return False  # the whole file, without the key
+            if os.fstat(fh.fileno()).st_size > MAX_BYTES:
+                return False
+            data = json.loads(head + fh.read())
+    except (OSError, ValueError, RecursionError):
+        return False  # JSON Lines (a wire log) stops at its second line
+    return isinstance(data, dict) and str(data.get("schema_version", "")).startswith("ATIF")
 
 
 def _read_json(path: Path) -> object:
