@@ -3,7 +3,8 @@
 Sources: a real-model run folder (tests/fixtures/runs/: qwen2.5-coder-1.5b on llama.cpp, the
 hello mission; its opencode events, wire log and record as the launch left them), the committed
 real-model runs (run.json and report.md only), and an opencode store built here with a subagent.
-The replay launch's trajectory is checked in test_launch_e2e.py."""
+A replay launch whose agent prints its key and its folder: the key redacted by the post-run
+scrub, which follows the trajectory's writing, the path replaced (and test_launch_e2e.py)."""
 
 from __future__ import annotations
 
@@ -233,3 +234,25 @@ def test_a_run_that_never_reached_its_mission_is_refused_by_name(tmp_path: Path)
     with pytest.raises(UserError) as exc:
         build_trajectory(refused)
     assert exc.value.field == "times.mission_start" and "never started its mission" in exc.value.message
+
+
+# -- a launch: the trajectory written before the post-run scrub, which covers it ---------------
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_a_launch_writes_the_trajectory_and_its_scrub_covers_it(project) -> None:
+    from test_postrun_e2e import _bash, _launch, _write
+
+    steps = [_bash("key", 'printf "key=%s\\n" "$VOT_API_KEY"'), _bash("where", "pwd"),
+             _write("REPORT.md", "report\n"), {"text": "DONE"}]
+    project.env.update(VLLM_API_KEY="sk-user-" + "5e1f" * 6)  # the unit then serves a key minted for the launch
+    code, out, err, run_dir, rec = _launch(project, "leaky-trajectory", steps, env=["VLLM_API_KEY"])
+    assert code == 0, (out[-2000:], err[-2000:])
+    assert rec["status"] == "ok" and rec["artifacts"]["trajectory"] == "trajectory.json" and rec["notes"] == []
+    text = (run_dir / "trajectory.json").read_text()
+    traj = atif.Trajectory.model_validate(json.loads(text))
+    outputs = {c.arguments.get("description"): r.content for s in traj.steps if s.observation
+               for c, r in zip(s.tool_calls, s.observation.results)}
+    assert rec["api_key"].startswith("minted for this launch")
+    assert outputs["key"].strip() == "key=[redacted]"  # the minted key the agent printed, redacted by the scrub
+    assert outputs["where"].strip() == "<run>/workspace"  # the host path the agent saw, replaced
+    assert str(project.root) not in text and traj.final_metrics.total_prompt_tokens == rec["wire"]["tokens"]["input"]
