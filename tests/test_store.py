@@ -119,3 +119,77 @@ def test_the_pinned_schema_passes_the_check(tmp_path):
     _session(conn, "ses_a", "t")
     conn.commit()
     assert collect(data, title="t").root_session == "ses_a"
+
+
+# -- the session counted is the one the harness's own opencode started ----------------------
+def _hostile_store(tmp_path: Path) -> Path:
+    """The harness's root (ses_own, with a subagent) and, beside it, what a daemonized opencode
+    the agent ran left: a root of its own under the harness's very title, with a child."""
+    xdg = tmp_path / "xdg"
+    xdg.mkdir()
+    data, conn = _store(xdg)
+    _session(conn, "ses_own", "llms-benchmark p", created=1_000, tokens=(100, 10, 0, 0, 0))
+    _session(conn, "ses_own_sub", "subagent", parent="ses_own", created=1_500, tokens=(20, 2, 0, 0, 0))
+    _session(conn, "ses_daemon", "llms-benchmark p", created=2_000, tokens=(18_310, 40, 0, 0, 0))
+    _session(conn, "ses_daemon_sub", "subagent", parent="ses_daemon", created=2_500, tokens=(500, 5, 0, 0, 0))
+    _assistant(conn, "ses_own", "m1", 1_000, 2_000)
+    _assistant(conn, "ses_own_sub", "m2", 1_500, 1_900)
+    _assistant(conn, "ses_daemon", "d1", 2_000, 3_000)
+    _assistant(conn, "ses_daemon", "d2", 3_000, 4_000)
+    _assistant(conn, "ses_daemon_sub", "d3", 3_000, 4_000)
+    conn.commit()
+    conn.close()
+    return xdg
+
+
+def _stage(tmp_path: Path, xdg: Path, session_id: str | None):
+    """The real collect stage over a run whose opencode reported `session_id` on its events."""
+    from datetime import UTC, datetime
+    from types import SimpleNamespace
+
+    from harness.run.paths import RunPaths
+    from harness.run.record import RowKey, RunOutcome, RunRecord, Timestamps
+    from harness.stages.collect import collect as collect_stage
+
+    start = datetime.fromtimestamp(0, UTC)
+    rec = RunRecord(run_id="r", key=RowKey(preset="p", effort="medium", effort_requested="medium", gpu="x"),
+                    environment="e", stack="s", mission="hello",
+                    times=Timestamps(launch=start, mission_start=start, mission_end=datetime.now(UTC)))
+    rec.run = RunOutcome(exit_code=0, report_found=True)
+    said: list[str] = []
+    paths = RunPaths(tmp_path / "run")
+    paths.dir.mkdir()
+    manifest = SimpleNamespace(drive_record=None, drive_user_agent=None, signal_log=None, report="REPORT.md")
+    ctx = SimpleNamespace(
+        env={"XDG_DATA_HOME": str(xdg)}, title="llms-benchmark p", say=said.append, paths=paths,
+        result=SimpleNamespace(session_id=session_id, stopped_at=None, ended_by=None, exit_code=0, errors=[]),
+        pf=SimpleNamespace(env=SimpleNamespace(gpu_hourly_usd=None, gpu_price_source=None),
+                           mission=SimpleNamespace(manifest=manifest)),
+        workspace=tmp_path / "w", wire_counts={}, wire_decisive=[], untrusted=[], drive=None)
+    collect_stage(rec, ctx)
+    return rec, said
+
+
+def test_a_foreign_root_session_never_reaches_the_row_and_is_counted_apart(tmp_path):
+    rec, said = _stage(tmp_path, _hostile_store(tmp_path), "ses_own")
+    s = rec.session
+    assert s.root_session == "ses_own" and s.sessions == 2 and s.turns == 2, s
+    assert s.tokens.input == 120 and s.tokens.output == 12, s.tokens  # the daemon's 18,810 left out
+    assert s.foreign_sessions == 2, s
+    assert any("2 session(s) in opencode's store outside" in line for line in said), said
+    assert rec.status == "ok", rec.reason
+
+
+def test_no_session_id_on_the_events_counts_no_session_whatever_the_store_holds(tmp_path):
+    """The harness's opencode named no session (it died first, say): a root the agent's own
+    opencode left under the harness's title is not taken for it."""
+    xdg = tmp_path / "xdg"
+    xdg.mkdir()
+    data, conn = _store(xdg)
+    _session(conn, "ses_daemon", "llms-benchmark p", created=2_000, tokens=(18_310, 40, 0, 0, 0))
+    _assistant(conn, "ses_daemon", "d1", 2_000, 3_000)
+    conn.commit()
+    conn.close()
+    rec, said = _stage(tmp_path, xdg, None)
+    assert rec.session is None and rec.status == "void", rec
+    assert "no session found" in rec.reason and any("named no session" in line for line in said), said

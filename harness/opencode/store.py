@@ -2,7 +2,8 @@
 
 The store is in WAL mode: copy the db with its -wal and -shm files and query the
 copy, or committed frames can be missed. Figures are summed over the whole session
-tree (subagents carry much of the spend): Input = input + cache read + cache write,
+tree (subagents carry much of the spend: sessions under the root by parent_id) and nothing else:
+another root in the store (an opencode the agent ran) is only counted as foreign: Input = input + cache read + cache write,
 Output = output + reasoning, Cache = cache read + cache write; turns = assistant
 messages; median turn = median of completed − created; compactions = summary
 messages (opencode's compaction agent).
@@ -190,6 +191,7 @@ def _collect(data_dir: Path, session_id: str | None, title: str | None, since_ms
         root = _root_session(conn, session_id, title, since_ms, data_dir)
         ids = tree_ids(conn, root["id"])
         marks = ",".join("?" * len(ids))
+        foreign = conn.execute(f"SELECT COUNT(*) FROM session WHERE id NOT IN ({marks})", ids).fetchone()[0]
         sums = conn.execute(
             f"""SELECT SUM(tokens_input) AS input, SUM(tokens_output) AS output,
                        SUM(tokens_reasoning) AS reasoning, SUM(tokens_cache_read) AS cache_read,
@@ -228,4 +230,5 @@ def _collect(data_dir: Path, session_id: str | None, title: str | None, since_ms
         started=_ms_to_dt(root["time_created"]),
         ended=_ms_to_dt(ended),
         cache_read=cache_read,
+        foreign_sessions=foreign,
     )

@@ -88,6 +88,8 @@ class SessionFigures(BaseModel):
     started: datetime | None = None
     ended: datetime | None = None
     cache_read: int | None = None  # of `tokens.cache`: what the wire's cached_tokens is checked against
+    # Sessions in the store outside that tree (another opencode the agent ran): listed, never counted.
+    foreign_sessions: int = 0
 
 
 class Phases(BaseModel):

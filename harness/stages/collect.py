@@ -3,13 +3,13 @@ figures, the mission's phases and signals, and the verdict on whether the run ma
 
 from __future__ import annotations
 
-from datetime import timedelta
+from pathlib import Path
 
 from harness.errors import UserError
 from harness.opencode import config as oc_config
 from harness.opencode.store import collect as collect_store
 from harness.opencode.store import session_tree
-from harness.run.record import RunRecord, Status, WireFigures
+from harness.run.record import RunRecord, SessionFigures, Status, WireFigures
 from harness.sandbox import wirelog
 from harness.serving.collect import collect_serving
 from harness.stages.context import LaunchContext
@@ -19,15 +19,7 @@ from harness.verdicts.phases import files_read_before, phases_between, phases_fr
 
 def collect(rec: RunRecord, ctx: LaunchContext) -> None:
     data_dir = oc_config.data_dir(ctx.env)
-    try:
-        # The session the harness's own opencode announced on its stdout (a session another
-        # opencode the agent started would be a second root), its title and the launch time.
-        started = ctx.result.session_id if ctx.result is not None else None
-        rec.session = collect_store(data_dir, session_id=started, title=ctx.title,
-                                    since=rec.times.mission_start - timedelta(seconds=2))
-    except UserError as exc:
-        rec.session = None
-        ctx.say(f"collect: {exc.render()}")
+    rec.session = own_session(data_dir, ctx)
     _wire(rec, ctx)
     if rec.session is not None:
         paths = ctx.paths
@@ -40,6 +32,26 @@ def collect(rec: RunRecord, ctx: LaunchContext) -> None:
             ctx.say(f"store check: {problem}")
     _mission_figures(rec, ctx, data_dir)
     _judge(rec, ctx)
+
+
+def own_session(data_dir: Path, ctx: LaunchContext) -> SessionFigures | None:
+    """The session tree the harness's own `opencode run` started: the root its stdout events named
+    (`sessionID`), and the sessions under it by parent_id (subagents); nothing else. Another
+    opencode the agent ran (daemonized, re-parented) leaves a root of its own: counted as foreign
+    on the record, never in the turns or tokens. No id on the events: no session is counted."""
+    started = ctx.result.session_id if ctx.result is not None else None
+    if not started:
+        ctx.say("collect: the harness's opencode named no session on its events: none is counted")
+        return None
+    try:
+        figures = collect_store(data_dir, session_id=started)
+    except UserError as exc:
+        ctx.say(f"collect: {exc.render()}")
+        return None
+    if figures.foreign_sessions:
+        ctx.say(f"collect: {figures.foreign_sessions} session(s) in opencode's store outside the one the "
+                "harness started: not counted")
+    return figures
 
 
 def _wire(rec: RunRecord, ctx: LaunchContext) -> None:
