@@ -169,23 +169,28 @@ class _Builder:
         self.sessions: list[dict] = []  # {"id", "turns": [dict], "parent", "fork", "rejoin"}
         self.counts: Counter = Counter()  # assumption -> agent steps it applied to
         self.notes: list[str] = []
-        self.files = 0
+        self.read_paths: set[Path] = set()  # the files read, the first included
         self.turns = 0  # model calls
         self.steps = 0  # agent steps that called the model
 
     # ---- files a trajectory names: beside the first one, never outside its folder
 
     def _beside(self, ref: str, what: str) -> Trajectory | None:
+        shown = repr(ref if len(ref) <= 200 else ref[:200] + "...")
         rel = PurePosixPath(ref.removeprefix("file://"))
-        if "://" in ref or rel.is_absolute() or ".." in rel.parts or not rel.parts:
-            self.notes.append(f"{what} {ref!r}: not a file beside the trajectory; left out")
+        if "://" in str(rel) or rel.is_absolute() or ".." in rel.parts or not rel.parts:
+            self.notes.append(f"{what} {shown}: not a file beside the trajectory; left out")
             return None
         path = self.root.joinpath(*rel.parts)
-        if not path.is_file():
-            self.notes.append(f"{what} {ref!r}: no such file beside the trajectory; left out")
+        if path.is_symlink() or not path.is_file():
+            self.notes.append(f"{what} {shown}: no such file beside the trajectory (links are not followed); "
+                              f"left out")
             return None
-        self.files += 1
-        if self.files > MAX_FILES:
+        if path.resolve() in self.read_paths:  # a continuation naming an earlier part: a loop
+            self.notes.append(f"{what} {shown}: read already (a loop); not read again")
+            return None
+        self.read_paths.add(path.resolve())
+        if len(self.read_paths) > MAX_FILES:
             raise UserError(f"more than {MAX_FILES} trajectory files referenced", file=path,
                             field="subagent_trajectory_ref", fix="give a trajectory with fewer subagent files")
         return read(path)
@@ -217,8 +222,8 @@ class _Builder:
                         if child is None and ref.trajectory_path:
                             child = self._beside(ref.trajectory_path, "subagent_trajectory_ref.trajectory_path")
                         elif child is None:
-                            self.notes.append(f"subagent_trajectory_ref {ref.trajectory_id!r} names no entry of "
-                                              f"subagent_trajectories; left out")
+                            self.notes.append(f"subagent_trajectory_ref {ref.trajectory_id[:200]!r} names no "
+                                              f"entry of subagent_trajectories; left out")
                         if child is not None and id(child) not in taken:
                             taken.add(id(child))
                             children.append((child, len(me["turns"]) - 1 if me["turns"] else None))
@@ -226,8 +231,8 @@ class _Builder:
             part = self._beside(ref, "continued_trajectory_ref") if ref else None
         for tid, child in embedded.items():
             if id(child) not in taken:
-                self.notes.append(f"subagent_trajectories {tid!r}: no step delegates to it; replayed as a session "
-                                  f"of its own from the start")
+                self.notes.append(f"subagent_trajectories {tid[:200]!r}: no step delegates to it; replayed as a "
+                                  f"session of its own from the start")
                 children.append((child, None))
         if not me["turns"]:  # no model call of its own (a dispatcher): its subagents start on their own
             self.sessions.remove(me)
@@ -327,9 +332,9 @@ class _Builder:
 
     def _notes(self) -> list[str]:
         said = {
-            "metrics.prompt_tokens": "steps[].metrics.prompt_tokens absent on {n} of {of} agent steps: estimated "
-                                     f"as the conversation's text before the step at {CHARS_PER_TOKEN:g} "
-                                     "characters a token",
+            "metrics.prompt_tokens": "steps[].metrics.prompt_tokens absent (or 0) on {n} of {of} agent steps: "
+                                     "estimated as the conversation's text before the step at "
+                                     f"{CHARS_PER_TOKEN:g} characters a token",
             "metrics.completion_tokens": "steps[].metrics.completion_tokens absent on {n} of {of} agent steps: "
                                          "estimated from the step's message, reasoning and tool calls at "
                                          f"{CHARS_PER_TOKEN:g} characters a token",
@@ -354,5 +359,6 @@ def convert(path: Path, *, block_size: int = DEFAULT_BLOCK_SIZE, source: str = "
         raise UserError(f"block size {block_size} is below 1", field="--block-size", fix="give 16 (vLLM's default)")
     traj = read(path)
     builder = _Builder(path.parent, block_size)
+    builder.read_paths.add(path.resolve())
     builder.session(traj, "s0", 0)
     return builder.trace(source or path.name)
