@@ -60,7 +60,7 @@ def test_launch_capacity_runs_the_sweep_on_the_serve_before_the_destroy(project:
 
 
 def test_the_capacity_column_shows_only_where_a_row_has_it():
-    from harness.results.rows import Row
+    from harness.results.row import Row
 
     def row(capacity: str) -> Row:
         return Row(kind="local", name="p", effort="medium", cli="opencode", where="CPU", oddyssey="llms-benchmark 1",

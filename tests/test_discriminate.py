@@ -166,7 +166,9 @@ def test_a_drive_like_the_controls_is_compared_as_read(world):
     assert not judge.normalised and judge.mode.startswith("drive-matched")
     store.close()
     controls.close()
-    assert dc.run_drive(Path("/nonexistent")) is None
+    from harness.verdicts.drive import run_drive
+
+    assert run_drive(Path("/nonexistent")) is None
 
 
 def test_a_missing_control_is_a_named_refusal(world, tmp_path):

@@ -85,7 +85,7 @@ def test_check_names_missing_code_and_queries_that_read_otherwise(workspace: Pat
     ]}
     con = ev.open_store(store)
     try:
-        problems = of.check_all(data, workspace, ev._ReadOnlyClient(con))
+        problems = of.check_all(data, workspace, ev._ReadOnlyClient(con), obs.parse_query)
     finally:
         con.close()
     text = "\n".join(problems)
@@ -175,7 +175,7 @@ def test_a_comment_or_from_first_query_is_sql(workspace: Path, tmp_path: Path):
     try:
         for query in ("-- orders\nSELECT count(*) FROM spans", "FROM spans SELECT count(*)",
                       "/* x */ WITH s AS (SELECT * FROM spans) SELECT count(*) FROM s"):
-            assert of._query_problems(ev._ReadOnlyClient(con), query, 0) == [], query
+            assert of._query_problems(ev._ReadOnlyClient(con), query, 0, None, obs.parse_query) == [], query
     finally:
         con.close()
 

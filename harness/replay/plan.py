@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from dataclasses import dataclass
 from typing import Any
 
+from harness.replay.reply import Piece, Reply
 from harness.replay.trajectory import DEFAULT_TTFT, Fallback, Scenario, Step, Trajectory, Usage
 from harness.replay.wire import (
     count_assistant_messages,
@@ -26,35 +26,6 @@ FALLBACK_WORDS = ("replay", "tokens", "stream", "at", "a", "scripted", "pace", "
 
 
 # ---------------------------------------------------------------- planning a reply
-
-
-@dataclass(frozen=True)
-class Piece:
-    """One delta, `at` seconds after the request arrived, carrying `tokens` generated tokens."""
-
-    at: float
-    delta: dict[str, Any]
-    tokens: int = 0
-
-
-@dataclass(frozen=True)
-class Reply:
-    """Everything the server will do for one chat request, decided before it starts."""
-
-    kind: str  # tool_calls | text | stall | error | fallback | end
-    trajectory: str | None
-    step: int | None
-    status: int = 200
-    pieces: tuple[Piece, ...] = ()  # the first one is the role chunk, at time-to-first-token
-    finish_at: float = 0.0
-    finish_reason: str | None = None
-    usage: Usage | None = None
-    stall: float = 0.0
-    error: dict[str, Any] | None = None  # OpenAI error body
-
-    @property
-    def prompt_tokens(self) -> int:
-        return self.usage.prompt_tokens if self.usage else 0
 
 
 def plan_reply(trajectory: Trajectory, body: dict[str, Any]) -> Reply:

@@ -43,7 +43,8 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from harness.errors import UserError
 from harness.replay import timed
 from harness.replay.metrics import Metrics, ServedLog
-from harness.replay.plan import Piece, Reply, plan_reply
+from harness.replay.plan import plan_reply
+from harness.replay.reply import Piece, Reply
 from harness.replay.trajectory import Trajectory, load_trajectory
 from harness.replay.wire import (chunk, completion_body, error_body, model_card, request_problem, sse,
                                  usage_chunk)

@@ -12,13 +12,21 @@ import random
 import socket
 import time
 import uuid
-from typing import TYPE_CHECKING, Any
+from collections.abc import Coroutine
+from typing import Any, Protocol
 
 from harness.kernel_stamps import StampedSocket, receive_age_ns
 from harness.replay.timed_state import Config, Engine, State
 
-if TYPE_CHECKING:
-    from harness.replay.timed import TimedServer
+
+class Router(Protocol):
+    """What a connection needs of its server (`timed.TimedServer`): where a request goes, and the
+    set it leaves when it closes."""
+
+    connections: set[Connection]
+
+    def route(self, conn: Connection, method: str, path: str, body: bytes,
+              received: float) -> Coroutine[Any, Any, bool]: ...
 
 
 DEFAULT_MAX_TOKENS = 16
@@ -276,7 +284,7 @@ class Connection(StampedSocket):
     of its TTFT, when it really arrived. One request at a time; writes go straight to send().
     """
 
-    def __init__(self, server: TimedServer, sock: socket.socket) -> None:
+    def __init__(self, server: Router, sock: socket.socket) -> None:
         sock.setblocking(False)
         super().__init__(asyncio.get_running_loop(), sock)
         self.server = server

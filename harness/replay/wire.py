@@ -8,12 +8,10 @@ import json
 import math
 import secrets
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from harness.replay.reply import Reply
 from harness.replay.trajectory import Usage
-
-if TYPE_CHECKING:
-    from harness.replay.plan import Reply
 
 DEFAULT_MAX_TOKENS = 64
 

@@ -12,16 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
+from harness.results.row import DASH, Row
 from harness.results.serving_columns import SERVING_COLUMNS
 from harness.verdicts.scoring import parse_percent, parse_seconds, parse_total, parse_usd
 
-if TYPE_CHECKING:
-    from harness.results.rows import Row
-
 Kind = Literal["remote", "local"]
-DASH = "—"
 
 # A local row whose agent ran with --no-sandbox: it could have read what it was not given.
 UNSANDBOXED = " (no sandbox)"

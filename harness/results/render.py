@@ -18,8 +18,9 @@ from harness.atomic import file_lock, write_atomic
 from harness.errors import UserError
 from harness.run.paths import ProjectPaths
 from harness.results.columns import DASH, HAND_LOCAL_CELLS, Column, bold, columns, headers, preset_link
+from harness.results.row import Row
 from harness.results.rows import (
-    NonConclusive, RecordsLeftOut, Row, load_local_rows, load_non_conclusive, load_oddyssey_local_rows, load_remote_rows,
+    NonConclusive, RecordsLeftOut, load_local_rows, load_non_conclusive, load_oddyssey_local_rows, load_remote_rows,
 )
 from harness.verdicts import scoring
 from harness.verdicts.scoring import rank_key

@@ -11,7 +11,7 @@ checked. Both get their Scoring from their own cells (`harness.verdicts.scoring`
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
@@ -24,10 +24,11 @@ from harness.mission import DEFAULT_MISSION
 from harness.run.paths import RUN_RECORD, ProjectPaths
 from harness.run.record import RunRecord, Status
 from harness.results.columns import DASH, HAND_LOCAL_CELLS, REMOTE_CELLS
+from harness.results.row import Row
 from harness.results.serving_columns import SERVING_HEADERS, serving_cells
 from harness.results.trials import Member, median_member, trials_cell
 from harness.verdicts.rulings import Rulings, load_rulings
-from harness.verdicts.scoring import Score, format_total, parse_total, score_local, score_remote
+from harness.verdicts.scoring import format_total, parse_total
 from harness.vot.loader import is_file, parse_yaml, read_bytes
 
 # The benchmark's protocol revision: the local tables' `oddyssey` column reads
@@ -67,66 +68,6 @@ def format_median_turn(seconds: float | None) -> str:
 
 
 # --- rows ------------------------------------------------------------------------------
-
-@dataclass
-class Row:
-    """One row of a table: its key cells, headline cells and detail cells, as written."""
-
-    kind: str  # "remote" or "local"
-    name: str  # the model id (remote) or the preset (local)
-    effort: str
-    cli: str
-    where: str  # Provider (remote) or GPU (local)
-    oddyssey: str
-    confirmed_reported: str
-    by_kind: str
-    total: str
-    accuracy: str
-    seconds_per_confirmed: str
-    cost: str | None = None  # remote only
-    usd_per_confirmed: str | None = None  # remote only
-    preflight: str = DASH
-    drive: str = DASH
-    observation: str = DASH
-    turns: str = DASH
-    median_turn: str = DASH
-    input: str = DASH
-    output: str = DASH
-    cache: str = DASH
-    signals: str = DASH
-    planted_found: str | None = None  # local only
-    date: str = DASH  # the day it was measured
-    source: str | None = None  # where: a link (remote, hand-kept) or the run record (local)
-    ended: str = DASH  # local: on its own, or stopped after its report
-    engine: str = DASH  # local: the serving engine and version (and image)
-    opencode: str = DASH  # local: opencode's version
-    gpu_hours: str = DASH  # local: GPU-hours the unit billed
-    gpu_price: str = DASH  # local: the environment's hourly price and its source
-    trials: str = DASH  # local: "1", or K trials on one serve: the median trial and the spread
-    capacity: str = DASH  # local: `launch --capacity`'s agents sustained, SLO and trace
-    median_of: int | None = None  # local: the row is the median of this many trials with a row
-    run_id: str | None = None
-    unsandboxed: bool = False  # local only: the agent ran with --no-sandbox
-    key_matcher_only: bool = False  # local only: no grader or person ever saw its findings
-    serving: list[str] = field(default_factory=list)  # local only: SERVING_COLUMNS' cells
-    score: Score = field(init=False)
-
-    def __post_init__(self) -> None:
-        if self.kind == "remote":
-            self.score = score_remote(self.usd_per_confirmed, self.seconds_per_confirmed, self.total,
-                                      self.accuracy, self.confirmed_reported)
-        else:
-            self.score = score_local(self.seconds_per_confirmed, self.total, self.accuracy,
-                                     self.confirmed_reported)
-
-    @property
-    def confirmed(self) -> int:
-        return int(self.confirmed_reported.split("/")[0])
-
-    @property
-    def reported(self) -> int:
-        return int(self.confirmed_reported.split("/")[1])
-
 
 def local_row(record: RunRecord, rulings: Rulings) -> Row:
     """One local row from a run record and its final rulings."""

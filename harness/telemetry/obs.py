@@ -295,6 +295,13 @@ def _common(p: argparse.ArgumentParser, service: bool = True, since: bool = True
         p.add_argument("--since", type=since_seconds, help="only the last 30s / 5m / 2h / 1d")
 
 
+def parse_query(argv: list[str]) -> argparse.Namespace | None:
+    """An `obs` command line as obs reads it; None for one that is not a query of the telemetry
+    (`obs drive`, `obs finding ...`). Raises SystemExit on arguments obs does not accept."""
+    args = build_parser().parse_args(argv)
+    return None if args.func is drive_cmd or getattr(args, "signal", "") == "finding" else args
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="obs", description="Query the telemetry store (traces, metrics, logs, "
                                      "profiles). Store URL from OBS_URL. Tables: see `obs sql \"SHOW TABLES\"`.")
@@ -358,7 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from harness.telemetry.obs_finding import add_parser as add_finding_parser
 
-    add_finding_parser(sub)  # `obs finding add|list|check|report|remove`: findings.json
+    add_finding_parser(sub, parse_query)  # `obs finding add|list|check|report|remove`: findings.json
     return parser
 
 

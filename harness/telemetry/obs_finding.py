@@ -282,9 +282,10 @@ def _path() -> Path:
     return Path.cwd() / FINDINGS_FILE
 
 
-def _query_problems(client, query: str, read: Any, direction: str | None = None) -> list[str]:
-    """Run a cited query as the ruler will (SQL, or an `obs` command) and compare what it reads."""
-    from harness.telemetry import obs
+def _query_problems(client, query: str, read: Any, direction: str | None, parse_query) -> list[str]:
+    """Run a cited query as the ruler will (SQL, or an `obs` command) and compare what it reads.
+    `parse_query(argv)`: `obs`'s own reading of a command line, None for one that is not a query
+    (passed in by `obs`, which this module sits under)."""
     from harness.telemetry.obs_store import QueryFailed, StoreDown
 
     query = query.strip()
@@ -294,8 +295,8 @@ def _query_problems(client, query: str, read: Any, direction: str | None = None)
         if query.startswith("obs "):
             import shlex
 
-            args = obs.build_parser().parse_args(shlex.split(query)[1:])
-            if args.func in (obs.drive_cmd,) or getattr(args, "signal", "") == "finding":
+            args = parse_query(shlex.split(query)[1:])
+            if args is None:
                 return [f"`{query[:60]}` is not a query of the telemetry"]
             out = args.func(client, args)
             got: list[float] = [float(out.rows)]
@@ -327,7 +328,7 @@ def _query_problems(client, query: str, read: Any, direction: str | None = None)
     return []
 
 
-def check_all(data: dict, root: Path, client) -> list[str]:
+def check_all(data: dict, root: Path, client, parse_query) -> list[str]:
     problems = []
     for f in data.get("findings", []):
         if not isinstance(f, dict):
@@ -338,7 +339,7 @@ def check_all(data: dict, root: Path, client) -> list[str]:
         for q in f.get("queries") or []:
             if isinstance(q, dict) and isinstance(q.get("query"), str):
                 problems += [f"finding {number}: {p}"
-                             for p in _query_problems(client, q["query"], q.get("read"), f.get("direction"))]
+                             for p in _query_problems(client, q["query"], q.get("read"), f.get("direction"), parse_query)]
     return problems
 
 
@@ -382,7 +383,7 @@ def finding_cmd(client, a: argparse.Namespace):
             raise QueryFailed("not added:\n  " + "\n  ".join(bad))
         _save(path, candidate)
         lines = [f"finding {record['number']} added to {FINDINGS_FILE}"]
-        warn = check_all({"findings": [record]}, Path.cwd(), client)
+        warn = check_all({"findings": [record]}, Path.cwd(), client, a.parse_query)
         lines += [f"  fix: {w}" for w in warn] or ["  checked: the code exists and every query reads what you recorded"]
         return Output(lines, 1)
     if a.action == "remove":
@@ -399,7 +400,7 @@ def finding_cmd(client, a: argparse.Namespace):
                  for f in data["findings"][:MAX_RECORDS] if isinstance(f, dict)]
         return Output(lines + problems or ["no findings yet: obs finding add ..."], len(lines))
     if a.action == "check":
-        problems += check_all(data, Path.cwd(), client)
+        problems += check_all(data, Path.cwd(), client, a.parse_query)
         if problems:
             raise QueryFailed(f"{len(problems)} problem(s):\n  " + "\n  ".join(problems))
         return Output([f"{len(data['findings'])} finding(s) check: every file and function exists, every query "
@@ -418,8 +419,9 @@ def finding_cmd(client, a: argparse.Namespace):
     return Output([f"report.md written from {len(data['findings'])} finding(s)"], len(data["findings"]))
 
 
-def add_parser(sub) -> None:
-    """`obs finding ...` beside `obs drive`."""
+def add_parser(sub, parse_query) -> None:
+    """`obs finding ...` beside `obs drive`; `parse_query` reads a cited `obs` command (see
+    `_query_problems`)."""
     finding = sub.add_parser("finding", help="record findings as structured records (findings.json)")
     actions = finding.add_subparsers(dest="action", required=True)
     p = actions.add_parser("add", help="add one finding (checked as it is written)")
@@ -442,14 +444,14 @@ def add_parser(sub) -> None:
     p.add_argument("--line", type=int, help="or the accused line")
     p.add_argument("--module-level", action="store_true", help="the defect lives at module level")
     p.add_argument("--gap", action="store_true", help="a telemetry gap rather than an anomaly")
-    p.set_defaults(func=finding_cmd)
+    p.set_defaults(func=finding_cmd, parse_query=parse_query)
     p = actions.add_parser("list", help="the findings recorded")
     p.add_argument("--json", action="store_true")
-    p.set_defaults(func=finding_cmd)
+    p.set_defaults(func=finding_cmd, parse_query=parse_query)
     p = actions.add_parser("check", help="re-run every cited query and look the accused code up")
-    p.set_defaults(func=finding_cmd)
+    p.set_defaults(func=finding_cmd, parse_query=parse_query)
     p = actions.add_parser("report", help="write report.md from findings.json")
-    p.set_defaults(func=finding_cmd)
+    p.set_defaults(func=finding_cmd, parse_query=parse_query)
     p = actions.add_parser("remove", help="remove one finding")
     p.add_argument("number")
-    p.set_defaults(func=finding_cmd)
+    p.set_defaults(func=finding_cmd, parse_query=parse_query)

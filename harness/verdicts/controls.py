@@ -325,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
         drive = {"duration": a.duration or DRIVE["duration"], "vus": a.vus or DRIVE["vus"]}
         if a.for_run:
             from harness.run.paths import ProjectPaths
-            from harness.verdicts.discriminate import run_drive
+            from harness.verdicts.drive import run_drive
 
             if "/" in a.for_run or a.for_run in ("", ".", ".."):
                 raise SystemExit(f"'{a.for_run}' is not a run id (a folder name under .llms-benchmark/runs/)")

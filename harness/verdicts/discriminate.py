@@ -23,10 +23,8 @@ and the rule as a whole one more (the run store's `budget_s`).
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from harness.verdicts import claim as cl
 from harness.verdicts import evidence as ev
@@ -43,25 +41,6 @@ MAX_EXCUSED = 2  # other fixes moving it as far that its literals may not excuse
 
 # The run's request count and the controls': server traces the services answered.
 _REQUESTS = "SELECT count(DISTINCT trace_id) FROM spans WHERE kind = 'SERVER'"
-
-
-def run_drive(run_dir: Path) -> dict | None:
-    """The drive(s) the harness ran for the agent ({"duration": s, "vus": n, "drives": k}), from
-    the harness's own drive records in the run folder (written by the harness, not the agent)."""
-    found = []
-    for path in sorted(Path(run_dir).glob("harness-drive-*.json")):
-        try:
-            data = json.loads(path.read_text(encoding="utf-8")[:1_000_000])
-        except (OSError, ValueError):
-            continue
-        if isinstance(data, dict):
-            dur = data.get("duration_s", data.get("duration"))
-            vus = data.get("vus")
-            if isinstance(dur, (int, float)) and isinstance(vus, int):
-                found.append((float(dur), vus))
-    if not found:
-        return None
-    return {"duration": found[-1][0], "vus": found[-1][1], "drives": len(found)}
 
 
 @dataclass

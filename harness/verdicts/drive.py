@@ -17,6 +17,7 @@ A mission run without a key (an older caller) falls back to the User-Agent prefi
 from __future__ import annotations
 
 import hashlib
+import json
 import hmac
 from datetime import UTC, datetime
 from pathlib import Path
@@ -118,3 +119,22 @@ def measure_drive(store: Path | None, user_agent: str, mission_start: datetime, 
             fix = "scenario/drive.json, which the agent can write, is not evidence"
         figures.problem = f"the scenario never drove the stack inside the mission: {how}; {fix}"
     return figures
+
+
+def run_drive(run_dir: Path) -> dict | None:
+    """The drive(s) the harness ran for the agent ({"duration": s, "vus": n, "drives": k}), from
+    the harness's own drive records in the run folder (written by the harness, not the agent)."""
+    found = []
+    for path in sorted(Path(run_dir).glob("harness-drive-*.json")):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8")[:1_000_000])
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict):
+            dur = data.get("duration_s", data.get("duration"))
+            vus = data.get("vus")
+            if isinstance(dur, (int, float)) and isinstance(vus, int):
+                found.append((float(dur), vus))
+    if not found:
+        return None
+    return {"duration": found[-1][0], "vus": found[-1][1], "drives": len(found)}

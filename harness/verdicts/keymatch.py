@@ -604,7 +604,7 @@ def draft_rulings(run_dir: Path, key_path: Path, sources: Path | None = None, co
     defects = load_key(key_path, vocab)
     by_id = {d.id: d for d in defects}
     store = Store(store_path)
-    from harness.verdicts.discriminate import run_drive
+    from harness.verdicts.drive import run_drive
 
     judge = Judge(controls, store, run_drive(run_dir)) if controls else None
     mode = judge.mode if judge else ("none: no control stores on this machine; a cited query counts where it reads "

@@ -75,7 +75,7 @@ def draft(root: Path, run_id: str) -> Rulings:
 
     # The mission's control stores (made by `make setup`), when this machine has them for this
     # mission version: then a cited query counts only where it reads differently with the defect fixed.
-    from harness.verdicts.discriminate import run_drive
+    from harness.verdicts.drive import run_drive
 
     # Controls driven as this run was, when such a set was made (`controls build --duration --vus`);
     # else the short mode's, compared per request driven (the rulings say which).
