@@ -100,7 +100,7 @@ def test_replay_hello_records_what_was_served(project: Project):
     assert "numbers.py: 55" in report.read_text()
     assert_destroyed(project, rec)
     times = rec["times"]
-    order = ["serve_start", "ready", "mission_start", "mission_end", "destroyed"]
+    order = ["serve_start", "ready", "mission_start", "mission_end", "destroyed", "collected", "end"]
     assert all(_seconds(times[a], times[b]) >= 0 for a, b in zip(order, order[1:])), times
 
     # What the replay server served for the mission is the ground truth of the figures.
