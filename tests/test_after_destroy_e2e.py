@@ -43,3 +43,22 @@ def test_the_collect_starts_once_the_unit_is_destroyed(project: Project, tmp_pat
     assert rec["session"]["turns"] >= 1 and rec["wire"]["turns"] == rec["session"]["turns"], rec["wire"]
     assert rec["serving"] is not None and rec["run"]["report_found"]
     assert_destroyed(project, rec)
+
+
+def test_wait_does_not_take_a_trial_awaiting_its_collect_for_the_launch_s_end():
+    """Between trials, trial one's record says its collect is pending (fault, the launch may yet
+    die before it): `wait` keeps waiting; a trial stopped by a real fault ends the launch."""
+    from datetime import UTC, datetime
+
+    from harness.cli.wait import _ended
+    from harness.run.after_destroy import mark_pending
+    from harness.run.record import RowKey, RunRecord, Status, Timestamps, Trial
+
+    now = datetime.now(UTC)
+    rec = RunRecord(run_id="r", key=RowKey(preset="p", effort="medium", effort_requested="medium", gpu="x"),
+                    environment="e", stack="s", mission="hello", times=Timestamps(launch=now, end=now),
+                    trial=Trial(group="r", index=1, of=3))
+    mark_pending(rec)
+    assert rec.status == Status.fault and not _ended([rec])
+    rec.reason = "interrupted by SIGTERM"
+    assert _ended([rec])

@@ -21,7 +21,7 @@ from rich.markup import escape
 from harness.cli.common import JsonOpt, err, out, project_root, user_errors
 from harness.errors import UserError
 from harness.run.paths import RUN_RECORD, ProjectPaths
-from harness.run.record import RunRecord, Status
+from harness.run.record import COLLECT_PENDING, RunRecord, Status
 
 STILL_RUNNING = 124  # as coreutils' timeout: the wait ran out, the run did not
 POLL_S = 1.0
@@ -96,7 +96,7 @@ def _ended(records: list[RunRecord]) -> bool:
     """A launch's records say it ended: the last trial's end is written (after the destroy),
     and it was the last asked for or the one the launch stopped at."""
     last = records[-1]
-    if last.times.end is None:
+    if last.times.end is None or last.reason == COLLECT_PENDING:  # a trial awaiting its collect (after the destroy)
         return False
     return last.trial is None or last.trial.index == last.trial.of or last.status != Status.ok
 

@@ -17,11 +17,10 @@ from dataclasses import dataclass
 
 from harness.errors import Interrupted, UserError
 from harness.run import failpoint
+from harness.run.record import COLLECT_PENDING as NOT_FINISHED
 from harness.run.record import RunRecord, Status, utcnow
 from harness.run.units import interruptible
 from harness.stages.context import LaunchContext
-
-NOT_FINISHED = "the collect did not finish (it runs after the destroy; the launch died before it ended)"
 
 
 @dataclass(frozen=True)

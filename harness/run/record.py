@@ -24,6 +24,11 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+# The reason on a record whose collect (after the destroy) has not finished: a launch killed
+# before it ended leaves it so (harness/run/after_destroy.py); `wait` does not read it as an end.
+COLLECT_PENDING = "the collect did not finish (it runs after the destroy; the launch died before it ended)"
+
+
 class Status(StrEnum):
     ok = "ok"  # a row was produced (exit 0)
     void = "void"  # the run happened but yields no row (exit 1)
