@@ -37,6 +37,7 @@ def test_the_collect_starts_once_the_unit_is_destroyed(project: Project, tmp_pat
     # When the collect began: the server answered nothing, its process was gone, the ledger empty.
     assert seen["server"] in ("ConnectError", "ConnectTimeout", "ReadError", "RemoteProtocolError"), seen
     assert seen["pid_alive"] is False and seen["ledger"] == [] and seen["destroyed_at"] != "None", seen
+    assert seen["report_copied"] is False, seen  # the agent's files too are read only from here on
     t = rec["times"]
     assert t["destroyed"] and t["collected"] and t["destroyed"] < t["collected"] <= t["end"], t
     # Nothing lost by waiting: the store's session, the wire's figures, the serving join.

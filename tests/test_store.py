@@ -160,12 +160,14 @@ def _stage(tmp_path: Path, xdg: Path, session_id: str | None):
     paths = RunPaths(tmp_path / "run")
     paths.dir.mkdir()
     manifest = SimpleNamespace(drive_record=None, drive_user_agent=None, signal_log=None, report="REPORT.md")
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w" / "REPORT.md").write_text("report\n")
     ctx = SimpleNamespace(
         env={"XDG_DATA_HOME": str(xdg)}, title="llms-benchmark p", say=said.append, paths=paths,
         result=SimpleNamespace(session_id=session_id, stopped_at=None, ended_by=None, exit_code=0, errors=[]),
         pf=SimpleNamespace(env=SimpleNamespace(gpu_hourly_usd=None, gpu_price_source=None),
                            mission=SimpleNamespace(manifest=manifest)),
-        workspace=tmp_path / "w", wire_counts={}, wire_decisive=[], untrusted=[], drive=None)
+        workspace=tmp_path / "w", wire_counts={}, wire_decisive=[], untrusted=[], drive=None, report_snapshot=None)
     collect_stage(rec, ctx)
     return rec, said
 
@@ -177,7 +179,7 @@ def test_a_foreign_root_session_never_reaches_the_row_and_is_counted_apart(tmp_p
     assert s.tokens.input == 120 and s.tokens.output == 12, s.tokens  # the daemon's 18,810 left out
     assert s.foreign_sessions == 2, s
     assert any("2 session(s) in opencode's store outside" in line for line in said), said
-    assert rec.status == "ok", rec.reason
+    assert rec.status == "ok" and rec.run.report_found, rec.reason
 
 
 def test_no_session_id_on_the_events_counts_no_session_whatever_the_store_holds(tmp_path):

@@ -198,7 +198,7 @@ class Launch:
         run_id = new_run_id(self.ctx.opts.preset, self.ctx.opts.effort)
         paths = ProjectPaths(self.ctx.opts.root).run(run_id)
         self.ctx = replace(first_ctx, paths=paths, services=None, drive=None, provider_file=None, argv_base=[],
-                           workspace=None, env={}, title="", result=None, untrusted=[], unclean=set(), wire_counts={},
+                           workspace=None, env={}, title="", result=None, report_snapshot=None, untrusted=[], unclean=set(), wire_counts={},
                            wire_decisive=[], stays=[])
         self.record = trial_record(first, run_id, index)
         self.trials.append((self.record, self.ctx))

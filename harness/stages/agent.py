@@ -21,7 +21,7 @@ from harness.serving.pace import PaceMonitor
 from harness.serving.retune import Retuner
 from harness.serving.timeline import Sampler
 from harness.stages.context import LaunchContext
-from harness.stages.report_stop import ReportStop
+from harness.stages.report_stop import ENDED_PREFIX, ReportStop
 from harness.verdicts.findings import collect as collect_findings
 
 SMOKE_PROMPT = "run the shell command date and reply with its output"
@@ -193,13 +193,22 @@ def run_mission(rec: RunRecord, ctx: LaunchContext) -> None:
     stopped = stop.how if stop.how is not None and result.ended_by == stop.how else None
     if stop.ignored_request and stopped is None:
         ctx.say("stop: asked for, but no report was ever persisted: the run went on to its end")
-    found = _collect_report(rec, ctx, mission.manifest.report, stop.snapshot if stopped else None)
-    collect_findings(ctx.workspace, ctx.paths.dir, ctx.untrusted)  # findings.json (`obs finding`), never via a link
+    # The report and the findings are read by the collect, after the destroy (what the agent
+    # left never bills the unit); the report as it stood at the harness's stop is kept here.
+    ctx.report_snapshot = stop.snapshot if stopped else None
     rec.run = RunOutcome(exit_code=result.exit_code, ended_by=result.ended_by, events=result.events,
-                         report_found=found, stopped_after_report=stopped.split(": ", 1)[1] if stopped else None,
-                         report_sha256=_sha256(ctx.paths.report) if found else None)
-    if stopped:
-        ctx.say(f"{stopped}; the report as it stood then is the run's (sha256 {rec.run.report_sha256[:12]})")
+                         stopped_after_report=stopped.split(": ", 1)[1] if stopped else None)
+
+
+def collect_outputs(rec: RunRecord, ctx: LaunchContext) -> None:
+    """What the agent handed in, copied out after the destroy: its report (or the snapshot
+    taken at the harness's stop) and findings.json (`obs finding`), never via a link."""
+    found = _collect_report(rec, ctx, ctx.pf.mission.manifest.report, ctx.report_snapshot)
+    collect_findings(ctx.workspace, ctx.paths.dir, ctx.untrusted)
+    rec.run.report_found, rec.run.report_sha256 = found, _sha256(ctx.paths.report) if found else None
+    if rec.run.stopped_after_report:
+        ctx.say(f"{ENDED_PREFIX}: {rec.run.stopped_after_report}; the report as it stood then is "
+                f"the run's (sha256 {(rec.run.report_sha256 or 'none')[:12]})")
 
 
 def _sha256(path) -> str:

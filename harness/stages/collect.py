@@ -12,12 +12,14 @@ from harness.opencode.store import session_tree
 from harness.run.record import RunRecord, SessionFigures, Status, WireFigures
 from harness.sandbox import wirelog
 from harness.serving.collect import collect_serving
+from harness.stages.agent import collect_outputs
 from harness.stages.context import LaunchContext
 from harness.verdicts.drive import measure_drive
 from harness.verdicts.phases import files_read_before, phases_between, phases_from_drive_text, signals_from_log_text
 
 
 def collect(rec: RunRecord, ctx: LaunchContext) -> None:
+    collect_outputs(rec, ctx)  # the report and findings the agent left
     data_dir = oc_config.data_dir(ctx.env)
     rec.session = own_session(data_dir, ctx)
     _wire(rec, ctx)

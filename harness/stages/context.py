@@ -69,6 +69,7 @@ class LaunchContext:
     env: dict[str, str] = field(default_factory=dict)  # the mission agent's environment
     title: str = ""
     result: RunResult | None = None
+    report_snapshot: bytes | None = None  # the report as it stood at the harness's stop (collected after the destroy)
     pace_reference: Probe | None = None  # the best probe of this preset seen on this machine
     stall_floor_s: float | None = None  # the stall limits' floor at the probed pace (stages/serving.fits_smoke)
 

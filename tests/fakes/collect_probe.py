@@ -1,5 +1,6 @@
 """The real launch with one witness: as the collect stage begins (wherever the launch puts it),
-it asks the unit's server for /v1/models and reads the units ledger, and writes what it found
+it asks the unit's server for /v1/models, reads the units ledger and looks for the agent's
+report in the run folder (copied out by the collect itself), and writes what it found
 to $COLLECT_PROBE_OUT; then the real collect runs. Run as `python collect_probe.py launch local ...`.
 """
 
@@ -29,7 +30,7 @@ def _witness(rec, ctx) -> None:
     held = json.loads(ledger.read_text()) if ledger.is_file() else {}
     Path(os.environ["COLLECT_PROBE_OUT"]).write_text(json.dumps({
         "server": answered, "ledger": sorted(held), "destroyed_at": str(ctx.life.destroyed_at),
-        "pid_alive": _alive(unit.pid)}))
+        "pid_alive": _alive(unit.pid), "report_copied": ctx.paths.report.exists()}))
     collect_stage.collect(rec, ctx)
 
 
