@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness.serving.preflight_fit import estimate_against_log
-from harness.serving.vllm_log import kv_facts
+from harness.stacks.vllm_log import kv_facts
 from harness.stacks.registry import get_stack
 from harness.vot.environment import load_environment_file
 from harness.vot.preset import load_preset_file

@@ -30,7 +30,7 @@ from azure.identity import CredentialUnavailableError
 from harness.errors import PreflightError, StackError
 from harness.run.paths import ProjectPaths
 from harness.run.record import utcnow
-from harness.serving.vllm_log import kv_facts
+from harness.stacks.vllm_log import kv_facts
 from harness.stacks import azure_arm
 from harness.stacks.azure_arm import ARM_SCOPE, RESOURCE_GROUPS_API, AzureSettings, describe, get_json
 from harness.stacks.azure_logs import CRASH_LOOP, REVISION_FAILED, LogFollower

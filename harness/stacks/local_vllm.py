@@ -7,7 +7,7 @@ import shutil
 import subprocess
 
 from harness.errors import PreflightError
-from harness.serving.vllm_log import kv_facts
+from harness.stacks.vllm_log import kv_facts
 from harness.stacks import local_vllm_cpu as cpu
 from harness.stacks.base import GpuCell, Unit
 from harness.stacks.local_process import LocalProcessStack

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from harness.embedded import models as embedded
 from harness.errors import PreflightError
-from harness.serving.vllm_log import kv_facts
+from harness.stacks.vllm_log import kv_facts
 from harness.stacks.base import GpuCell
 from harness.vot import render
 from harness.vot.environment import Environment

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from harness.errors import PreflightError, StackError
-from harness.serving.vllm_log import kv_facts
+from harness.stacks.vllm_log import kv_facts
 from harness.stacks.base import GpuCell, Unit
 from harness.stack_specs.catalog import DOCKER_DEFAULT_IMAGE as DEFAULT_IMAGE
 from harness.stacks.ledger import Ledger
