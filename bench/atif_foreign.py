@@ -1,5 +1,5 @@
 """Foreign ATIF trajectories as load: each file loaded, validated (the pinned `atif` models),
-converted to our agent trace (harness/trajectory/atif_in.py) and, given a server, replayed once.
+converted to our agent trace (harness/load/agents/atif.py) and, given a server, replayed once.
 
 Inputs are ATIF files named on the command line, or with --harbor-git the golden test outputs of
 a Harbor checkout (a bare git directory, e.g. the `fetch` tool's mirror), read from git into a
@@ -30,8 +30,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.errors import UserError  # noqa: E402
+from harness.load.agents.atif import convert, read, sniff  # noqa: E402
 from harness.load.agents.replay import ReplayOptions, replay  # noqa: E402
-from harness.trajectory.atif_in import convert, read, sniff  # noqa: E402
 
 GOLDEN = re.compile(r"tests/golden/(?P<agent>[^/]+)/(?P<case>[^/]+?)\.(?P<rest>trajectory[^/]*\.json)$")
 
@@ -175,7 +175,7 @@ def main() -> int:
                 proc.wait(timeout=10)
     lines = ["# Foreign ATIF trajectories as load (issue 50)", "",
              "Each file: validated by the pinned `atif` models (1.8), converted by `llms-benchmark load-trace` "
-             "(harness/trajectory/atif_in.py)" + (", " + "; ".join(where) if where else "") + ".", "",
+             "(harness/load/agents/atif.py)" + (", " + "; ".join(where) if where else "") + ".", "",
              f"    .venv/bin/python bench/atif_foreign.py {shlex.join(shown_argv())}", "",
              "Sessions and turns follow the subagent and continuation files a trajectory names beside it; each "
              "subagent file is also a row of its own. Prompt tokens: the trace's sum, beside the file's own "

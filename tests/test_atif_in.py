@@ -1,4 +1,4 @@
-"""Issue 50, parts 3 and 4: any agent's ATIF trajectory as load (harness/trajectory/atif_in.py).
+"""Issue 50, parts 3 and 4: any agent's ATIF trajectory as load (harness/load/agents/atif.py).
 
 The fixtures in tests/data/atif/ were written by hand in the RFC's shape (a Claude-Code-like
 session with an embedded subagent; an agent that records neither token counts nor times); the
@@ -17,8 +17,8 @@ from timed_replay import MODEL, make_timed  # noqa: F401 - the fixture
 
 from harness.errors import UserError
 from harness.load.agents.trace import AgentTrace, dump, load
-from harness.trajectory import atif_in
-from harness.trajectory.atif_in import CHARS_PER_TOKEN, convert, read, sniff
+from harness.load.agents import atif as atif_in
+from harness.load.agents.atif import CHARS_PER_TOKEN, convert, read, sniff
 
 DATA = Path(__file__).parent / "data" / "atif"
 CLAUDE = DATA / "claude-code-subagent.trajectory.json"

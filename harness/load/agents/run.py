@@ -17,7 +17,7 @@ from harness.load.agents.slo import PRODUCT_MEASURE, PRODUCT_SLO, Measure, Slo
 from harness.load.agents.sweep import LevelStats, SweepResult, is_fault, sweep
 from harness.load.agents.trace import AgentTrace, dump, from_run, from_wire, load
 from harness.load.agents.watch import Watcher
-from harness.trajectory import atif_in
+from harness.load.agents import atif as atif_in
 from harness.wire.openai import bearer, model_ids, models_url, root_url
 from harness.wire.tls import tls
 

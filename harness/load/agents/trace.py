@@ -70,7 +70,7 @@ class AgentTrace(BaseModel):
     version: Literal[1] = VERSION
     source: str = ""
     block_size: int = Field(DEFAULT_BLOCK_SIZE, ge=1)
-    # what a conversion had to assume (an ATIF file without token counts or times: atif_in.py)
+    # what a conversion had to assume (an ATIF file without token counts or times: atif.py)
     notes: list[str] = Field(default_factory=list, max_length=100)
     sessions: list[Session] = Field(min_length=1)
 
