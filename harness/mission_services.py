@@ -89,7 +89,7 @@ def check_mission(mission: Mission, workspace: Path, run_dir: Path, duration: fl
 def check_key_claims(mission: Mission) -> None:
     """The hidden key states, per planted defect, the claims that count as finding it, in the
     vocabulary the mission declares (claims.yaml); refused, naming the defect and field, if not."""
-    from harness.verdicts.claims import VocabularyError, check_key, load_vocabulary
+    from harness.telemetry.claims import VocabularyError, check_key, load_vocabulary
 
     key = mission.dir / "key" / "defects.yaml"
     if not key.is_file():

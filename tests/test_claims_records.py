@@ -381,7 +381,7 @@ def test_a_schema_escape_past_twenty_problems_holds_nothing(run, tmp_path: Path)
 
 def test_enumerated_kinds_credit_at_most_the_true_one(run, tmp_path: Path):
     store, drive = run
-    from harness.verdicts.claims import load_vocabulary
+    from harness.telemetry.claims import load_vocabulary
 
     kinds = list(load_vocabulary(KEY.parents[1]).kinds)
     records = [record(store, str(i), kind, "absent", "shop-api", API, "place_order", "orders skip db.query", T01_WITH)

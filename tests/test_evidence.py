@@ -13,7 +13,7 @@ import duckdb
 import pytest
 
 from harness.telemetry.schema import DDL
-from harness.verdicts import sqlread
+from harness.telemetry import sqlread
 from harness.verdicts.evidence import (
     Cited,
     accused_code,

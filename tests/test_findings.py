@@ -17,7 +17,7 @@ from harness.telemetry import obs
 from harness.telemetry import obs_finding as of
 from harness.telemetry.schema import create_all
 from harness.verdicts import evidence as ev
-from harness.verdicts.claims import ENV, load_vocabulary
+from harness.telemetry.claims import ENV, load_vocabulary
 from harness.verdicts.findings import FINDINGS_CAP, collect, report_from_records
 from harness.verdicts.report import parse_report
 

@@ -14,7 +14,7 @@ import yaml
 from harness.errors import UserError
 from harness.mission import load_mission_dir
 from harness.mission_services import check_key_claims
-from harness.verdicts import claims as cm
+from harness.telemetry import claims as cm
 
 MISSION = Path(__file__).resolve().parents[1] / "missions" / "observability"
 VOCAB = cm.load_vocabulary(MISSION)

@@ -15,7 +15,7 @@ from harness.vot import render
 from harness.vot.environment import load_environment, load_environment_file
 from harness.vot.loader import SCHEMA_DIR, check, load_yaml, schema_errors
 from harness.vot.preset import load_preset, load_preset_file, missing_env
-from harness.vot.validate import validate_path
+from harness.cli.validate_kinds import validate_path
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED_PRESETS = sorted((ROOT / ".vot" / "presets").glob("*.yaml"))

@@ -19,7 +19,7 @@ def validate(paths: Annotated[list[Path], typer.Argument(
                       ".vot/environments/, .vot/, missions/) validates each one in it.")],
              as_json: JsonOpt = False) -> None:
     """Validate presets (.vot/presets/), environments (.vot/environments/) and missions (missions/<name>/)."""
-    from harness.vot.validate import expand, validate_path
+    from harness.cli.validate_kinds import expand, validate_path
 
     root = project_root()
     results = []

@@ -143,7 +143,7 @@ def mission_setup(rec: RunRecord, ctx: LaunchContext) -> None:
     rec.artifacts.workspace = str(ctx.workspace)
     ctx.services = start_services(mission, ctx.workspace, paths.dir)
     ctx.env = merge_env(ctx.agent_env(paths.opencode_home), ctx.services)
-    from harness.verdicts.claims import ENV, load_vocabulary
+    from harness.telemetry.claims import ENV, load_vocabulary
 
     vocabulary = load_vocabulary(mission.dir)  # `obs finding add` checks --kind/--direction/--scope against it
     if vocabulary is not None:

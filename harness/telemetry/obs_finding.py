@@ -92,7 +92,7 @@ def _record_problems(validator, item: Any, vocab) -> list[tuple[str, str]]:
     """(field, message) for one record: the schema's first few, then its closed claim fields."""
     from itertools import islice
 
-    from harness.verdicts.claims import record_claim_problems
+    from harness.telemetry.claims import record_claim_problems
 
     out = []
     for err in islice(validator.iter_errors(item), 5):
@@ -174,7 +174,7 @@ def load(path: Path) -> tuple[dict, list[str]]:
 
 
 def _vocabulary():
-    from harness.verdicts.claims import vocabulary_from_env
+    from harness.telemetry.claims import vocabulary_from_env
 
     return vocabulary_from_env()
 
@@ -289,7 +289,7 @@ def _query_problems(client, query: str, read: Any, direction: str | None, parse_
     from harness.telemetry.obs_store import QueryFailed, StoreDown
 
     query = query.strip()
-    from harness.verdicts.sqlread import strip_leading_comments
+    from harness.telemetry.sqlread import strip_leading_comments
 
     try:
         if query.startswith("obs "):

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.telemetry import obs, obs_store
-from harness.verdicts import sqlread
+from harness.telemetry import sqlread
 
 SIGNAL_TABLES = sqlread.SIGNAL_TABLES
 TOLERANCE_REL, TOLERANCE_ABS = 0.5, 2.0  # a quoted number holds within ±50 % or ±2, whichever is wider

@@ -55,7 +55,7 @@ def report_from_records(path: Path, sources: Path | None = None, vocab=None) -> 
     a malformed one (a `file` that is a list, a number another record has) is a named problem of
     that record only, never an exception and never another record's."""
     if vocab is None and sources is not None:
-        from harness.verdicts.claims import VocabularyError, load_vocabulary
+        from harness.telemetry.claims import VocabularyError, load_vocabulary
 
         try:
             vocab = load_vocabulary(Path(sources).parent)
@@ -117,7 +117,7 @@ def _code(item: dict, sources: Path | None) -> dict:
 
 
 def _finding(i: int, item: dict, bad: list[str] | None, seen: set[str], sources: Path | None, vocab) -> Finding:
-    from harness.verdicts.claims import record_claim
+    from harness.telemetry.claims import record_claim
 
     number = item.get("number") if isinstance(item.get("number"), str) else str(i + 1)
     number = number[:12] or str(i + 1)

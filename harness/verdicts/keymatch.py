@@ -60,9 +60,9 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from harness.verdicts import claim as cl
-from harness.verdicts import claims as cm
+from harness.telemetry import claims as cm
 from harness.verdicts import evidence as ev
-from harness.verdicts import sqlread
+from harness.telemetry import sqlread
 from harness.errors import UserError
 from harness.run.paths import RunPaths
 from harness.run.record import RunRecord

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from harness.verdicts import sqlread
+from harness.telemetry import sqlread
 
 _NOW_CALLS = {"now", "get_current_timestamp", "transaction_timestamp"}
 _NOW_WORDS = {"current_timestamp", "localtimestamp"}

@@ -1,10 +1,12 @@
-"""`validate <path>`: tell the kind of file from its folder and check it."""
+"""`validate <path>`: tell the kind of file from its folder and check it (a preset or an environment,
+the vllm-on-tap model; a mission, which reads that model: so this sits above both)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from harness.errors import UserError
+from harness.mission import load_mission
 from harness.vot.environment import load_environment_file
 from harness.vot.preset import load_preset_file
 
@@ -63,10 +65,6 @@ def validate_path(root: Path, path: Path) -> str:
         return f"environment {load_environment_file(path).name}: ok"
     mission = _mission_name(root, path)
     if mission is not None:
-        try:  # lazily: the mission module is optional for everything else here
-            from harness.mission import load_mission
-        except ImportError:
-            raise UserError("missions are not validated yet", file=path) from None
         load_mission(root, mission)
         return f"mission {mission}: ok"
     raise UserError(
