@@ -13,15 +13,12 @@ import re
 from pathlib import Path
 
 from harness.errors import UserError
+from harness.markdown_table import tables
 from harness.results.columns import DASH, Kind, columns
 from harness.results.render import read_page
 from harness.verdicts.scoring import rank_key, score_local, score_remote
 
 _LINK = re.compile(r"\[`?([^`\]]+)`?\]\([^)]*\)")
-
-
-def _cells(line: str) -> list[str]:
-    return [c.strip() for c in line.strip().strip("|").split("|")]
 
 
 def _plain(cell: str) -> str:
@@ -39,26 +36,13 @@ _HEADLINES: list[tuple[Kind, list[tuple[str, str]]]] = [
 
 def headline_tables(text: str) -> list[tuple[str, Kind, list[dict[str, str]]]]:
     """(section, kind, rows as cells by Row attribute, as written) for each headline table on the page."""
-    tables: list[tuple[str, Kind, list[dict[str, str]]]] = []
-    section, table = "", None
-    for line in text.splitlines():
-        stripped = line.strip()
-        if stripped.startswith("#"):
-            section = stripped.lstrip("#").strip()
-        if not stripped.startswith("|"):
-            table = None
-            continue
-        cells = _cells(stripped)
-        if table is None:
-            table = next(((kind, [a for _, a in cols]) for kind, cols in _HEADLINES
-                          if cells == [h for h, _ in cols]), ())
-            if table:
-                tables.append((section, table[0], []))
-            continue
-        if not table or all(set(c) <= set("-: ") for c in cells):
-            continue
-        tables[-1][2].append(dict(zip(table[1], cells, strict=False)))
-    return tables
+    found: list[tuple[str, Kind, list[dict[str, str]]]] = []
+    for table in tables(text):
+        header, *rows = table.rows
+        match = next(((kind, [a for _, a in cols]) for kind, cols in _HEADLINES if header == [h for h, _ in cols]), None)
+        if match:
+            found.append((table.heading, match[0], [dict(zip(match[1], cells, strict=False)) for cells in rows]))
+    return found
 
 
 def scored_rows(text: str) -> list[tuple[str, Kind, dict[str, str]]]:

@@ -7,7 +7,8 @@ the report numbers it (gaps as G1, G2, ... unless the bullet gives its own id).
 
 The structure (headings, tables, lists, code fences, HTML blocks) is read with
 markdown-it-py, never with line regexes; a table's cells are then split from its own
-source lines (a pipe inside backticks stays in its cell, as people write SQL). Headings and
+source lines by harness/markdown_table.py (a pipe inside backticks stays in its cell, as people
+write SQL). Headings and
 columns are matched by meaning ("Issues", "Evidence (query → result)", "Root cause"), not
 exact text. Whatever misses the contract is parsed as far as it goes and named in
 `problems` (a repeated number, a fenced or HTML table, an oversized cell, too many rows),
@@ -22,6 +23,8 @@ from pathlib import Path
 
 import yaml
 from pydantic import BaseModel, Field
+
+from harness.markdown_table import is_rule, parse, split_row, table_rows
 
 KINDS = ("Telemetry", "Perf", "Behavior")
 _KIND_ALIASES = {"telemetry": "Telemetry", "perf": "Perf", "performance": "Perf", "behavior": "Behavior",
@@ -127,31 +130,6 @@ def _heading_role(title: str) -> str | None:
     return None
 
 
-# --- cells ------------------------------------------------------------------------------
-
-def _cells(line: str) -> list[str]:
-    # Split on pipes that are not escaped (`\|` inside evidence) and not inside backticks.
-    cells, buf, in_code, prev = [], [], False, ""
-    body = line.strip()
-    body = body[1:] if body.startswith("|") else body
-    body = body[:-1] if body.endswith("|") and not body.endswith("\\|") else body
-    for ch in body:
-        if ch == "`":
-            in_code = not in_code
-        if ch == "|" and not in_code and prev != "\\":
-            cells.append("".join(buf).strip())
-            buf = []
-        else:
-            buf.append(ch)
-        prev = ch
-    cells.append("".join(buf).strip())
-    return [c.replace("\\|", "|") for c in cells]
-
-
-def _is_separator(cells: list[str]) -> bool:
-    return all(set(c) <= set("-: ") for c in cells) and any("-" in c for c in cells)
-
-
 class _HTMLTable(HTMLParser):
     """The rows of HTML tables as cell texts; `<code>` kept as backticks, so cited queries stay cited."""
 
@@ -201,11 +179,8 @@ def _html_rows(html: str) -> list[list[str]]:
 def _blocks(body: str, problems: list[str]) -> list[tuple[str, str | None, object]]:
     """(kind, the section role it sits under, payload) in document order: kind "table" (rows
     of cells), "list" (item texts)."""
-    from markdown_it import MarkdownIt
-
-    md = MarkdownIt("commonmark", {"html": True}).enable("table")
     lines = body.splitlines()
-    tokens = md.parse(body)
+    tokens = parse(body)
     out: list[tuple[str, str | None, object]] = []
     role: str | None = None
     i = 0
@@ -217,15 +192,14 @@ def _blocks(body: str, problems: list[str]) -> list[tuple[str, str | None, objec
             i += 3
             continue
         if t.type == "table_open" and t.map:
-            rows = [_cells(line) for line in lines[t.map[0]:t.map[1]] if line.strip()]
-            out.append(("table", role, [r for r in rows if not _is_separator(r)]))
+            out.append(("table", role, table_rows(lines, *t.map)))
             i = _skip(tokens, i, "table_close")
             continue
         if t.type == "fence" and "|" in t.content:
-            rows = [_cells(line) for line in t.content.splitlines() if line.strip().startswith("|")]
+            rows = [split_row(line) for line in t.content.splitlines() if line.strip().startswith("|")]
             if len(rows) >= 2:
                 problems.append("a table sits inside a code fence; it was read as a table (write it as plain markdown)")
-                out.append(("table", role, [r for r in rows if not _is_separator(r)]))
+                out.append(("table", role, [r for r in rows if not is_rule(r)]))
         elif t.type == "html_block" and "<table" in t.content.lower():
             # An HTML block ends at a blank line: take the source up to </table>.
             start = t.map[0] if t.map else 0
@@ -238,7 +212,7 @@ def _blocks(body: str, problems: list[str]) -> list[tuple[str, str | None, objec
             src = [x for x in lines[t.map[0]:t.map[1]] if x.strip()]
             if len(src) >= 2 and all(x.lstrip().startswith("|") for x in src):
                 problems.append("a table's separator row is malformed; its rows were read as a table")
-                out.append(("table", role, [r for r in (_cells(x) for x in src) if not _is_separator(r)]))
+                out.append(("table", role, [r for r in (split_row(x) for x in src) if not is_rule(r)]))
         elif t.type in ("bullet_list_open", "ordered_list_open") and t.level == 0:
             close = t.type.replace("_open", "_close")
             end = _skip(tokens, i, close)
