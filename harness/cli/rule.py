@@ -76,7 +76,8 @@ def rule_cmd(run_id: Annotated[str, typer.Argument(help="The run to rule (a fold
 
     from rich.prompt import Prompt
 
-    from harness.verdicts.rule import VERDICT_CHOICES, GraderNotes, edited, rule
+    from harness.grader.apply import GraderNotes, grade
+    from harness.verdicts.rule import VERDICT_CHOICES, edited, rule
 
     endpoint = None
     if grader:
@@ -125,8 +126,9 @@ def rule_cmd(run_id: Annotated[str, typer.Argument(help="The run to rule (a fold
     # The grader runs before the prompts, filling `notes`; each prompt shows its disagreement.
     notes = GraderNotes()
     disagreed = notes.disagreed
-    rulings, path = rule(project_root(), run_id, ask=ask if interactive else None, accept=accept,
-                         grader=endpoint, say=say, notes=notes)
+    root = project_root()
+    graded = (lambda draft: grade(root, run_id, draft, endpoint, say, notes)[0]) if endpoint is not None else None
+    rulings, path = rule(root, run_id, ask=ask if interactive else None, accept=accept, grade=graded)
     summary = {"rulings": str(path), "final": rulings.final, "confirmed": rulings.confirmed,
                "reported": rulings.reported, "accuracy": rulings.accuracy, "by_kind": rulings.by_kind,
                "recall": f"{len(rulings.recall.found)}/{rulings.recall.planted}",
