@@ -17,13 +17,10 @@ import typer.main
 import yaml
 
 from harness.cli.common import EXIT_CODES
+from harness.markdown_table import table
 
 REPO = Path(__file__).resolve().parents[2]
 MAX_OPTIONS = 10  # a command with more lists these and points to its --help
-
-
-def _cell(text: str) -> str:
-    return " ".join(str(text).split()).replace("|", "\\|")
 
 
 def _first_sentence(text: str | None) -> str:
@@ -60,13 +57,13 @@ def _commands(group, path: list[str]) -> list[tuple[str, list[str], str]]:
 def commands_table() -> str:
     from harness.cli import app
 
-    lines = ["| command | what it does | options |", "|---|---|---|"]
+    rows = []
     for usage, options, help_text in _commands(typer.main.get_command(app), []):
         shown = ", ".join(f"`{o}`" for o in options[:MAX_OPTIONS])
         if len(options) > MAX_OPTIONS:
             shown += f", +{len(options) - MAX_OPTIONS} more (`--help`)"
-        lines.append(f"| `{_cell(usage)}` | {_cell(help_text)} | {shown or '—'} |")
-    return "\n".join(lines)
+        rows.append([f"`{usage}`", help_text, shown or "—"])
+    return table(["command", "what it does", "options"], rows)
 
 
 def _leading_comment(path: Path) -> str:
@@ -80,28 +77,26 @@ def _leading_comment(path: Path) -> str:
 
 
 def environments_table(root: Path = REPO) -> str:
-    lines = ["| environment | stack | port | notes |", "|---|---|---|---|"]
+    rows = []
     for path in sorted((root / ".vot" / "environments").glob("*.yaml")):
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
         port = (data.get("config") or {}).get("port")
-        lines.append(f"| `{path.stem}` | `{data.get('stack', '?')}` | "
-                     f"{'any free' if port == 0 else port if port is not None else 'the stack default'} | "
-                     f"{_cell(_leading_comment(path)) or '—'} |")
-    return "\n".join(lines)
+        rows.append([f"`{path.stem}`", f"`{data.get('stack', '?')}`",
+                     "any free" if port == 0 else port if port is not None else "the stack default",
+                     _leading_comment(path).strip() or "—"])
+    return table(["environment", "stack", "port", "notes"], rows)
 
 
 def presets_table(root: Path = REPO) -> str:
-    lines = ["| preset | model | description |", "|---|---|---|"]
+    rows = []
     for path in sorted((root / ".vot" / "presets").glob("*.yaml")):
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        lines.append(f"| `{path.stem}` | `{_cell(data.get('model', '?'))}` | {_cell(data.get('description', '—'))} |")
-    return "\n".join(lines)
+        rows.append([f"`{path.stem}`", f"`{data.get('model', '?')}`", data.get("description", "—")])
+    return table(["preset", "model", "description"], rows)
 
 
 def exit_codes_table() -> str:
-    lines = ["| exit | means | commands |", "|---|---|---|"]
-    lines += [f"| {code} | {_cell(means)} | {_cell(which)} |" for code, means, which in EXIT_CODES]
-    return "\n".join(lines)
+    return table(["exit", "means", "commands"], EXIT_CODES)
 
 
 TABLES = {"commands": commands_table, "environments": environments_table, "presets": presets_table,

@@ -12,6 +12,7 @@ from pathlib import Path
 from rich.markup import escape
 from rich.table import Table
 
+from harness import markdown_table
 from harness.matrix.spend import load_records, settle_state
 from harness.matrix.state import Cell, CellStatus, MatrixState
 from harness.run.paths import ProjectPaths
@@ -98,7 +99,7 @@ def non_conclusive(cell: Cell, records: list[RunRecord]) -> str:
         return ""
     bad = [r for r in records if r.status != Status.ok and r.reason]
     why = cell.reason or (bad[0].reason if bad else "")
-    return (why or cell.status.value).replace("|", "\\|").replace("\n", " ")
+    return why or cell.status.value  # a cell of the report: markdown_table escapes it
 
 
 def matrix_report(root: Path, state: MatrixState) -> str:
@@ -114,16 +115,17 @@ def matrix_report(root: Path, state: MatrixState) -> str:
              f"- updated {state.updated:%Y-%m-%dT%H:%M:%SZ}"
              + (f"; stopped by {state.interrupted} (resume: run the same plan again)" if state.interrupted else ""),
              "",
-             "| Cell | Status | Launches | Runs | Trials | GPU h | GPU $ | Non-conclusive reason |",
-             "|---|---|---|---|---|---|---|---|"]
+             markdown_table.row(["Cell", "Status", "Launches", "Runs", "Trials", "GPU h", "GPU $",
+                                 "Non-conclusive reason"]),
+             markdown_table.rule(8)]
     for cell in state.cells:
         records = cell_records(root, cell)
         runs = ", ".join(f"[{r.run_id}](../../runs/{r.run_id}/run.json)" for r in records) or "—"
         spread = trials_spread(records, state.trials) if records else "—"
         hours = cell.gpu_hours
-        lines.append("| " + " | ".join([
-            f"`{cell.preset}` {cell.effort}", cell.status.value, str(len(cell.attempts)), runs, spread,
+        lines.append(markdown_table.row([
+            f"`{cell.preset}` {cell.effort}", cell.status.value, len(cell.attempts), runs, spread,
             f"{hours:.4f}" if cell.attempts else "—",
             f"{hours * price:.2f}" if cell.attempts and price else "—",
-            non_conclusive(cell, records)]) + " |")
+            non_conclusive(cell, records)]))
     return "\n".join(lines) + "\n"

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
+from harness import markdown_table
 from harness.atomic import file_lock, write_atomic
 from harness.errors import UserError
 from harness.run.paths import ProjectPaths
@@ -121,8 +122,8 @@ def scoring_terms() -> dict:
 def _environment() -> Environment:
     env = Environment(loader=FileSystemLoader(str(TEMPLATES)), undefined=StrictUndefined, autoescape=False,
                       keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
-    env.filters["mdrow"] = lambda cells: "| " + " | ".join(cells) + " |"
-    env.filters["mdrule"] = lambda cells: "| " + " | ".join("---" for _ in cells) + " |"
+    env.filters["mdrow"] = markdown_table.row
+    env.filters["mdrule"] = lambda cells: markdown_table.rule(len(cells), spaced=True)
     return env
 
 
