@@ -173,9 +173,10 @@ def test_detach_prints_the_run_at_once_and_wait_exits_as_the_launch(repo: Projec
                                   timeout=60)
     assert code == 2 and out == "" and "no preset 'nope'" in " ".join(err.split()), dump(out, err)
     assert not (repo.root / ".llms-benchmark" / "refused").exists()
-    # Only the ok run's record and report are left for git: no log.
+    # Only the ok run's record, report and trajectory (ATIF) are left for git: no log.
     assert _git(repo, "status", "--porcelain", "-uall").split() == [
-        "??", facts["record"].replace("run.json", "report.md"), "??", facts["record"]]
+        "??", facts["record"].replace("run.json", "report.md"), "??", facts["record"],
+        "??", facts["record"].replace("run.json", "trajectory.json")]
 
 
 def test_wait_on_a_launch_that_died_is_a_fault(project: Project):

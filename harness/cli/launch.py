@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -30,44 +29,16 @@ from harness.cli.common import JsonOpt, err, out, project_root, require_trace_fi
 from harness.errors import UserError
 from harness.load.agents.slo import PRODUCT_MEASURE, PRODUCT_SLO
 from harness.mission import DEFAULT_MISSION
-from harness.opencode.config import EFFORTS
+from harness.run.inputs import (  # noqa: F401 - the launch's argument rules, shared with matrix
+    ACCEPTED_EFFORTS, ANNOUNCE_VAR, MISSION_NAME, NAME, check_launch_inputs,
+)
 from harness.run.paths import ProjectPaths
 
 
 MAX_TRIALS = 20  # each trial is a whole mission run on the serve: bounded
-# What the EFFORT argument takes: a level opencode sends as `--variant` (a model with no such
-# variant is run at its own default, recorded as `default`), or `default` (no `--variant`).
-ACCEPTED_EFFORTS = (*EFFORTS, "default")
-# vllm-on-tap's name rule (harness/vot/schema/*.schema.json), with a length a path can hold.
-NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,99}")
-MISSION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")
-# The child of `--detach` writes its run id to the file this variable names, once it is known.
-ANNOUNCE_VAR = "LLMS_BENCHMARK_ANNOUNCE"
 ANNOUNCE_WAIT_S = 120.0  # how long `--detach` waits for the run id before it gives up
 
 app = typer.Typer(no_args_is_help=True, help="Run the benchmark end to end.")
-
-
-def check_launch_inputs(root: Path, environment: str, preset: str, effort: str, mission: str) -> None:
-    """Refuse, before anything is written or served, an argument no launch could use."""
-    paths = ProjectPaths(root)
-    for value, what, folder, pattern in (
-        (environment, "ENVIRONMENT", paths.environments, NAME),
-        (preset, "PRESET", paths.presets, NAME),
-        (mission, "--mission", paths.missions, MISSION_NAME),
-    ):
-        if not pattern.fullmatch(value):
-            known = sorted(p.stem for p in folder.glob("*.yaml")) if what != "--mission" else \
-                sorted(p.parent.name for p in folder.glob("*/mission.yaml"))
-            kind = ("a mission folder of missions/, in letters, digits, '_' and '-'" if what == "--mission" else
-                    f"a file of {folder.name}/, in lower-case letters, digits and '-'")
-            raise UserError(f"{value[:120]!r} is not a name: {what} names {kind} (never a path)", file=folder,
-                            field=what,
-                            fix=f"use one of: {', '.join(known) or '(none)'}")
-    if effort not in ACCEPTED_EFFORTS:
-        raise UserError(f"effort {effort[:120]!r} is not one opencode accepts", field="EFFORT",
-                        fix=f"use one of: {', '.join(ACCEPTED_EFFORTS)} ({', '.join(EFFORTS)} are sent as "
-                            "opencode's --variant where the served model has that variant; `default` sends none)")
 
 
 def check_launch_files(root: Path, environment: str, preset: str, mission: str) -> None:

@@ -104,7 +104,7 @@ def _error(exc: ValidationError, path: Path | None) -> UserError:
 
 def load_plan(root: Path, name: str) -> MatrixPlan:
     """`.vot/matrices/<name>.yaml`, its `name` field defaulting to the file's."""
-    from harness.cli.launch import NAME
+    from harness.run.inputs import NAME
 
     folder = root / MATRICES_DIR
     if not NAME.fullmatch(name):
@@ -144,7 +144,7 @@ def available(root: Path) -> list[str]:
 
 def check_plan(root: Path, plan: MatrixPlan, path: Path | None) -> None:
     """Every cell's arguments as `launch` checks them, and the files they name readable."""
-    from harness.cli.launch import ACCEPTED_EFFORTS, check_launch_inputs
+    from harness.run.inputs import ACCEPTED_EFFORTS, check_launch_inputs
     from harness.mission import load_mission
     from harness.vot.environment import load_environment
     from harness.vot.preset import load_preset

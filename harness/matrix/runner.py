@@ -350,7 +350,7 @@ class MatrixRun:
             busy_presets.add(cell.preset)
 
     def _start(self, cell: Cell) -> None:
-        from harness.cli.launch import ANNOUNCE_VAR
+        from harness.run.inputs import ANNOUNCE_VAR
 
         index = len(cell.attempts) + 1
         trials = self.missing(cell)
