@@ -108,6 +108,7 @@ class Launch:
         )
         self.trials: list[tuple[RunRecord, LaunchContext]] = [(self.record, self.ctx)]
         self.due: list[tuple[RunRecord, LaunchContext]] = []  # trials whose stages all ran: collected after the destroy
+        self.stopped: tuple[Status, str, str] | None = None  # what ended the launch early (`_end`)
         self.stage = STAGES[0].name
 
     @property
@@ -140,6 +141,8 @@ class Launch:
                 self._end(Status.fault, f"{type(exc).__name__}: {exc} (traceback in fault.txt)")
         self._destroyed()
         collect_all(AFTER_DESTROY, self.due)  # the unit is down: nothing read from here on bills it
+        if self.stopped is not None and self.stage == "capacity":  # a stop after its own stages stays its verdict
+            self.record.status, self.record.reason, self.record.stopped_at = self.stopped
         self._destroy_outcome()
         rec, life = self.record, self.ctx.life
         if life.late_signal is not None and rec.status in (Status.ok, Status.void):
@@ -208,6 +211,7 @@ class Launch:
 
     def _end(self, status: Status, reason: str) -> None:
         self.record.status, self.record.reason, self.record.stopped_at = status, reason, self.stage
+        self.stopped = (status, reason, self.stage)
 
     def _destroyed(self) -> None:
         """Before the collect: when it was destroyed and the GPU-hours, on every trial's record
