@@ -19,6 +19,7 @@ from test_launch_e2e import SMALL_PROBE, assert_destroyed, dump
 WITNESS = REPO / "tests" / "fakes" / "collect_probe.py"
 
 
+@pytest.mark.slow  # the real opencode (pyproject's marker)
 @pytest.mark.timeout(300)
 def test_the_collect_starts_once_the_unit_is_destroyed(project: Project, tmp_path: Path):
     out_file = tmp_path / "witness.json"
