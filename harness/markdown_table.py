@@ -23,9 +23,14 @@ from functools import lru_cache
 _RULES = {"l": "---", "r": "---:", "c": ":---:"}
 
 
+def one_line(value: object) -> str:
+    """The text with each whitespace run, newlines included, as one space (a part of a cell)."""
+    return " ".join(str(value).split())
+
+
 def cell(value: object) -> str:
     """One cell's text as a table holds it: one line, every `|` escaped."""
-    return " ".join(str(value).split()).replace("|", "\\|")
+    return one_line(value).replace("|", "\\|")
 
 
 def row(cells: Iterable[object]) -> str:

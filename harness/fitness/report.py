@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.atomic import write_atomic
+from harness.markdown_table import row, rule, table
 from harness.fitness import host_checks
 
 
@@ -125,21 +126,20 @@ def markdown(doc: dict[str, Any], folder: Path | None = None) -> str:
         lines.append("")
     lines += ["## Verdicts", ""]
     if doc["verdicts"]:
-        lines += ["| metric | value | bars | verdict | why |", "|---|---:|---|---|---|"]
-        for v in doc["verdicts"]:
-            tag = v["verdict"] + ("" if v["gates"] or v["verdict"] == "OFF" else " (advisory)")
-            lines.append(f"| {v['metric']} | {_fmt(v['value'])} | {v['bars']} | {tag} | {v['why']} |")
+        lines.append(table(["metric", "value", "bars", "verdict", "why"], (
+            [v["metric"], _fmt(v["value"]), v["bars"],
+             v["verdict"] + ("" if v["gates"] or v["verdict"] == "OFF" else " (advisory)"), v["why"]]
+            for v in doc["verdicts"]), align="lr"))
     else:
         lines.append("No bar is set: every metric is reported, none judged (see thresholds.yaml).")
-    lines += ["", "## Phases", "", "| phase | pass | status | wall | retries | answers (empty) | note |",
-              "|---|---:|---|---:|---|---:|---|"]
+    lines += ["", "## Phases", "", row(["phase", "pass", "status", "wall", "retries", "answers (empty)", "note"]),
+              rule(7, "lrlrlr")]
     for p in doc["phases"]:
         q = p.get("requests") or {}
         tries = (f"{q['retries']} ({', '.join(f'{k}×{v}' for k, v in q['by_status'].items())}; {q['waited_s']:.0f}s)"
                  if q.get("retries") else "—")
         answers = f"{q['answers']} ({q['empty']})" if q.get("answers") else "—"
-        note = str(p["reason"] or "").replace("|", "\\|").replace("\n", " ")
-        lines.append(f"| {p['name']} | {p['repeat']} | {p['status']} | {p['wall_s']:.1f}s | {tries} | {answers} | {note} |")
+        lines.append(row([p["name"], p["repeat"], p["status"], f"{p['wall_s']:.1f}s", tries, answers, p["reason"] or ""]))
     lines += ["", "VRAM before the run (the seed's `vram_baseline`): "
               + (f"{doc['vram_baseline']:g} GiB" if doc.get("vram_baseline") is not None
                  else f"null — {doc.get('vram_baseline_reason')}") + "."]
@@ -147,28 +147,24 @@ def markdown(doc: dict[str, Any], folder: Path | None = None) -> str:
     tp = by.get(("throughput", 1))
     if tp and tp["status"] == "ran":
         lines += ["", "## Throughput (single request, cache-cold)", "",
-                  "| context | prompt tokens | TTFT s | prefill tok/s | decode tok/s | note |", "|---:|---:|---:|---:|---:|---|"]
-        for size, row in tp["details"]["by_context"].items():
-            lines.append(f"| {size} | {_fmt(row['prompt_tokens'])} | {_fmt(row['ttft_s'])} | "
-                         f"{_fmt(row['prefill_tps'])} | {_fmt(row['decode_tps'])} | {row['reason'] or ''} |")
+                  table(["context", "prompt tokens", "TTFT s", "prefill tok/s", "decode tok/s", "note"], (
+                      [size, _fmt(c["prompt_tokens"]), _fmt(c["ttft_s"]), _fmt(c["prefill_tps"]), _fmt(c["decode_tps"]),
+                       c["reason"] or ""] for size, c in tp["details"]["by_context"].items()), align="rrrrrl")]
     cap = by.get(("capacity", 1))
     if cap and cap["status"] == "ran":
         d = cap["details"]
         lines += ["", f"## Capacity (closed loop, ~{d['input_tokens']} tokens in, {d['output_tokens']} out)", "",
-                  "| in flight | requests | failed | aggregate tok/s | TTFT p95 ms | ITL p95 ms |",
-                  "|---:|---:|---:|---:|---:|---:|"]
-        for lv in d["levels"]:
-            lines.append(f"| {lv['n']} | {lv['requests']} | {lv['failed']} | {_fmt(lv['aggregate_tps'])} | "
-                         f"{_fmt(lv['ttft_ms_p95'])} | {_fmt(lv['itl_ms_p95'])} |")
+                  table(["in flight", "requests", "failed", "aggregate tok/s", "TTFT p95 ms", "ITL p95 ms"], (
+                      [lv["n"], lv["requests"], lv["failed"], _fmt(lv["aggregate_tps"]), _fmt(lv["ttft_ms_p95"]),
+                       _fmt(lv["itl_ms_p95"])] for lv in d["levels"]), align="rrrrrr")]
         lines.append(f"\nCarried: {_fmt(doc['metrics'].get('capacity.carried_concurrency'))} in flight within "
                      f"p95 TTFT ≤ {d['ttft_slo_s']:g}s. Files: `{_rel(d['files'], folder)}`.")
     tu = by.get(("tooluse", 1))
     if tu and tu["status"] == "ran":
-        lines += ["", "## Tool use (streamed tool calls)", "", "| ask | expected | well-formed | streamed = whole | note |",
-                  "|---|---|---|---|---|"]
-        for a in tu["details"]["asks"]:
-            lines.append(f"| {a['ask']} | {a['expected']} | {'yes' if a['wellformed'] else 'NO'} | "
-                         f"{'yes' if a['agree'] else 'NO'} | {a['why']} |")
+        lines += ["", "## Tool use (streamed tool calls)", "",
+                  table(["ask", "expected", "well-formed", "streamed = whole", "note"], (
+                      [a["ask"], a["expected"], "yes" if a["wellformed"] else "NO", "yes" if a["agree"] else "NO", a["why"]]
+                      for a in tu["details"]["asks"]))]
         b = tu["details"]["bfcl"]
         if b.get("status") == "ran":
             cats = ", ".join(f"{c} {v['correct']}/{v['n']}" for c, v in b["by_category"].items())
@@ -178,15 +174,15 @@ def markdown(doc: dict[str, Any], folder: Path | None = None) -> str:
             lines.append(f"\nBFCL: {b.get('status')} ({b.get('reason')}).")
     ca = by.get(("capability", 1))
     if ca and ca["status"] == "ran":
-        lines += ["", "## Capability (frozen subsets, greedy)", "", "| suite | n | correct | accuracy ± SE | note |",
-                  "|---|---:|---:|---|---|"]
+        lines += ["", "## Capability (frozen subsets, greedy)", "",
+                  row(["suite", "n", "correct", "accuracy ± SE", "note"]), rule(5, "lrr")]
         for s, v in ca["details"]["suites"].items():
             if v["status"] == "ran":
                 note = (f"prompt-level strict; loose {_fmt(v.get('loose_accuracy'))}; {v.get('left_out')} prompts left "
                         f"out (their checkers need NLTK data)" if s == "ifbench" else "")
-                lines.append(f"| {s} | {v['n']} | {v['correct']} | {_fmt(v['accuracy'])} ± {_fmt(v['se'])} | {note} |")
+                lines.append(row([s, v["n"], v["correct"], f"{_fmt(v['accuracy'])} ± {_fmt(v['se'])}", note]))
             else:
-                lines.append(f"| {s} | — | — | — | skipped: {v['reason']} |")
+                lines.append(row([s, "—", "—", "—", f"skipped: {v['reason']}"]))
         for s, d in (doc.get("baseline") or {}).get("deltas", {}).items():
             lines.append(f"\n{s}: {d['delta']:+.3f} vs baseline {d['baseline']} (2·SE {2 * d['se']:.3f})"
                          + (" — **noise**" if d["noise"] else ""))
@@ -199,11 +195,11 @@ def markdown(doc: dict[str, Any], folder: Path | None = None) -> str:
         if lme:
             lines += ["", f"lm-eval {(lme.get('versions') or {}).get('lm_eval', '?')} over the same frozen files "
                           "(/v1/completions, greedy, no chat template):", "",
-                      "| suite | task | n | exact match ± SE |", "|---|---|---:|---|"]
-            for s, v in lme.get("suites", {}).items():
-                lines.append(f"| {s} | {v['task']} | {v['n']} | {_fmt(v['accuracy'])} ± {_fmt(v.get('se'))} |")
-            for s, why in (lme.get("skipped") or {}).items():
-                lines.append(f"| {s} | — | — | not by lm-eval here: {why} |")
+                      table(["suite", "task", "n", "exact match ± SE"], [
+                          *([s, v["task"], v["n"], f"{_fmt(v['accuracy'])} ± {_fmt(v.get('se'))}"]
+                            for s, v in lme.get("suites", {}).items()),
+                          *([s, "—", "—", f"not by lm-eval here: {why}"] for s, why in (lme.get("skipped") or {}).items())],
+                            align="llr")]
         lines.append("\nRead some transcripts (capability/*.jsonl) before believing a delta.")
     ju = by.get(("judge", 1))
     if ju and ju["status"] == "ran":
@@ -220,11 +216,11 @@ def markdown(doc: dict[str, Any], folder: Path | None = None) -> str:
                          f"{cross['checks_compared']} checks (≥ {cross['min']:.0%} needed) — "
                          + ("trusted." if cross["trusted"] else "**NOT TRUSTED**."))
             if cross["divergent"]:
-                lines += ["", "| task | check | judge | cross | notes |", "|---|---|---|---|---|"]
+                rows = []
                 for dv in cross["divergent"]:
                     a, b = [v for k, v in dv.items() if k not in ("task", "check", "notes")]
-                    cells = [dv["task"], dv["check"], a, b, f"{dv['notes']['judge']} / {dv['notes']['cross']}"]
-                    lines.append("| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in cells) + " |")
+                    rows.append([dv["task"], dv["check"], a, b, f"{dv['notes']['judge']} / {dv['notes']['cross']}"])
+                lines += ["", table(["task", "check", "judge", "cross", "notes"], rows)]
         else:
             lines.append(f"Cross-judge: {cross.get('status')} ({cross.get('reason')}).")
     kl = by.get(("kl", 1))
@@ -234,13 +230,13 @@ def markdown(doc: dict[str, Any], folder: Path | None = None) -> str:
                   f"Teacher-forced on {d['prompts']['n']} frozen prompts, {sm['positions']} positions, top-{d['top_k']} "
                   f"logprobs from each server's native API ({d['candidate']['api']} / {d['reference']['api']}); "
                   f"{d['units']}.", "",
-                  "| figure | value | ± SE |", "|---|---:|---:|",
-                  f"| symmetric KL, mean | {_fmt(sm['sym_kl_mean'])} | {_fmt(sm['sym_kl_se'])} |",
-                  f"| symmetric KL, median / p99 / max | {_fmt(sm['sym_kl_median'])} / {_fmt(sm['sym_kl_p99'])} / "
-                  f"{_fmt(sm['sym_kl_max'])} | |",
-                  f"| KL(reference ‖ served), mean | {_fmt(sm['kl_ref_cand_mean'])} | {_fmt(sm['kl_ref_cand_se'])} |",
-                  f"| Jensen-Shannon, mean | {_fmt(sm['js_mean'])} | {_fmt(sm['js_se'])} |",
-                  f"| top-1 agreement | {_fmt(sm['top1_agreement'])} | {_fmt(sm['top1_se'])} |"]
+                  table(["figure", "value", "± SE"], [
+                      ["symmetric KL, mean", _fmt(sm["sym_kl_mean"]), _fmt(sm["sym_kl_se"])],
+                      ["symmetric KL, median / p99 / max",
+                       f"{_fmt(sm['sym_kl_median'])} / {_fmt(sm['sym_kl_p99'])} / {_fmt(sm['sym_kl_max'])}", ""],
+                      ["KL(reference ‖ served), mean", _fmt(sm["kl_ref_cand_mean"]), _fmt(sm["kl_ref_cand_se"])],
+                      ["Jensen-Shannon, mean", _fmt(sm["js_mean"]), _fmt(sm["js_se"])],
+                      ["top-1 agreement", _fmt(sm["top1_agreement"]), _fmt(sm["top1_se"])]], align="lrr")]
     hist = doc.get("history") or {}
     if hist.get("log"):
         lines += ["", "## History", "", f"Run {hist.get('run_number', '?')} of this model in `{hist['log']}`"

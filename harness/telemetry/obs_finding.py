@@ -28,6 +28,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from harness.markdown_table import cell, one_line, row
+
 FINDINGS_FILE = "findings.json"
 MAX_RECORDS = 200
 TEXT_MAX = 4000
@@ -241,10 +243,6 @@ def function_at(path: Path, line: int) -> str | None:
 
 # --- rendering ------------------------------------------------------------------------------
 
-def _cell(text: str) -> str:
-    return " ".join(str(text).split()).replace("|", "\\|")
-
-
 def code_text(code: dict) -> str:
     file = code.get("file", "")
     parts = [file]
@@ -257,22 +255,26 @@ def code_text(code: dict) -> str:
     return " ".join(parts)
 
 
+# The header as missions/observability/prompt.md shows the agent the contract, rule widths and all.
+_HEADER = "| # | Finding | Kind | Severity | Evidence |\n|---|---------|------|----------|----------|"
+
+
 def render(data: dict, window: str = "see scenario/drive.json", vocab=None) -> str:
     """report.md from the records: the contract's front matter, Anomalies table and gap bullets."""
     rows, gaps = [], []
     for f in data.get("findings", []):
-        evidence = "; ".join(f"`{_cell(q['query'])}` → {_cell(q['read'])}" for q in f.get("queries", []))
+        evidence = "; ".join(f"`{one_line(q['query'])}` → {one_line(q['read'])}" for q in f.get("queries", []))
         claim = f["claim"] + (f" ({f['impact']})" if f.get("impact") else "")
         # The closed fields in the one form the report parser reads back without guessing.
         what = f"{claim} — {code_text(f['code'])} [claim: {f['kind']}, {f['direction']}, {f.get('scope', '')}]"
         if f.get("section") == "gaps":
-            gaps.append(f"- {f['number']}: {_cell(what)} — {evidence}")
+            gaps.append(f"- {f['number']}: {cell(what)} — {cell(evidence)}")
         else:
             category = (vocab.kinds.get(f["kind"]) if vocab else None) or f["kind"]
-            rows.append(f"| {f['number']} | {_cell(what)} | {category} | {f.get('severity', 'medium')} | {evidence} |")
+            rows.append(row([f["number"], what, category, f.get("severity", "medium"), evidence]))
     return ("---\nservices: [shop-api, shop-mcp, shop-agent]\n"
             f"window: {window}\nmode: driven\n---\n\n## Anomalies\n\n"
-            "| # | Finding | Kind | Severity | Evidence |\n|---|---------|------|----------|----------|\n"
+            + _HEADER + "\n"
             + "\n".join(rows) + "\n\n## Telemetry gaps\n\n" + "\n".join(gaps) + "\n")
 
 
