@@ -12,11 +12,14 @@ import csv
 import io
 import json
 import os
+import statistics
 from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from harness.markdown_table import row, rule
 
 
 if TYPE_CHECKING:
@@ -42,15 +45,15 @@ class Outcome:
     interrupted: bool = False
 
 
-def pct(values: list[float], p: float, digits: int = 3) -> float | int | None:
-    """numpy's linear percentile, rounded (to an int when `digits` is 0); None without values."""
+def pct(values: list[float], p: int, digits: int = 3) -> float | int | None:
+    """The `p`th percentile (1..99) as numpy's default "linear" method gives it (statistics'
+    "inclusive" method: the standard library, for classroom_standalone), rounded (to an int when
+    `digits` is 0); None without values."""
     if not values:
         return None
-    ordered = sorted(float(v) for v in values)
-    rank = (len(ordered) - 1) * p / 100  # numpy's "linear": between the two nearest ranks
-    low = int(rank)
-    high = min(low + 1, len(ordered) - 1)
-    value = round(ordered[low] + (ordered[high] - ordered[low]) * (rank - low), digits)
+    data = [float(v) for v in values]
+    exact = data[0] if len(data) == 1 else statistics.quantiles(data, n=100, method="inclusive")[p - 1]
+    value = round(exact, digits)
     return int(value) if digits == 0 else value
 
 
@@ -266,11 +269,10 @@ def to_markdown(summary: dict[str, Any]) -> str:
     lines = [f"# Classroom run {m['started']}", "",
              f"{m['users']} users ({m['scenario']}) against `{m['model']}` at {m['base_url']}, "
              f"{m['wall_s']} s wall, seed {m['seed']}, time scale {m['time_scale']}.", "",
-             "| figure | value |", "| --- | --- |"]
-    lines += [f"| {label} | {value} |" for label, value in headline(summary)]
+             row(["figure", "value"]), rule(2, spaced=True), *(row(cells) for cells in headline(summary))]
     errors = summary["client"]["errors"]
     if errors:
-        lines += ["", "| error | count |", "| --- | --- |", *(f"| {e} | {n} |" for e, n in errors.items())]
+        lines += ["", row(["error", "count"]), rule(2, spaced=True), *(row(cells) for cells in errors.items())]
     return "\n".join(lines) + "\n"
 
 
