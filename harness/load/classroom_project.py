@@ -4,8 +4,8 @@ agent is offered. The tools themselves are in classroom_toolbox.py."""
 
 from __future__ import annotations
 
+import fnmatch
 import posixpath
-import re
 from collections.abc import Mapping
 
 from harness.load.classroom_scenarios import ROOT
@@ -63,40 +63,46 @@ def tool_schemas() -> list[dict]:
 # ---------------------------------------------------------------- globs
 
 
-def glob_regex(pattern: str) -> re.Pattern[str]:
-    """A glob as ripgrep reads it: `**/` spans folders, `*` and `?` stay within one,
-    `[...]` is a class and `{a,b}` alternatives."""
-    return re.compile(_glob_part(pattern) + r"\Z")
+MAX_BRACE_ALTERNATIVES = 256  # a pattern the model wrote: its `{a,b}` groups multiply, so they are bounded
 
 
-def _glob_part(p: str) -> str:
-    out, i = "", 0
-    while i < len(p):
-        if p.startswith("**/", i):
-            out, i = out + "(?:.*/)?", i + 3
-        elif p.startswith("**", i):
-            out, i = out + ".*", i + 2
-        elif p[i] == "*":
-            out, i = out + "[^/]*", i + 1
-        elif p[i] == "?":
-            out, i = out + "[^/]", i + 1
-        elif p[i] == "[" and (end := p.find("]", i + 2)) != -1:
-            body = p[i + 1:end]
-            body = "^" + body[1:] if body.startswith("!") else body
-            out, i = out + "[" + body.replace("\\", "\\\\") + "]", end + 1
-        elif p[i] == "{" and (end := p.find("}", i)) != -1:
-            out, i = out + "(?:" + "|".join(_glob_part(a) for a in p[i + 1:end].split(",")) + ")", end + 1
+def _braces(pattern: str) -> list[str]:
+    """`{a,b}` alternatives spelt out, the one part of ripgrep's globs fnmatch lacks besides `**`
+    (no nesting: the first `}` closes the group)."""
+    out, todo = [], [pattern]
+    while todo:
+        p = todo.pop()
+        start = p.find("{")
+        end = p.find("}", start) if start >= 0 else -1
+        if end < 0:
+            out.append(p)
         else:
-            out, i = out + re.escape(p[i]), i + 1
+            todo += [p[:start] + alt + p[end + 1:] for alt in reversed(p[start + 1:end].split(","))]
+        if len(out) + len(todo) > MAX_BRACE_ALTERNATIVES:
+            raise ValueError(f"glob {pattern[:80]!r} spells out more than {MAX_BRACE_ALTERNATIVES} alternatives")
     return out
 
 
+def _segments_match(pattern: tuple[str, ...], path: tuple[str, ...]) -> bool:
+    """A `**` segment spans any number of folders (one or more at the pattern's end); any other
+    segment is one name, by fnmatch (`*`, `?`, `[...]`, `[!...]`)."""
+    if not pattern:
+        return not path
+    head, rest = pattern[0], pattern[1:]
+    if head == "**":
+        least = 0 if rest else 1
+        return any(_segments_match(rest, path[k:]) for k in range(least, len(path) + 1))
+    return bool(path) and fnmatch.fnmatchcase(path[0], head) and _segments_match(rest, path[1:])
+
+
 def glob_matches(pattern: str, rel: str) -> bool:
-    """A pattern without `/` matches a file's name at any depth; one with `/` matches its
-    path relative to the search folder (gitignore/ripgrep semantics)."""
+    """A glob as ripgrep reads it (`**/` spans folders, `*` and `?` stay within one, `[...]` is a
+    class and `{a,b}` alternatives). A pattern without `/` matches a file's name at any depth;
+    one with `/` matches its path relative to the search folder (gitignore/ripgrep semantics)."""
     pattern = pattern.removeprefix("./").lstrip("/")
     target = rel if "/" in pattern else posixpath.basename(rel)
-    return glob_regex(pattern).match(target) is not None
+    path = tuple(target.split("/"))
+    return any(_segments_match(tuple(p.split("/")), path) for p in _braces(pattern))
 
 
 # ---------------------------------------------------------------- the project
