@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from timed_replay import MODEL, REPO, make_timed  # noqa: F401 - the fixture
 
+from harness.cli.common import comma_list
 from harness.load.client import Result
 from harness.load.results import CSV_COLUMNS, Level, percentiles, summarise
 from harness.load.runner import parse_levels, parse_shapes
@@ -215,9 +216,9 @@ def test_summarise_percentiles_are_numpy_linear() -> None:
 
 
 def test_option_parsers() -> None:
-    assert parse_levels("1, 8,16") == [1, 8, 16]
-    assert parse_shapes("short,long", 512, 16384) == {"short": 512, "long": 16384}
-    assert parse_shapes("tiny=5", 1, 2) == {"tiny": 5}
+    assert parse_levels(comma_list(["1, 8,16"])) == [1, 8, 16]
+    assert parse_shapes(comma_list(["short,long"]), 512, 16384) == {"short": 512, "long": 16384}
+    assert parse_shapes(["tiny=5"], 1, 2) == {"tiny": 5}
 
 
 # ---------------------------------------------------------------- the client's parsing, on crafted bytes

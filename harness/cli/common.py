@@ -36,6 +36,15 @@ EXIT_CODES: tuple[tuple[str, str, str], ...] = (
 out = Console()
 err = Console(stderr=True)
 
+def comma_list(values: list[str] | None) -> list[str] | None:
+    """The callback of every list option: the flag may be given again, and one value may hold
+    several items comma-separated (`--concurrency 1,8,16`, as the README writes it); the items
+    stripped, empty ones dropped."""
+    if values is None:
+        return None
+    return [item.strip() for value in values for item in value.split(",") if item.strip()]
+
+
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON.")]
 PageOpt = Annotated[Path | None, typer.Option("--page", help="The results page (default .llms-benchmark/README.md).")]
 

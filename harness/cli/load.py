@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from harness.cli.common import JsonOpt, emit, err, project_root, require_trace_file, say, user_errors
+from harness.cli.common import JsonOpt, comma_list, emit, err, project_root, require_trace_file, say, user_errors
 from harness.errors import Interrupted, UserError
 from harness.load.agents.slo import PRODUCT_MEASURE, PRODUCT_SLO
 
@@ -20,8 +20,10 @@ def load(
         help="A base URL (http://127.0.0.1:8000), or ENVIRONMENT PRESET to serve for the run and destroy after.")] = None,
     base_url: Annotated[str, typer.Option("--base-url", help="The server's base URL (instead of TARGET).")] = "",
     model: Annotated[str, typer.Option("--model", help="Served model name (default: the first /v1/models lists).")] = "",
-    concurrency: Annotated[str, typer.Option(help="Requests in flight per level, comma-separated.")] = "1,8,16,24,40",
-    shapes: Annotated[str, typer.Option(help="Prompt shapes: short, long, or NAME=TOKENS items.")] = "short,long",
+    concurrency: Annotated[list[str], typer.Option(help="Requests in flight per level, comma-separated.",
+                                                   callback=comma_list)] = ["1,8,16,24,40"],
+    shapes: Annotated[list[str], typer.Option(help="Prompt shapes: short, long, or NAME=TOKENS items.",
+                                              callback=comma_list)] = ["short,long"],
     short_input: Annotated[int, typer.Option(help="Input tokens (about) of the short shape.")] = 512,
     long_input: Annotated[int, typer.Option(help="Input tokens (about) of the long shape.")] = 16_384,
     output_tokens: Annotated[int, typer.Option(help="Output tokens of every request (ignore_eos).")] = 256,
@@ -139,8 +141,8 @@ def load_agents(
     base_url: Annotated[str, typer.Option("--base-url", help="The OpenAI-compatible server's base URL.")],
     model: Annotated[str, typer.Option("--model", help="Served model name (default: the first /v1/models lists).")
                      ] = "",
-    copies: Annotated[str, typer.Option(help="Concurrent agents per level, comma-separated (ascending).")
-                      ] = "1,2,4,8,16",
+    copies: Annotated[list[str], typer.Option(help="Concurrent agents per level, comma-separated (ascending).",
+                                              callback=comma_list)] = ["1,2,4,8,16"],
     stagger: Annotated[float, typer.Option(help="Seconds between the starts of successive copies.")] = 1.0,
     ttft_p99: Annotated[float, typer.Option(help="SLO: TTFT p99 at most this many seconds (default: the "
                                                  "product's, harness/load/agents/slo.py).")] = PRODUCT_SLO.ttft_p99_s,
@@ -185,9 +187,9 @@ def load_agents(
     from harness.probe import api_key_from_env
 
     try:
-        levels = sorted({int(x) for x in copies.split(",") if x.strip()})
+        levels = sorted({int(x) for x in copies})
     except ValueError:
-        raise UserError(f"--copies {copies!r} is not a list of integers", field="--copies",
+        raise UserError(f"--copies {','.join(copies)!r} is not a list of integers", field="--copies",
                         fix="e.g. 1,2,4,8") from None
     for name, value in {"--copies": min(levels, default=0), "--ttft-p99": ttft_p99, "--turn-p99": turn_p99,
                         "--limit": limit, "--sample-interval": sample_interval}.items():

@@ -17,6 +17,7 @@ from typer.core import TyperCommand, TyperGroup
 from rich.markup import escape
 from rich.table import Table
 
+from harness.cli.common import comma_list
 from harness.run.clean_exit import clean_exit
 from harness.errors import PreflightError, UserError
 
@@ -66,15 +67,16 @@ def say(message: str) -> None:
 pipeline_errors = clean_exit(err, user_exit=PIPELINE_ERROR, unit_exit=PIPELINE_ERROR)
 
 
-def _ints(text: str | None, option: str) -> list[int] | None:
-    if text is None:
+def _ints(items: list[str] | None, option: str) -> list[int] | None:
+    if items is None:
         return None
     try:
-        values = [int(p) for p in text.split(",") if p.strip()]
+        values = [int(p) for p in items]
     except ValueError:
         values = []
     if not values:
-        raise UserError(f"'{text}' is not a list of numbers", field=option, fix=f"e.g. {option} 512,8192,32768")
+        raise UserError(f"'{','.join(items)}' is not a list of numbers", field=option,
+                        fix=f"e.g. {option} 512,8192,32768")
     return values
 
 
@@ -86,13 +88,17 @@ def run_cmd(
     base_url: Annotated[str, typer.Option("--base-url", help="A running server's base URL (instead of TARGET).")] = "",
     model: Annotated[str, typer.Option("--model", help="Served model name (default: the unit's, or the first listed).")] = "",
     config: Annotated[Path | None, typer.Option("--config", help="A fitness YAML (see fitness.example.yaml).")] = None,
-    phases: Annotated[str | None, typer.Option(help="Phases to run, comma-separated (default: all).")] = None,
-    skip: Annotated[str | None, typer.Option(help="Phases to leave out, comma-separated.")] = None,
+    phases: Annotated[list[str] | None, typer.Option(help="Phases to run, comma-separated (default: all).",
+                                                     callback=comma_list)] = None,
+    skip: Annotated[list[str] | None, typer.Option(help="Phases to leave out, comma-separated.",
+                                                   callback=comma_list)] = None,
     thresholds: Annotated[Path | None, typer.Option(help="Thresholds YAML (default: the shipped one).")] = None,
     repeats: Annotated[int | None, typer.Option(help="2: repeat throughput and capacity in reverse order.")] = None,
     seed: Annotated[int | None, typer.Option(help="Seed of every prompt.")] = None,
-    contexts: Annotated[str | None, typer.Option(help="Throughput context sizes, e.g. 512,8192,32768.")] = None,
-    levels: Annotated[str | None, typer.Option(help="Capacity levels (requests in flight), e.g. 1,2,4,8.")] = None,
+    contexts: Annotated[list[str] | None, typer.Option(help="Throughput context sizes, e.g. 512,8192,32768.",
+                                                       callback=comma_list)] = None,
+    levels: Annotated[list[str] | None, typer.Option(help="Capacity levels (requests in flight), e.g. 1,2,4,8.",
+                                                     callback=comma_list)] = None,
     limit: Annotated[int | None, typer.Option(help="Capability items per suite (0: all).")] = None,
     report_dir: Annotated[Path | None, typer.Option(help="The report folder (default bench-results/fitness/<run>).")] = None,
     baseline: Annotated[Path | None, typer.Option(help="An earlier results.json: capability deltas vs 2·SE.")] = None,

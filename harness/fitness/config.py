@@ -241,8 +241,8 @@ def unknown_phase(name: str) -> str:
     return f"unknown phase {name!r} (phases: {', '.join(PHASE_ORDER)}{seed})"
 
 
-def parse_phase_list(text: str, option: str) -> list[str]:
-    names = [p.strip() for p in text.split(",") if p.strip()]
+def parse_phase_list(names: list[str], option: str) -> list[str]:
+    """The --phases / --skip items (harness.cli.common.comma_list split them), checked."""
     unknown = [p for p in names if p not in PHASE_ORDER]
     if unknown or not names:
         raise UserError(unknown_phase(unknown[0]) if unknown else "no phase named", field=option,

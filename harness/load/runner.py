@@ -104,24 +104,23 @@ class Reporter:
 # ---------------------------------------------------------------- option parsing
 
 
-def parse_levels(text: str) -> list[int]:
-    """'1,8,16' -> [1, 8, 16]; a clear UserError otherwise."""
-    parts = [p.strip() for p in text.split(",")]
+def parse_levels(items: list[str]) -> list[int]:
+    """['1', '8', '16'] (the --concurrency items) -> [1, 8, 16]; a clear UserError otherwise."""
     try:
-        levels = [int(p) for p in parts]
+        levels = [int(p) for p in items]
     except ValueError:
         levels = []
     if not levels or any(n < 1 for n in levels):
-        raise UserError(f"'{text}' is not a list of concurrency levels", field="--concurrency",
+        raise UserError(f"'{','.join(items)}' is not a list of concurrency levels", field="--concurrency",
                         fix="give positive integers separated by commas, e.g. --concurrency 1,8,16,24,40")
     return levels
 
 
-def parse_shapes(text: str, short: int, long: int) -> dict[str, int]:
-    """'short,long' (sized by --short-input/--long-input) or NAME=TOKENS items."""
+def parse_shapes(items: list[str], short: int, long: int) -> dict[str, int]:
+    """The --shapes items: short, long (sized by --short-input/--long-input) or NAME=TOKENS."""
     known = {"short": short, "long": long}
     shapes: dict[str, int] = {}
-    for part in (p.strip() for p in text.split(",")):
+    for part in items:
         name, _, size = part.partition("=")
         try:
             tokens = int(size) if size else known[name]
@@ -131,6 +130,9 @@ def parse_shapes(text: str, short: int, long: int) -> dict[str, int]:
             raise UserError(f"'{part}' is not a prompt shape", field="--shapes",
                             fix="use short, long, or NAME=TOKENS items separated by commas, e.g. short,long")
         shapes[name] = tokens
+    if not shapes:
+        raise UserError("--shapes names no prompt shape", field="--shapes",
+                        fix="use short, long, or NAME=TOKENS items separated by commas, e.g. short,long")
     return shapes
 
 
