@@ -58,7 +58,8 @@ def launch(root: Path) -> tuple[dict, Path, float]:
 
 def main() -> None:
     from harness.verdicts import controls as ctl
-    from harness.verdicts.keymatch import Store, load_key
+    from harness.verdicts.key import load_key
+    from harness.verdicts.rerun_store import Store
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)

@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from harness.verdicts import controls as ctl  # noqa: E402
-from harness.verdicts import discriminate, keymatch  # noqa: E402
+from harness.verdicts import discriminate, keymatch, rerun_store  # noqa: E402
 from harness.verdicts.keymatch import draft_rulings  # noqa: E402
 from harness.verdicts.rule import finish  # noqa: E402
 from test_claim_adversarial import FALSE, FALSE_CLAIMS, GAP_A, HEAD, HONEST_A, as_read, stated  # noqa: E402
@@ -184,7 +184,7 @@ def main() -> int:
         ctl.drive_one(MISSION, [], store, drive)
     out = {"when": datetime.now(UTC).isoformat(timespec="seconds"), "cpus": len(os.sched_getaffinity(0)),
            "machine": platform.machine(), "drive": drive,
-           "bounds": {"query_budget_s": discriminate.QUERY_BUDGET_S, "rule_budget_s": keymatch.RULE_BUDGET_S,
+           "bounds": {"query_budget_s": discriminate.QUERY_BUDGET_S, "rule_budget_s": rerun_store.RULE_BUDGET_S,
                       "max_ruled": keymatch.MAX_RULED}}
     out["normal_30"] = timed(store, drive, normal_report(store), "normal")
     out["normal_30"]["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)

@@ -20,7 +20,8 @@ import duckdb
 import pytest
 
 from harness.verdicts import controls as ctl
-from harness.verdicts.keymatch import draft_rulings, label
+from harness.verdicts.key import label
+from harness.verdicts.keymatch import draft_rulings
 from harness.verdicts.rule import finish
 from harness.verdicts.rulings import HELD_UP
 from observed_drive import collisions, drive_showing_b01

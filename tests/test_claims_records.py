@@ -25,7 +25,7 @@ import duckdb
 import pytest
 
 from harness.verdicts import timeshift
-from harness.verdicts.keymatch import label
+from harness.verdicts.key import label
 from harness.verdicts.rulings import HELD_UP
 from test_claim_adversarial import J, KEY, rule, run  # noqa: F401 - `run` is the stores' fixture
 

@@ -16,7 +16,7 @@ from harness.telemetry.schema import create_all, insert_sql
 from harness.verdicts import controls as ctl
 from harness.verdicts import discriminate as dc
 from harness.verdicts import evidence as ev
-from harness.verdicts.keymatch import Store
+from harness.verdicts.rerun_store import Store
 
 T01, T04 = "T01-orders-bypass-db-span", "T04-retired-http-attribute-names"
 DAY = 86_400 * 10**9
@@ -172,7 +172,8 @@ def test_a_drive_like_the_controls_is_compared_as_read(world):
 
 
 def test_a_missing_control_is_a_named_refusal(world, tmp_path):
-    from harness.verdicts.keymatch import Defect, defect_problems
+    from harness.verdicts.key import Defect
+    from harness.verdicts.keymatch import defect_problems
 
     _, folder, fixes = world
     judge, store, controls = _judge(world, fixes={**fixes, "B01-order-ref-count-collision": [ctl.Fix("c.py", "x", "y")]})

@@ -15,7 +15,7 @@ import duckdb
 import yaml
 import pytest
 
-from harness.verdicts.keymatch import label
+from harness.verdicts.key import label
 from harness.verdicts.report import parse_report_file
 from conftest import REPO, Project
 from test_replay_server import start_replay, stop_replay

@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from harness.errors import UserError
-from harness.verdicts.keymatch import NO_DEFECT_REASON, draft_rulings, load_key, name_defects, label
+from harness.verdicts.key import label, load_key, name_defects
+from harness.verdicts.keymatch import NO_DEFECT_REASON, draft_rulings
 from harness.verdicts.report import Finding
 from harness.verdicts.rulings import HELD_UP, NOT_HELD_UP, Rulings, load_rulings, save_rulings
 from harness.telemetry.schema import DDL

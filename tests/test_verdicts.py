@@ -22,7 +22,8 @@ import httpx
 import pytest
 
 from harness.verdicts.drive import MIN_REQUESTS, measure_drive
-from harness.verdicts.keymatch import draft_rulings, label
+from harness.verdicts.key import label
+from harness.verdicts.keymatch import draft_rulings
 from harness.verdicts.rule import finish
 from harness.verdicts.rulings import HELD_UP
 from harness.verdicts.scoring import score_local

@@ -29,9 +29,7 @@ from harness.cli.common import JsonOpt, err, out, project_root, require_trace_fi
 from harness.errors import UserError
 from harness.load.agents.slo import PRODUCT_MEASURE, PRODUCT_SLO
 from harness.mission import DEFAULT_MISSION
-from harness.run.inputs import (  # noqa: F401 - the launch's argument rules, shared with matrix
-    ACCEPTED_EFFORTS, ANNOUNCE_VAR, MISSION_NAME, NAME, check_launch_inputs,
-)
+from harness.run.inputs import ACCEPTED_EFFORTS, ANNOUNCE_VAR, check_launch_inputs
 from harness.run.paths import ProjectPaths
 
 

@@ -64,7 +64,7 @@ class Judge:
         from harness.verdicts.controls import BASELINES
 
         self.controls = controls
-        self.store = store  # keymatch.Store: the run's, with the rule's budget
+        self.store = store  # rerun_store.Store: the run's, with the rule's budget
         self.baselines = BASELINES
         self.others = [name for name in controls.fixes if controls.has(name)]
         control_drive = getattr(controls, "drive", {"duration": 10, "vus": 2})
