@@ -494,3 +494,51 @@ def test_pidfd_getfd_on_opencodes_stdout_is_refused_through_the_real_opencode(la
     assert code == 0 and rec["status"] == "ok", (dump(out, err), rec.get("reason"))
     assert rec["session"]["root_session"] != "ses_forged"
     assert rec["sandbox"]["denials"] >= 1 and "bash: Operation not permitted" in rec["sandbox"]["denied"], rec["sandbox"]
+
+
+DAEMON = """import os, subprocess, sys, time
+pid = os.getppid()
+for _ in range(16):  # opencode's own binary, from its process
+    if b"opencode" in open(f"/proc/{pid}/cmdline", "rb").read():
+        break
+    pid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+exe = os.readlink(f"/proc/{pid}/exe")
+if os.fork() == 0:  # daemonized: its own session, re-parented away from opencode
+    os.setsid()
+    if os.fork() == 0:
+        with open("daemon.log", "wb") as log:  # the fallback answers at length: two turns, then it is stopped
+            proc = subprocess.Popen([exe, "run", "--format", "json", "say hello"], stdin=subprocess.DEVNULL,
+                                    stdout=log, stderr=subprocess.STDOUT)
+            end = time.time() + 60
+            while open("daemon.log", "rb").read().count(b'"step_finish"') < 2 and time.time() < end:
+                time.sleep(0.2)
+            proc.kill()
+            proc.wait()
+        open("daemon.done", "w").close()
+    os._exit(0)
+deadline = time.time() + 75
+while not os.path.exists("daemon.done") and time.time() < deadline:
+    time.sleep(0.5)
+print("daemon", "done" if os.path.exists("daemon.done") else "still running",
+      "session" if b"sessionID" in open("daemon.log", "rb").read() else "no session")
+"""
+
+
+@needs_bwrap
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_a_daemonized_opencodes_session_is_foreign_and_adds_nothing_to_the_row(project: Project):
+    """Issue 53: the agent starts opencode's own binary daemonized (its own session id, re-parented)
+    on the same store: its root session is counted as foreign, its turns and tokens never reach
+    the row, which holds exactly what the harness's opencode was served."""
+    steps = [_write("daemon.py", DAEMON), _bash("daemon", "python3 daemon.py"),
+             _write("REPORT.md", "report\n"), {"text": "DONE"}]
+    code, out, err, run_dir, rec = _launch(project, "daemon", steps)
+    events = (run_dir / "opencode-events.jsonl").read_text()
+    assert "daemon done session" in events, events[-3000:]
+    session = rec["session"]
+    assert session["foreign_sessions"] >= 1, session
+    turns = [x for x in project.served(run_dir, "hello") if x.get("status", 200) == 200 and x.get("usage")]
+    assert session["turns"] == len(turns), (session, len(turns))  # the harness's opencode's turns only
+    assert session["tokens"]["input"] == sum(x["usage"]["prompt_tokens"] for x in turns), session
+    assert code == 0 and rec["status"] == "ok", (dump(out, err), rec.get("reason"))
