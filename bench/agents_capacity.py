@@ -28,6 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from harness.load.agents import rebuild  # noqa: E402
+from harness.markdown_table import table  # noqa: E402
 
 
 def _fmt(value, spec: str = ".1f", suffix: str = "") -> str:
@@ -115,43 +116,43 @@ def render(run: dict) -> str:
                      + ("; it differs from the saved figures: " + "; ".join(run["drift"]) if run["drift"]
                         else ", and matches the figures the sweep saved"))
     if levels is not None and any("verdict" in level for level in levels):
-        lines += ["| agents | turns | failed / faults | TTFT p50 / stat (95 % interval) | turn p50 / stat (95 % interval) "
-                  "| inter_token_latency p50 | request_throughput | output_token_throughput | goodput | KV peak | "
-                  "prefix hit | preemptions | verdict |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        rows = []
         for level in sorted(levels, key=lambda x: x["copies"]):
             server = level.get("server") or {}
-            lines.append(
-                f"| {level['copies']} | {level['turns']} | {level['failed']} / {level.get('faults', 0)} | "
+            rows.append([
+                level["copies"], level["turns"], f"{level['failed']} / {level.get('faults', 0)}",
                 f"{_fmt(level.get('ttft_p50_s'), '.2f')} / {level.get('stat')} {_fmt(level.get('ttft_p99_s'), '.2f')}"
-                f"{_band(level.get('ttft_interval_s'))} s | "
+                f"{_band(level.get('ttft_interval_s'))} s",
                 f"{_fmt(level.get('turn_p50_s'), '.2f')} / {level.get('stat')} {_fmt(level.get('turn_p99_s'), '.2f')}"
-                f"{_band(level.get('turn_interval_s'))} s | "
-                f"{_fmt(_ms(level.get('inter_token_latency_p50_s')), suffix=' ms')} | "
-                f"{_fmt(level.get('request_throughput_per_s'), '.2f', ' req/s')} | "
-                f"{_fmt(level.get('output_token_throughput_per_s'), '.1f', ' tok/s')} | "
-                f"{_fmt(level.get('goodput_per_s'), '.2f', ' req/s')} | {_pct(server.get('kv_usage_peak'))} | "
-                f"{_pct(server.get('prefix_cache_hit'))} | {_fmt(server.get('preemptions'), '.0f')} | "
-                f"{level['verdict']}{'' if level['verdict'] == 'pass' else ': ' + level['why']} |")
+                f"{_band(level.get('turn_interval_s'))} s",
+                _fmt(_ms(level.get("inter_token_latency_p50_s")), suffix=" ms"),
+                _fmt(level.get("request_throughput_per_s"), ".2f", " req/s"),
+                _fmt(level.get("output_token_throughput_per_s"), ".1f", " tok/s"),
+                _fmt(level.get("goodput_per_s"), ".2f", " req/s"), _pct(server.get("kv_usage_peak")),
+                _pct(server.get("prefix_cache_hit")), _fmt(server.get("preemptions"), ".0f"),
+                level["verdict"] + ("" if level["verdict"] == "pass" else ": " + level["why"])])
+        lines.append(table(["agents", "turns", "failed / faults", "TTFT p50 / stat (95 % interval)",
+                            "turn p50 / stat (95 % interval)", "inter_token_latency p50", "request_throughput",
+                            "output_token_throughput", "goodput", "KV peak", "prefix hit", "preemptions", "verdict"],
+                           rows))
     elif levels is not None:
-        lines += ["| agents | turns | failed | TTFT p50 / p99 | turn p50 / p99 | decode p50 | KV peak | "
-                  "prefix hit | preemptions | waiting peak | within the SLO |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+        rows = []
         for level in sorted(levels, key=lambda x: x["copies"]):
             server = level.get("server") or {}
-            lines.append(
-                f"| {level['copies']} | {level['turns']} | {level['failed']} | "
-                f"{_fmt(level.get('ttft_p50_s'))} / {_fmt(level.get('ttft_p99_s'))} s | "
-                f"{_fmt(level.get('turn_p50_s'))} / {_fmt(level.get('turn_p99_s'))} s | "
-                f"{_fmt(level.get('decode_p50_tok_s'), suffix=' tok/s')} | {_pct(server.get('kv_usage_peak'))} | "
-                f"{_pct(server.get('prefix_cache_hit'))} | {_fmt(server.get('preemptions'), '.0f')} | "
-                f"{_fmt(server.get('waiting_peak'), '.0f')} | {'yes' if level['passed'] else 'no: ' + level['why']} |")
+            rows.append([
+                level["copies"], level["turns"], level["failed"],
+                f"{_fmt(level.get('ttft_p50_s'))} / {_fmt(level.get('ttft_p99_s'))} s",
+                f"{_fmt(level.get('turn_p50_s'))} / {_fmt(level.get('turn_p99_s'))} s",
+                _fmt(level.get("decode_p50_tok_s"), suffix=" tok/s"), _pct(server.get("kv_usage_peak")),
+                _pct(server.get("prefix_cache_hit")), _fmt(server.get("preemptions"), ".0f"),
+                _fmt(server.get("waiting_peak"), ".0f"), "yes" if level["passed"] else "no: " + level["why"]])
+        lines.append(table(["agents", "turns", "failed", "TTFT p50 / p99", "turn p50 / p99", "decode p50", "KV peak",
+                            "prefix hit", "preemptions", "waiting peak", "within the SLO"], rows))
     else:
-        lines += ["| agents | turns | failed | TTFT p99 | turn p99 | within the SLO |", "|---|---|---|---|---|---|"]
-        for level in sorted(cap["levels"], key=lambda x: x["copies"]):
-            lines.append(f"| {level['copies']} | {level['turns']} | {level['failed']} | "
-                         f"{_fmt(level.get('ttft_p99_s'))} s | {_fmt(level.get('turn_p99_s'))} s | "
-                         f"{'yes' if level['passed'] else 'no: ' + level['why']} |")
+        lines.append(table(["agents", "turns", "failed", "TTFT p99", "turn p99", "within the SLO"], (
+            [level["copies"], level["turns"], level["failed"], f"{_fmt(level.get('ttft_p99_s'))} s",
+             f"{_fmt(level.get('turn_p99_s'))} s", "yes" if level["passed"] else "no: " + level["why"]]
+            for level in sorted(cap["levels"], key=lambda x: x["copies"]))))
     return "\n".join(lines) + "\n"
 
 
