@@ -36,6 +36,7 @@ sys.path.insert(0, str(REPO))
 
 from harness.embedded.models import MODELS, installed, models_dir  # noqa: E402
 from harness.fitness.config import load_config  # noqa: E402
+from harness.markdown_table import table  # noqa: E402
 from harness.fitness.runner import Target, run_fitness  # noqa: E402
 from harness.stacks.llamacpp import llama_server_binary  # noqa: E402
 
@@ -151,12 +152,11 @@ def main() -> int:
              f"Measured {doc['measured_utc']} with `.venv/bin/python bench/fitness_kl.py {' '.join(sys.argv[1:])}`"
              f" ({doc['machine']}); {doc['prompts']} frozen prompts, ≤ {args.positions} teacher-forced positions each,"
              " the first 4 positions of each not compared (too little context), top-20 logprobs from llama.cpp's `/completion` `n_probs`, one llama-server thread each. Nats.", "",
-             "| reference | positions | sym KL mean ± SE | median | p99 | JS mean | top-1 agreement | wall |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in rows:
-        lines.append(f"| {r['reference']} | {r['positions']} | {r['sym_kl_mean']:.4f} ± {r['sym_kl_se']:.4f} | "
-                     f"{r['sym_kl_median']:.4f} | {r['sym_kl_p99']:.4f} | {r['js_mean']:.4f} | "
-                     f"{r['top1_agreement']:.3f} ± {r['top1_se']:.3f} | {r['wall_s']:.0f} s |")
+             table(["reference", "positions", "sym KL mean ± SE", "median", "p99", "JS mean", "top-1 agreement", "wall"],
+                   ([r["reference"], r["positions"], f"{r['sym_kl_mean']:.4f} ± {r['sym_kl_se']:.4f}",
+                     f"{r['sym_kl_median']:.4f}", f"{r['sym_kl_p99']:.4f}", f"{r['js_mean']:.4f}",
+                     f"{r['top1_agreement']:.3f} ± {r['top1_se']:.3f}", f"{r['wall_s']:.0f} s"] for r in rows),
+                   align="lrrrrrrr")]
     lines += ["", "Load average (1 min) at start/end of each pair: "
               + "; ".join(f"{r['reference']}: {r['load_avg_1m_at_start']:.1f}/{r['load_avg_1m_at_end']:.1f}" for r in rows)
               + ".", ""]

@@ -31,6 +31,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from harness.markdown_table import table  # noqa: E402
 from harness.stacks.local_process import MARKER_VAR  # noqa: E402
 
 RESULT = REPO / "bench" / "results" / "matrix-launcher.md"
@@ -140,16 +141,13 @@ def write(results: list[dict], mission: str, argv: list[str]) -> None:
         "its sandbox and the mission's stack; *unit* = the replay server (on Azure the model runs elsewhere). "
         f"Sampled every {SAMPLE_S}s: CPU = user + system seconds of every process seen; memory = the peak of the "
         "summed RSS (shared pages counted in each process: an upper bound).", "",
-        "| N at once | cells ok | matrix wall | launch (mean) | mission (mean) | launcher CPU s | per mission | "
-        "launcher peak RSS | per mission | unit CPU s | unit peak RSS | processes (peak) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        table(["N at once", "cells ok", "matrix wall", "launch (mean)", "mission (mean)", "launcher CPU s", "per mission",
+               "launcher peak RSS", "per mission", "unit CPU s", "unit peak RSS", "processes (peak)"], (
+            [r["n"], f"{r['ok']} / {r['n']}", f"{r['wall_s']:.0f} s", f"{r['launch_s']:.0f} s", f"{r['mission_s']:.0f} s",
+             f"{r['cpu_launcher_s']:.1f}", f"{r['cpu_launcher_s'] / r['n']:.1f}", f"{r['rss_launcher_mib']:.0f} MiB",
+             f"{r['rss_launcher_mib'] / r['n']:.0f} MiB", f"{r['cpu_unit_s']:.1f}", f"{r['rss_unit_mib']:.0f} MiB",
+             r["peak_procs"]] for r in results)),
     ]
-    for r in results:
-        lines.append(
-            f"| {r['n']} | {r['ok']} / {r['n']} | {r['wall_s']:.0f} s | {r['launch_s']:.0f} s | {r['mission_s']:.0f} s "
-            f"| {r['cpu_launcher_s']:.1f} | {r['cpu_launcher_s'] / r['n']:.1f} | {r['rss_launcher_mib']:.0f} MiB "
-            f"| {r['rss_launcher_mib'] / r['n']:.0f} MiB | {r['cpu_unit_s']:.1f} | {r['rss_unit_mib']:.0f} MiB "
-            f"| {r['peak_procs']} |")
     big = max(results, key=lambda r: r["n"])
     small = min(results, key=lambda r: r["n"])
     # The marginal mission: what one more concurrent cell adds (the matrix's own process is paid once).

@@ -28,6 +28,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from harness.markdown_table import table  # noqa: E402
+
 BEFORE_REV = "01ca42d"  # main before the descriptor-walking post-run
 KEY = "sk-bench-" + "7f3a9c2e" * 4
 
@@ -129,16 +133,15 @@ def main() -> None:
     for which, runs in results.items():
         med = {k: statistics.median(r[k] for r in runs) for k in ("scrub_s", "chown_s", "peak_rss_mib")}
         removal = statistics.median(r["remove_s"] for r in runs) if which == "after" else None
-        rows.append(f"| {which} | {med['scrub_s']:.2f} | {med['chown_s']:.2f} | "
-                    f"{'' if removal is None else f'{removal:.2f}'} | {med['peak_rss_mib']:.0f} | "
-                    f"{runs[0]['changed']} | {runs[0]['left']} |")
+        rows.append([which, f"{med['scrub_s']:.2f}", f"{med['chown_s']:.2f}", "" if removal is None else f"{removal:.2f}",
+                     f"{med['peak_rss_mib']:.0f}", runs[0]["changed"], runs[0]["left"]])
     text = "\n".join([
         "# Post-run on a run folder with a 1 GiB workspace", "",
         f"`.venv/bin/python bench/postrun.py --gib {args.gib:g} --repeats {args.repeats}` — "
         f"{time.strftime('%Y-%m-%d', time.gmtime())}, {platform.machine()} {os.cpu_count()} cores, "
         f"median of {args.repeats}. \"before\" is {BEFORE_REV}'s scrub and hand-back, loaded from git.", "",
-        "| post-run | scrub s | hand-back walk s | removal s | peak RSS MiB | files changed | left |",
-        "|---|---|---|---|---|---|---|", *rows, ""])
+        table(["post-run", "scrub s", "hand-back walk s", "removal s", "peak RSS MiB", "files changed", "left"], rows),
+        ""])
     args.out.write_text(text)
     print(text)
 

@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from embedded_toolcalls import ASKS, ask_messages, ask_params, capture_request, well_formed  # noqa: E402
 
+from harness import markdown_table  # noqa: E402
 from harness.fitness.endpoint import Answer, Endpoint, PhaseError  # noqa: E402
 from harness.stacks.local_vllm import LocalVllmStack  # noqa: E402
 from harness.run.unitlog import UnitLogCollector, wait_ready  # noqa: E402
@@ -128,17 +129,16 @@ def bench_variant(spec: str, preset_name: str, request: dict, asks: list, tmp: P
 
 
 def table(results: list[dict]) -> str:
-    lines = ["| parser | chat template | mode | tries | well-formed, right tool | parsed calls | leaks | raw (missed) |",
-             "|---|---|---|---:|---:|---:|---:|---:|"]
+    cells = []
     for r in results:
         for mode in ("streamed", "non-streamed"):
             rows = [x for x in r["rows"] if x["mode"] == mode]
-            if not rows:
-                continue
-            lines.append(f"| `{r['parser']}` | {r['chat_template'] or 'model own'} | {mode} | {len(rows)} | "
-                         f"{sum(x['ok'] for x in rows)} | {sum(bool(x['calls']) for x in rows)} | "
-                         f"{sum(x['leak'] for x in rows)} | {sum(x['raw'] for x in rows)} |")
-    return "\n".join(lines)
+            if rows:
+                cells.append([f"`{r['parser']}`", r["chat_template"] or "model own", mode, len(rows),
+                              sum(x["ok"] for x in rows), sum(bool(x["calls"]) for x in rows),
+                              sum(x["leak"] for x in rows), sum(x["raw"] for x in rows)])
+    return markdown_table.table(["parser", "chat template", "mode", "tries", "well-formed, right tool", "parsed calls",
+                                 "leaks", "raw (missed)"], cells, align="lllrrrrr")
 
 
 def main() -> None:
