@@ -57,6 +57,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from harness.errors import UserError  # noqa: E402
+from harness.markdown_table import row, rule  # noqa: E402
 from harness.load.agents.trace import AgentTrace, load  # noqa: E402
 from harness.run.record import RunRecord  # noqa: E402
 
@@ -235,10 +236,10 @@ def compare(run_dir: Path, tol: float, serve: list[str] | None = None, sweep_lev
              f"{'yes' if sweep.get('feed_answers') else 'no'}.", "",
              "Normalised by each side's probe: " + _scales_note(original_probe, sweep.get("probe"), pre_scale,
                                                                dec_scale), "",
-             "| session | turn | prompt tokens (original) | prompt tokens (replay) | exact | cached (original) "
-             "| cached (replay) | fed | prefill s (original) | prefill s (replay) | ratio | normalised "
-             "| decode s (original) | decode s (replay) | ratio | normalised | output tokens |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             row(["session", "turn", "prompt tokens (original)", "prompt tokens (replay)", "exact", "cached (original)",
+                  "cached (replay)", "fed", "prefill s (original)", "prefill s (replay)", "ratio", "normalised",
+                  "decode s (original)", "decode s (replay)", "ratio", "normalised", "output tokens"]),
+             rule(17, spaced=True)]
     exact = pre_ok = dec_ok = n = cut = pre_raw_ok = dec_raw_ok = 0
     pre_r, dec_r = [], []
     cached_pairs: list[tuple[int, int]] = []  # (original, replay) cached tokens, where both are known
@@ -249,8 +250,9 @@ def compare(run_dir: Path, tol: float, serve: list[str] | None = None, sweep_lev
             k += 1
             if not r or not r["ok"]:  # not replayed whole: cut at the level's limit, or failed
                 cut += 1
-                lines.append(f"| {s.id} | {i} | {t.prompt_tokens} | — | not replayed "
-                             f"({(r or {}).get('error') or 'never sent'}) | | | | | | | | | | | | {t.output_tokens} |")
+                lines.append(row([s.id, i, t.prompt_tokens, "—",
+                                  f"not replayed ({(r or {}).get('error') or 'never sent'})", *[""] * 11,
+                                  t.output_tokens]))
                 continue
             n += 1
             o_pre = t.ttft_s
@@ -275,14 +277,13 @@ def compare(run_dir: Path, tol: float, serve: list[str] | None = None, sweep_lev
                 return "—" if v is None else f"{v:.3f}"
             if t.cached_tokens is not None and r.get("cached_tokens") is not None:
                 cached_pairs.append((t.cached_tokens, r["cached_tokens"]))
-            lines.append(f"| {s.id} | {i} | {t.prompt_tokens} | {r['prompt_tokens'] if r else '—'} | "
-                         f"{'yes' if same else 'no'} | {_n(t.cached_tokens)} | {_n(r.get('cached_tokens'))} | "
-                         f"{'yes' if r.get('fed') else 'no'} | {f(o_pre)} | {f(r_pre)} | "
-                         f"{f(r_pre / o_pre) if r_pre and o_pre else '—'} | "
-                         f"{f(r_pre / o_pre * pre_scale) if r_pre and o_pre and pre_scale else '—'} | "
-                         f"{f(o_dec)} | {f(r_dec)} | {f(r_dec / o_dec) if r_dec and o_dec else '—'} | "
-                         f"{f(r_dec / o_dec * dec_scale) if r_dec and o_dec and dec_scale else '—'} | "
-                         f"{t.output_tokens} |")
+            lines.append(row([s.id, i, t.prompt_tokens, r["prompt_tokens"] if r else "—", "yes" if same else "no",
+                              _n(t.cached_tokens), _n(r.get("cached_tokens")), "yes" if r.get("fed") else "no",
+                              f(o_pre), f(r_pre), f(r_pre / o_pre) if r_pre and o_pre else "—",
+                              f(r_pre / o_pre * pre_scale) if r_pre and o_pre and pre_scale else "—",
+                              f(o_dec), f(r_dec), f(r_dec / o_dec) if r_dec and o_dec else "—",
+                              f(r_dec / o_dec * dec_scale) if r_dec and o_dec and dec_scale else "—",
+                              t.output_tokens]))
     probe = rec.probe.prefill_tps if rec.probe else None
     for s in trace.sessions:
         t = s.turns[0]
@@ -388,19 +389,18 @@ def main() -> int:
             f"within ±{args.tolerance:.0%} means in [1/{1 + args.tolerance:g}, {1 + args.tolerance:g}].", "",
             "Prefill and decode are judged normalised by each side's probe where both sides have one (raw "
             "beside it): see each run's note.", "",
-            "| engine | run | turns | prompt tokens exact | prefill within (raw) | decode within (raw) "
-            "| prefill ratio p50 | decode ratio p50 |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+            row(["engine", "run", "turns", "prompt tokens exact", "prefill within (raw)", "decode within (raw)",
+                 "prefill ratio p50", "decode ratio p50"]), rule(8, spaced=True)]
     for s in summaries:
         def r(v: float | None) -> str:
             return "—" if v is None else f"{v:.2f}"
         if s.get("unmeasured"):
-            head.append(f"| {s['engine']} | `{s['run']}` | — | not measured (below) | — | — | — | — |")
+            head.append(row([s["engine"], f"`{s['run']}`", "—", "not measured (below)", "—", "—", "—", "—"]))
             continue
-        head.append(f"| {s['engine']} | `{s['run']}` | {s['turns']}"
-                    + (f" (+{s['cut']} cut)" if s.get("cut") else "") + f" | {s['prompt_exact']}/{s['turns']} | "
-                    f"{s['prefill_within']}/{s['turns']} ({s['prefill_within_raw']}) | "
-                    f"{s['decode_within']}/{s['turns']} ({s['decode_within_raw']}) | "
-                    f"{r(s['prefill_ratio_p50'])} | {r(s['decode_ratio_p50'])} |")
+        head.append(row([s["engine"], f"`{s['run']}`", f"{s['turns']}" + (f" (+{s['cut']} cut)" if s.get("cut") else ""),
+                         f"{s['prompt_exact']}/{s['turns']}", f"{s['prefill_within']}/{s['turns']} ({s['prefill_within_raw']})",
+                         f"{s['decode_within']}/{s['turns']} ({s['decode_within_raw']})",
+                         r(s["prefill_ratio_p50"]), r(s["decode_ratio_p50"])]))
     head += ["", "What the server's cache holds between turns: the agent's next prompt holds its previous answer, "
              "which the server cached as it wrote it. With answers fed (`--feed-answers`, the default with "
              "`--serve`, and what `launch --capacity` replays with), the replay's next turn carries the answer the "

@@ -25,6 +25,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.load.agents.replay import ReplayOptions, replay  # noqa: E402
+from harness.markdown_table import row as md_row, rule  # noqa: E402
 from harness.load.agents.trace import AgentTrace, Session, Turn  # noqa: E402
 
 
@@ -48,8 +49,8 @@ def main() -> int:
     args = ap.parse_args()
     t = trace(args.turns)
     lines = [f"# load-agents think-time accuracy ({args.turns} turns a copy, timed replay server ttft 20 ms, "
-             "itl 2 ms)", "", "| copies | client think error p50 ms | p99 ms | server-seen error p50 ms | p99 ms |",
-             "|---|---|---|---|---|"]
+             "itl 2 ms)", "", md_row(["copies", "client think error p50 ms", "p99 ms", "server-seen error p50 ms", "p99 ms"]),
+             rule(5)]
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "served.jsonl"
         proc = subprocess.Popen([sys.executable, "-m", "harness.replay.server", "--timed", "--host", "127.0.0.1",
@@ -74,7 +75,7 @@ def main() -> int:
                         server.append(1000 * (gap - t.sessions[0].turns[i].think_s))
                 c50, c99 = np.percentile(client, [50, 99])
                 s50, s99 = np.percentile(server, [50, 99])
-                lines.append(f"| {n} | {c50:.3f} | {c99:.3f} | {s50:.3f} | {s99:.3f} |")
+                lines.append(md_row([n, f"{c50:.3f}", f"{c99:.3f}", f"{s50:.3f}", f"{s99:.3f}"]))
                 print(lines[-1], flush=True)
         finally:
             proc.terminate()

@@ -24,6 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.embedded import models  # noqa: E402
+from harness.markdown_table import row, rule  # noqa: E402
 from harness.stacks import cpu_threads  # noqa: E402
 from harness.stacks.llamacpp import cpu_label, llama_server_binary  # noqa: E402
 
@@ -74,9 +75,8 @@ def main() -> None:
              f"`{' '.join(['.venv/bin/python bench/cpu_threads.py', *sys.argv[1:]])}` on {cpu_label()}; "
              f"{MODEL} Q4_K_M, llama-bench pp{args.prompt} / tg{args.gen}, {args.repeats} repeats each; "
              f"usable cores: {source}. Shipped before issue 47: `--threads {shipped}` (one per core).", "",
-             "| beside | others busy (measured) | shipped threads | pp tok/s | tg tok/s | chosen threads | pp tok/s "
-             "| tg tok/s | chosen tg / idle tg |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             row(["beside", "others busy (measured)", "shipped threads", "pp tok/s", "tg tok/s", "chosen threads",
+                  "pp tok/s", "tg tok/s", "chosen tg / idle tg"]), rule(9, spaced=True)]
     idle_tg = None
     for n in [int(x) for x in args.busy.split(",")]:
         hogs = [start_hog() for _ in range(n)]
@@ -95,8 +95,8 @@ def main() -> None:
             idle_tg = tg_c
         ratio = f"{tg_c / idle_tg:.0%}" if idle_tg else "—"
         same = " (same run)" if choice.threads == shipped else ""
-        lines.append(f"| {n} busy | {choice.busy_cores:.2f} | {shipped} | {pp_s:.1f} | {tg_s:.1f} | "
-                     f"{choice.threads}{same} | {pp_c:.1f} | {tg_c:.1f} | {ratio} |")
+        lines.append(row([f"{n} busy", f"{choice.busy_cores:.2f}", shipped, f"{pp_s:.1f}", f"{tg_s:.1f}",
+                          f"{choice.threads}{same}", f"{pp_c:.1f}", f"{tg_c:.1f}", ratio]))
         print(lines[-1], flush=True)
     text = "\n".join(lines) + "\n"
     if args.out:
