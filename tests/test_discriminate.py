@@ -15,6 +15,7 @@ import pytest
 from harness.telemetry.schema import create_all, insert_sql
 from harness.verdicts import controls as ctl
 from harness.verdicts import discriminate as dc
+from harness.verdicts import cited as ci
 from harness.verdicts import evidence as ev
 from harness.verdicts.rerun_store import Store
 
@@ -95,7 +96,7 @@ def _judge(world, drive=None, fixes=None):
 def _shows(world, sql: str, claimed, defect: str, direction: str | None, drive=None):
     judge, store, controls = _judge(world, drive)
     try:
-        check = store.check(ev.Cited(sql, claimed))
+        check = store.check(ci.Cited(sql, claimed))
         return judge.shows(check, defect, direction), judge
     finally:
         store.close()
@@ -172,16 +173,17 @@ def test_a_drive_like_the_controls_is_compared_as_read(world):
 
 
 def test_a_missing_control_is_a_named_refusal(world, tmp_path):
+    from harness.verdicts.accused import Accused
     from harness.verdicts.key import Defect
     from harness.verdicts.keymatch import defect_problems
 
     _, folder, fixes = world
     judge, store, controls = _judge(world, fixes={**fixes, "B01-order-ref-count-collision": [ctl.Fix("c.py", "x", "y")]})
     try:
-        check = store.check(ev.Cited(ABSENT, 0))
+        check = store.check(ci.Cited(ABSENT, 0))
         d = Defect(id="B01-order-ref-count-collision", kind="Behavior", description="", file="", function="",
                    evidence=[])
-        problems, used, _ = defect_problems(d, [check], ev.Accused(), None, {0}, judge)
+        problems, used, _ = defect_problems(d, [check], Accused(), None, {0}, judge)
         assert used is None and "control store of the defect it names is missing" in problems[0]
     finally:
         store.close()
@@ -191,7 +193,7 @@ def test_a_missing_control_is_a_named_refusal(world, tmp_path):
 def test_each_query_has_one_budget_across_all_stores(world, monkeypatch):
     judge, store, controls = _judge(world)
     try:
-        check = store.check(ev.Cited(ABSENT, 0))
+        check = store.check(ci.Cited(ABSENT, 0))
         assert check.ok, check.why
         # The budget ends where the run's store's reading did: nothing is left for the controls.
         # (Set after the run's reading, which reads the same constant: 0 s there would interrupt
@@ -208,17 +210,17 @@ def test_a_large_result_is_capped_not_held_in_memory(world):
     run, _, _ = world
     con = ev.open_store(run)
     try:
-        check = ev.rerun(con, ev.Cited("SELECT repeat(name, 50000) FROM spans", None))
+        check = ev.rerun(con, ci.Cited("SELECT repeat(name, 50000) FROM spans", None))
     finally:
         con.close()
     assert not check.ok and "MB read back" in str(check.result)
 
 
 def test_readings_take_the_quoted_column():
-    check = ev.QueryCheck(ev.Cited("SELECT 1", 40.0), ok=True, result="1 rows", rows=1, first_row=[3.0, 40.0])
+    check = ev.QueryCheck(ci.Cited("SELECT 1", 40.0), ok=True, result="1 rows", rows=1, first_row=[3.0, 40.0])
     assert ev.reading(check) == (40.0, ("cell", 1))
-    assert ev.reading(ev.QueryCheck(ev.Cited("x", None), rows=1, first_row=[None, 7.0])) == (7.0, ("cell", 1))
-    assert ev.reading(ev.QueryCheck(ev.Cited("x", None), rows=5, first_row=[1.0]))[0] == 5.0
+    assert ev.reading(ev.QueryCheck(ci.Cited("x", None), rows=1, first_row=[None, 7.0])) == (7.0, ("cell", 1))
+    assert ev.reading(ev.QueryCheck(ci.Cited("x", None), rows=5, first_row=[1.0]))[0] == 5.0
 
 
 def test_now_on_the_run_store_is_the_runs_own_last_instant(world):
@@ -226,7 +228,7 @@ def test_now_on_the_run_store_is_the_runs_own_last_instant(world):
     run, _, _ = world
     store = Store(run)
     try:
-        check = store.check(ev.Cited("SELECT count(*) FROM spans WHERE start_ns > epoch_ns(now() - INTERVAL 1 DAY)", 150))
+        check = store.check(ci.Cited("SELECT count(*) FROM spans WHERE start_ns > epoch_ns(now() - INTERVAL 1 DAY)", 150))
     finally:
         store.close()
     assert check.ok and check.result == 150, check.why

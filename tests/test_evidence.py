@@ -14,10 +14,9 @@ import pytest
 
 from harness.telemetry.schema import DDL
 from harness.telemetry import sqlread
+from harness.verdicts.accused import accused_code
+from harness.verdicts.cited import Cited, cited_queries
 from harness.verdicts.evidence import (
-    Cited,
-    accused_code,
-    cited_queries,
     literals_meet,
     literals_of,
     open_store,

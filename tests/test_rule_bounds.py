@@ -76,10 +76,11 @@ def test_the_rule_process_memory_is_capped(tmp_path: Path):
 import resource, sys
 sys.path.insert(0, {str(ROOT)!r})
 from harness.verdicts.bounds import cap_memory
+from harness.verdicts import cited as ci
 from harness.verdicts import evidence as ev
 cap = cap_memory(1 << 30)
 con = ev.open_store(__import__("pathlib").Path({str(store)!r}))
-check = ev.rerun(con, ev.Cited("SELECT length(string_agg(repeat(name, 3000000), '')) FROM spans", None))
+check = ev.rerun(con, ci.Cited("SELECT length(string_agg(repeat(name, 3000000), '')) FROM spans", None))
 print(cap, check.ok, check.result)
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
 """

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from harness.verdicts import evidence as ev
+from harness.verdicts import cited as ci
 
 # A number the finding's text quotes as a measurement: "12 spans", "40 % self", "→ 259",
 # "40 GET /products/{id} calls" (up to three words between the number and its unit).
@@ -51,7 +51,7 @@ def _is_status(text: str, m: re.Match) -> bool:
 def text_claims(text: str) -> list[float]:
     """The numbers a finding's own words quote as measured (a count with its unit, or after an
     arrow), never ids, HTTP statuses or code constants; the cited queries are taken out first."""
-    words = ev.prose(text or "")[:ev.PROSE_CAP]
+    words = ci.prose(text or "")[:ci.PROSE_CAP]
     out = []
     for pattern in (_MEASURED, _ARROWED):
         for m in pattern.finditer(words):

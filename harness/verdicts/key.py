@@ -29,6 +29,7 @@ import yaml
 
 from harness.errors import UserError
 from harness.telemetry import claims as cm
+from harness.verdicts import cited as ci
 from harness.verdicts import evidence as ev
 from harness.verdicts.report import Finding
 
@@ -167,8 +168,8 @@ def claim_words(finding: Finding) -> str:
     """The finding's own words: its text, the code it accuses and its evidence without the queries
     it cites. A defect is named by what the finding says, never by the SQL it quotes."""
     # A structured record's queries are fields: its evidence text is only their display.
-    evidence = ev.prose(finding.evidence) if finding.evidence and finding.queries is None else ""
-    return f"{finding.text} {finding.code} {evidence}"[:ev.PROSE_CAP]
+    evidence = ci.prose(finding.evidence) if finding.evidence and finding.queries is None else ""
+    return f"{finding.text} {finding.code} {evidence}"[:ci.PROSE_CAP]
 
 
 def score(finding: Finding, defect: Defect, weights: dict[str, float], said: dict[str, str] | None = None) -> Match:

@@ -42,7 +42,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from harness.verdicts import accused as ac
 from harness.verdicts import claim as cl
+from harness.verdicts import cited as ci
 from harness.telemetry import claims as cm
 from harness.verdicts import evidence as ev
 from harness.telemetry import sqlread
@@ -79,7 +81,7 @@ def _result_text(reruns: list[Rerun]) -> str:
     return "; ".join(f"key query {i + 1}: {r.expect} (got {r.result})" for i, r in enumerate(reruns))
 
 
-def _expect(cited: ev.Cited) -> str:
+def _expect(cited: ci.Cited) -> str:
     if cited.claimed is None:
         return "non-empty, a single number non-zero"
     if cited.claimed == 0:
@@ -91,11 +93,11 @@ def own_evidence(finding: Finding, store: Store) -> tuple[list[ev.QueryCheck], l
     """The finding's cited queries (at most `evidence.MAX_CITED`), re-run on the store; as
     recorded on its ruling; and the problems of the citing itself (too many queries)."""
     if finding.queries is not None:  # a structured record: its queries as fields, no text to mine
-        cited = [ev.Cited(text=str(q.get("query", ""))[:ev.PROSE_CAP], claimed=_read_number(q.get("read")))
+        cited = [ci.Cited(text=str(q.get("query", ""))[:ci.PROSE_CAP], claimed=_read_number(q.get("read")))
                  for q in finding.queries]
     else:
         cited_text = finding.evidence if finding.section == "anomalies" else finding.text  # a gap bullet is one line
-        cited = ev.cited_queries(cited_text)
+        cited = ci.cited_queries(cited_text)
     problems = []
     if len(cited) > ev.MAX_CITED:
         problems.append(f"it cites {len(cited)} queries; at most {ev.MAX_CITED} are re-run for one finding, "
@@ -147,7 +149,7 @@ def reads_defect(check: ev.QueryCheck, defect: Defect) -> bool:
 
 
 def general_problems(finding: Finding, checks: list[ev.QueryCheck], citing: list[str],
-                     accused: ev.Accused) -> list[str]:
+                     accused: ac.Accused) -> list[str]:
     """Why the finding holds up for no defect at all, whichever it names ([] when none)."""
     problems = [finding.problem] if finding.problem else []
     problems += list(citing)
@@ -161,7 +163,7 @@ def general_problems(finding: Finding, checks: list[ev.QueryCheck], citing: list
     return problems
 
 
-def defect_problems(d: Defect, checks: list[ev.QueryCheck], accused: ev.Accused, sources: Path | None,
+def defect_problems(d: Defect, checks: list[ev.QueryCheck], accused: ac.Accused, sources: Path | None,
                     free: set[int], judge: Judge | None = None, finding: Finding | None = None,
                     spent: dict[str, str] | None = None,
                     by_id: dict[str, Defect] | None = None) -> tuple[list[str], int | None, str]:
@@ -211,9 +213,9 @@ def defect_problems(d: Defect, checks: list[ev.QueryCheck], accused: ev.Accused,
     return problems, (supporting[0] if supporting else None), note
 
 
-def _accuses(accused: ev.Accused, d: Defect, sources: Path | None) -> bool:
-    return accused.accuses(_relative(d.file), ev.location_functions(d.function, sources),
-                           ev.location_is_module_level(d.function))
+def _accuses(accused: ac.Accused, d: Defect, sources: Path | None) -> bool:
+    return accused.accuses(_relative(d.file), ac.location_functions(d.function, sources),
+                           ac.location_is_module_level(d.function))
 
 
 def _unread(finding: Finding, kind: str | None) -> RuledFinding:
@@ -338,7 +340,7 @@ def draft_rulings(run_dir: Path, key_path: Path, sources: Path | None = None, co
             checks, own, citing = own_evidence(finding, store)
             # A record accuses code by its fields; a markdown row by its words (paths, `file.py: fn`).
             said = finding.code if finding.queries is not None else f"{finding.text} {finding.code} {finding.evidence}"
-            accused = ev.accused_code(said, sources)
+            accused = ac.accused_code(said, sources)
             # Of several defects with the same claim, the one whose code it accuses first.
             matched.sort(key=lambda d: not _accuses(accused, d, sources))
             general = general_problems(finding, checks, citing, accused)

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from harness.verdicts import evidence as ev
+from harness.verdicts import cited as ci
 from harness.verdicts import timeshift
 from harness.verdicts.key import Defect, check_expectation
 from harness.verdicts.rulings import Rerun
@@ -57,7 +58,7 @@ class Store:
             out.append(Rerun(query=sql, result=got, expect=expect, holds=holds, defect=defect.id))
         return out
 
-    def check(self, cited: ev.Cited) -> ev.QueryCheck:
+    def check(self, cited: ci.Cited) -> ev.QueryCheck:
         """Re-run one query a finding cites, on this store, within the rule's budget."""
         if self._con is None:
             return ev.QueryCheck(cited, ok=False, result=f"error: {self.problem}",
