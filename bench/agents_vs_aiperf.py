@@ -47,6 +47,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from harness.errors import UserError  # noqa: E402
+from harness.markdown_table import row as md_row, rule  # noqa: E402
 from harness.load.agents import aiperf  # noqa: E402
 from harness.load.agents.replay import ReplayOptions, replay  # noqa: E402
 from harness.load.agents.trace import AgentTrace, load  # noqa: E402
@@ -282,18 +283,17 @@ def main() -> int:
     for kind, name, rows in sections:
         lines += [f"## Against {name}", ""]
         if kind == "truth":
-            lines += ["| tool | turns sent / ok | TTFT p50 ms (tool) | TTFT p50 ms (server) | error p50 ms | "
-                      "TTFT p99 ms (tool) | TTFT p99 ms (server) | error p99 ms | in flight mean (server) | "
-                      "peak (server) | wall s |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+            lines += [md_row(["tool", "turns sent / ok", "TTFT p50 ms (tool)", "TTFT p50 ms (server)", "error p50 ms",
+                              "TTFT p99 ms (tool)", "TTFT p99 ms (server)", "error p99 ms", "in flight mean (server)",
+                              "peak (server)", "wall s"]), rule(11, spaced=True)]
             for r in rows:
                 t = r["truth"]
                 e50, e99 = (None if r.get(k) is None or t[k] is None else r[k] - t[k]
                             for k in ("ttft_p50_ms", "ttft_p99_ms"))
-                lines.append(f"| {r['tool']} | {r.get('sent', '—')} / {r.get('ok', '—')} | "
-                             f"{f(r.get('ttft_p50_ms'), '.2f')} | "
-                             f"{f(t['ttft_p50_ms'], '.2f')} | {f(e50, '+.2f')} | {f(r.get('ttft_p99_ms'), '.2f')} | "
-                             f"{f(t['ttft_p99_ms'], '.2f')} | {f(e99, '+.2f')} | {f(t['server_mean'], '.2f')} | "
-                             f"{t['server_peak']} | {r['wall_s']:.1f} |")
+                lines.append(md_row([r["tool"], f"{r.get('sent', '—')} / {r.get('ok', '—')}",
+                                     f(r.get("ttft_p50_ms"), ".2f"), f(t["ttft_p50_ms"], ".2f"), f(e50, "+.2f"),
+                                     f(r.get("ttft_p99_ms"), ".2f"), f(t["ttft_p99_ms"], ".2f"), f(e99, "+.2f"),
+                                     f(t["server_mean"], ".2f"), t["server_peak"], f"{r['wall_s']:.1f}"]))
             for r in rows:
                 if r.get("why"):
                     lines.append(f"\n{r['tool']} failed: `{r['why'][-300:]}`")
@@ -302,12 +302,12 @@ def main() -> int:
             for r in rows:
                 lines.append(f"- {r['tool']}: {r['truth']['prompt_words']}")
         else:
-            lines += ["| tool | turns sent / ok | TTFT p50 ms | TTFT p99 ms | in flight mean (its records) | peak | "
-                      "wall s |", "| --- | --- | --- | --- | --- | --- | --- |"]
+            lines += [md_row(["tool", "turns sent / ok", "TTFT p50 ms", "TTFT p99 ms", "in flight mean (its records)",
+                              "peak", "wall s"]), rule(7, spaced=True)]
             for r in rows:
-                lines.append(f"| {r['tool']} | {r.get('sent', '—')} / {r.get('ok', '—')} | "
-                             f"{f(r.get('ttft_p50_ms'))} | {f(r.get('ttft_p99_ms'))} | {f(r.get('client_mean'), '.2f')} "
-                             f"| {r.get('client_peak', '—')} | {r['wall_s']:.1f} |")
+                lines.append(md_row([r["tool"], f"{r.get('sent', '—')} / {r.get('ok', '—')}", f(r.get("ttft_p50_ms")),
+                                     f(r.get("ttft_p99_ms")), f(r.get("client_mean"), ".2f"), r.get("client_peak", "—"),
+                                     f"{r['wall_s']:.1f}"]))
             for r in rows:
                 if r.get("why"):
                     lines.append(f"\n{r['tool']} failed: `{r['why'][-300:]}`")

@@ -42,6 +42,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from harness.errors import UserError  # noqa: E402
+from harness.markdown_table import row as md_row, rule as md_rule  # noqa: E402
 from harness.load.agents.run import read_trace, run_agents  # noqa: E402
 from harness.load.agents.sweep import Slo  # noqa: E402
 
@@ -181,27 +182,27 @@ def main() -> int:
              f"x{args.time_scale:g}.", "",
              f"SLO for both: {slo.describe()}, and no failed request (a classroom request is one model call; an "
              f"agents turn is one model call too).", "",
-             "| level | load | requests (ok / failed) | TTFT p50 s | TTFT p99 s | turn/request p50 s | "
-             "turn/request p99 s | prompt tokens p50 | output tokens p50 | meets the SLO |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             md_row(["level", "load", "requests (ok / failed)", "TTFT p50 s", "TTFT p99 s", "turn/request p50 s",
+                     "turn/request p99 s", "prompt tokens p50", "output tokens p50", "meets the SLO"]),
+             md_rule(10, spaced=True)]
     for n in levels:
         turns = agents["turns_by_level"].get(str(n), [])
         ok = [t for t in turns if t["ok"]]
         lv = by_level.get(n)
         a_ttft = [t["ttft_s"] for t in ok if t["ttft_s"] is not None]
         a_turn = [t["turn_s"] for t in ok if t["turn_s"] is not None]
-        lines.append(f"| {n} | agents | {len(ok)} / {len(turns) - len(ok)} | {f(p(a_ttft, 50))} | "
-                     f"{f(p(a_ttft, 99))} | {f(p(a_turn, 50))} | {f(p(a_turn, 99))} | "
-                     f"{f(p([t['prompt_tokens'] for t in ok if t['prompt_tokens']], 50), 0)} | "
-                     f"{f(p([t['completion_tokens'] for t in ok if t['completion_tokens']], 50), 0)} | "
-                     f"{'yes' if lv and lv['passed'] else 'no' if lv else 'not run (the sweep stopped)'} |")
+        lines.append(md_row([n, "agents", f"{len(ok)} / {len(turns) - len(ok)}", f(p(a_ttft, 50)), f(p(a_ttft, 99)),
+                             f(p(a_turn, 50)), f(p(a_turn, 99)),
+                             f(p([t["prompt_tokens"] for t in ok if t["prompt_tokens"]], 50), 0),
+                             f(p([t["completion_tokens"] for t in ok if t["completion_tokens"]], 50), 0),
+                             "yes" if lv and lv["passed"] else "no" if lv else "not run (the sweep stopped)"]))
         c = classroom.get(n)
         if c:
-            lines.append(f"| {n} | classroom | {c['ok']} / {c['failed']}"
-                         + (f" (+{c['cut_off']} cut off at the end)" if c["cut_off"] else "")
-                         + f" | {f(c['ttft_p50'])} | {f(c['ttft_p99'])} | {f(c['time_p50'])} | {f(c['time_p99'])} | "
-                         f"{f(c['prompt_p50'], 0)} | {f(c['output_p50'], 0)} | "
-                         f"{'yes' if meets(c['ttft_p99'], c['time_p99'], c['failed'], slo) else 'no'} |")
+            lines.append(md_row([n, "classroom", f"{c['ok']} / {c['failed']}"
+                                 + (f" (+{c['cut_off']} cut off at the end)" if c["cut_off"] else ""),
+                                 f(c["ttft_p50"]), f(c["ttft_p99"]), f(c["time_p50"]), f(c["time_p99"]),
+                                 f(c["prompt_p50"], 0), f(c["output_p50"], 0),
+                                 "yes" if meets(c["ttft_p99"], c["time_p99"], c["failed"], slo) else "no"]))
     sustained_classroom = max((n for n in levels if classroom.get(n) and meets(
         classroom[n]["ttft_p99"], classroom[n]["time_p99"], classroom[n]["failed"], slo)
         and all(classroom.get(m) and meets(classroom[m]["ttft_p99"], classroom[m]["time_p99"], classroom[m]["failed"],
