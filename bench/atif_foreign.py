@@ -30,6 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.errors import UserError  # noqa: E402
+from harness.markdown_table import row as md_row, rule as md_rule  # noqa: E402
 from harness.load.agents.atif import convert, read, sniff  # noqa: E402
 from harness.load.agents.replay import ReplayOptions, replay  # noqa: E402
 
@@ -71,12 +72,12 @@ def start_timed(folder: Path) -> tuple[subprocess.Popen, str]:
 
 def row(path: Path, shown: str, url: str | None, model: str) -> tuple[str, list[str]]:
     if not sniff(path):
-        return f"| {shown} | not ATIF (no schema_version \"ATIF...\") | | | | | | | | |", []
+        return md_row([shown, 'not ATIF (no schema_version "ATIF...")', *[""] * 8]), []
     try:
         traj = read(path)
         trace = convert(path)
     except UserError as exc:
-        return f"| {shown} | refused: {exc.message} ({exc.field}) | | | | | | | | |", []
+        return md_row([shown, f"refused: {exc.message} ({exc.field})", *[""] * 8]), []
     turns = [t for s in trace.sessions for t in s.turns]
     thinks = [t.think_s for t in turns if t.think_s is not None]
     replayed = ""
@@ -87,10 +88,10 @@ def row(path: Path, shown: str, url: str | None, model: str) -> tuple[str, list[
         replayed = f"{len(ok)}/{len(turns)} ok" + (f", TTFT p50 {ttft * 1000:.0f} ms" if ttft is not None else "")
     agent_steps = sum(1 for s in traj.steps if s.source == "agent")
     total = traj.final_metrics.total_prompt_tokens if traj.final_metrics else None
-    return (f"| {shown} | {traj.agent.name} {traj.agent.version} · {traj.schema_version} | {len(traj.steps)} "
-            f"({agent_steps} agent) | {len(trace.sessions)} | {len(turns)} | {sum(t.prompt_tokens for t in turns):,} "
-            f"| {'' if total is None else f'{total:,}'} | {sum(t.output_tokens for t in turns):,} | {sum(thinks):.2f} "
-            f"| {replayed} |"), trace.notes
+    return md_row([shown, f"{traj.agent.name} {traj.agent.version} · {traj.schema_version}",
+                   f"{len(traj.steps)} ({agent_steps} agent)", len(trace.sessions), len(turns),
+                   f"{sum(t.prompt_tokens for t in turns):,}", "" if total is None else f"{total:,}",
+                   f"{sum(t.output_tokens for t in turns):,}", f"{sum(thinks):.2f}", replayed]), trace.notes
 
 
 def round_trip(run_dir: Path, tmp: Path) -> str:
@@ -105,15 +106,15 @@ def round_trip(run_dir: Path, tmp: Path) -> str:
         path.write_text(json.dumps(build_trajectory(run_dir).to_json_dict()))
         direct, via = from_run(run_dir), convert(path)
     except UserError as exc:
-        return f"| {run_dir.name} | refused: {exc.message} | | | | |"
+        return md_row([run_dir.name, f"refused: {exc.message}", *[""] * 4])
     a = sorted(direct.sessions, key=lambda x: x.turns[0].start_s)
     b = sorted(via.sessions, key=lambda x: x.turns[0].start_s)
     pairs = [(s, t) for x, y in zip(a, b, strict=False) for s, t in zip(x.turns, y.turns, strict=False)]
     sizes = ("prompt_tokens", "output_tokens", "cached_tokens", "reused_blocks", "tool_calls")
     same = sum(all(getattr(s, k) == getattr(t, k) for k in sizes) for s, t in pairs)
     gaps = [abs(s.think_s - t.think_s) for s, t in pairs if s.think_s is not None and t.think_s is not None]
-    return (f"| {run_dir.name} | {len(a)} / {len(b)} | {sum(len(x.turns) for x in a)} / {sum(len(y.turns) for y in b)} "
-            f"| {same}/{len(pairs)} | {max(gaps, default=0) * 1e6:.1f} | {len(via.notes)} |")
+    return md_row([run_dir.name, f"{len(a)} / {len(b)}", f"{sum(len(x.turns) for x in a)} / {sum(len(y.turns) for y in b)}",
+                   f"{same}/{len(pairs)}", f"{max(gaps, default=0) * 1e6:.1f}", len(via.notes)])
 
 
 def shown_argv() -> list[str]:
@@ -181,9 +182,8 @@ def main() -> int:
              "subagent file is also a row of its own. Prompt tokens: the trace's sum, beside the file's own "
              "`final_metrics.total_prompt_tokens` (which also counts the files a trajectory names, present or not). "
              "Think = the sum of the trace's think times (s).", "",
-             "| file | agent · schema | steps | sessions | turns | prompt tokens | file's total | output tokens "
-             "| think s | replayed |",
-             "|---|---|---|---|---|---|---|---|---|---|", *rows, "",
+             md_row(["file", "agent · schema", "steps", "sessions", "turns", "prompt tokens", "file's total",
+                     "output tokens", "think s", "replayed"]), md_rule(10), *rows, "",
              "What each conversion assumed (printed by `load-trace`, kept in the trace's `notes`):", "", *notes, "",
              f"Bench wall time {time.monotonic() - started:.1f} s."]
     if trips:
@@ -193,8 +193,8 @@ def main() -> int:
             "output and cached tokens, reused blocks and tool names all equal. Runs are named by their id: the "
             "committed runs keep no wire log (tests/test_atif_in.py compares them in their token sums), so these are "
             "run folders a launch left here.", "",
-            "| run | sessions (wire / via ATIF) | turns | turns equal in sizes | max think Δ µs | notes |",
-            "|---|---|---|---|---|---|", *trips, ""]
+            md_row(["run", "sessions (wire / via ATIF)", "turns", "turns equal in sizes", "max think Δ µs", "notes"]),
+            md_rule(6), *trips, ""]
     text = "\n".join(lines) + "\n"
     if args.out:
         args.out.write_text(text, encoding="utf-8")
