@@ -15,7 +15,8 @@ from fakes.arm_server import FakeArm
 from harness.errors import UserError
 from harness.matrix.plan import MatrixPlan, check_plan, load_plan, validate_plan
 from harness.matrix.report import matrix_report
-from harness.matrix.runner import QUOTA_REFUSAL, cell_bound_usd, prepare
+from harness.matrix.resume import prepare
+from harness.matrix.runner import QUOTA_REFUSAL, cell_bound_usd
 from harness.matrix.state import Attempt, Cell, CellStatus, MatrixState, StateFolder
 from harness.run.record import RowKey, RunRecord, Status, Timestamps, Trial, utcnow
 from test_azure_stack import arm, in_process  # noqa: F401 - the fake ARM fixtures

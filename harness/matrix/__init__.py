@@ -24,7 +24,8 @@ from harness.atomic import write_atomic
 from harness.errors import UserError
 from harness.matrix.plan import MatrixPlan, check_plan
 from harness.matrix.report import live_table, matrix_report, status_line
-from harness.matrix.runner import MatrixRun, prepare
+from harness.matrix.resume import prepare
+from harness.matrix.runner import MatrixRun
 from harness.matrix.state import Cell, MatrixState, StateFolder
 
 __all__ = ["MatrixPlan", "run_matrix"]
