@@ -22,6 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.embedded import models  # noqa: E402
+from harness.markdown_table import row, rule  # noqa: E402
 from harness.stacks.llamacpp import CPU_BACKEND, llama_server_binary  # noqa: E402
 
 CONFIGS = [  # (flash attention, K type, V type)
@@ -44,8 +45,8 @@ def main() -> None:
     if gguf is None or (server is None and args.bench is None):
         raise SystemExit("run `make setup` first")
     bench = args.bench or server.with_name("llama-bench")
-    print(f"| fa | K | V | pp1024 @ d{args.depth} tok/s | tg32 @ d{args.depth} tok/s | CPU backend |\n"
-          "| --- | --- | --- | --- | --- | --- |")
+    print(row(["fa", "K", "V", f"pp1024 @ d{args.depth} tok/s", f"tg32 @ d{args.depth} tok/s", "CPU backend"]))
+    print(rule(6, spaced=True))
     for fa, k, v in [SHIPPED] if args.only_shipped else CONFIGS:
         out = subprocess.run([str(bench), "-m", str(gguf), "-t", str(args.threads), "-p", "1024", "-n", "32",
                               "-d", str(args.depth), "-fa", fa, "-ctk", k, "-ctv", v, "-r", str(args.repeats),
@@ -53,7 +54,7 @@ def main() -> None:
         speeds = [line.split(",")[-2].strip('"') for line in out.stdout.splitlines()[1:] if line.strip()]
         cells = (speeds + ["failed", "failed"])[:2] if out.returncode == 0 else ["failed", "failed"]
         loaded = CPU_BACKEND.search(out.stderr)  # a dispatch build names the variant it loaded
-        print(f"| {fa} | {k} | {v} | {cells[0]} | {cells[1]} | {loaded['lib'] if loaded else 'built in'} |", flush=True)
+        print(row([fa, k, v, cells[0], cells[1], loaded["lib"] if loaded else "built in"]), flush=True)
 
 
 if __name__ == "__main__":
