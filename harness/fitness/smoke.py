@@ -41,6 +41,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 PHASES = ("telemetry", "warmup", "tooluse", "throughput", "judge", "kl")
@@ -65,6 +66,15 @@ class Failed(Exception):
 
 class Broken(Exception):
     """The phase could not measure (the endpoint, the wire): a pipeline error."""
+
+
+def sse_data(lines) -> Iterator[str]:
+    """The payloads of the `data:` lines of a streamed body read line by line. The harness's
+    one SSE decoder is harness/wire/sse.py; this file must run alone (one file, nothing beside
+    it), so it keeps these lines, and tests/test_sse.py holds them to that decoder."""
+    for raw in lines:
+        if raw.startswith(b"data:"):
+            yield raw[5:].strip().decode("utf-8", "replace")
 
 
 class Client:
@@ -114,11 +124,7 @@ class Client:
         except (urllib.error.URLError, OSError) as exc:
             raise Broken(f"POST {self.root}/v1/chat/completions: {getattr(exc, 'reason', exc)}") from None
         with resp:
-            for raw in resp:
-                line = raw.decode("utf-8", "replace").strip()
-                if not line.startswith("data:"):
-                    continue
-                payload = line[5:].strip()
+            for payload in sse_data(resp):
                 if payload == "[DONE]":
                     break
                 try:

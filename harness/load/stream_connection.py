@@ -1,7 +1,7 @@
 """One keep-alive HTTP/1.1 connection of the streaming client (harness/load/client.py has
-the definitions it measures by): the response and SSE parser that stamps each token chunk
-with its arrival, and the socket that reads with the kernel's receive time. `Result` is
-what one request measured."""
+the definitions it measures by): the response parser that stamps each token chunk (its SSE
+line read by harness/wire/sse.py) with its arrival, and the socket that reads with the
+kernel's receive time. `Result` is what one request measured."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 
 from harness.kernel_stamps import StampedSocket, receive_age_ns
+from harness.wire import sse
 
 HEAD_END = b"\r\n\r\n"
 FAST_CONTENT = b'"content":"'
@@ -76,7 +77,7 @@ class StreamConnection(asyncio.Protocol):
         self._result: Result | None = None
         self._done: asyncio.Future | None = None
         self._buf = b""
-        self._sse = b""
+        self._sse = sse.Decoder()
         self._mode = "idle"  # idle | head | chunk-size | chunk-data | chunk-end | trailer | length | close
         self._left = 0
         self._event_stream = False
@@ -113,7 +114,8 @@ class StreamConnection(asyncio.Protocol):
     def begin(self, result: Result, request: bytes) -> asyncio.Future:
         self._result = result
         self._done = asyncio.get_running_loop().create_future()
-        self._buf = self._sse = b""
+        self._buf = b""
+        self._sse = sse.Decoder()
         self._mode = "head"
         self._sse_done = False
         self.reusable = False
@@ -241,23 +243,14 @@ class StreamConnection(asyncio.Protocol):
             if len(result.body) < 1 << 22:
                 result.body += data
             return
-        buf = self._sse + data if self._sse else data
-        start = 0
-        while True:
-            end = buf.find(b"\n", start)
-            if end < 0:
-                break
-            line = buf[start:end]
-            start = end + 1
-            if line.startswith(b"data:"):
-                self._event(line[5:].strip(), now)
-                if self._result is None:
-                    return
-        self._sse = buf[start:]
+        for payload in self._sse.feed(data):
+            self._event(payload, now)
+            if self._result is None:
+                return  # [DONE] on a connection that closes: the rest of the read belongs to no request
 
     def _event(self, payload: bytes, now: int) -> None:
         result = self._result
-        if payload == b"[DONE]":
+        if payload == sse.DONE_BYTES:
             self._sse_done = True
             result.end_ns = now
             if self._mode == "close":

@@ -12,9 +12,10 @@ final chunk (or of the whole answer), the tool calls' names and the finish reaso
 HTTP/1.1 is parsed with h11 on both directions (keep-alive and chunked bodies included),
 each chunk before it is forwarded: bytes the tap cannot parse end the connection (never
 relayed unseen; counted as `broken`), and h11's head limit (HEAD_CAP) is above any
-server's. A server-sent-event answer is read line by line as it streams; request bodies
-are parsed whole up to `BODY_CAP`, and the bytes held across all of a run's connections
-never pass BUFFER_BUDGET (past it a body is counted, not parsed: `unparsed`).
+server's. A server-sent-event answer is read line by line as it streams (harness/wire/sse.py,
+a line at most its LINE_CAP); request bodies are parsed whole up to `BODY_CAP`, and the bytes
+held across all of a run's connections never pass BUFFER_BUDGET (past it a body is counted,
+not parsed: `unparsed`).
 """
 
 from __future__ import annotations
@@ -29,11 +30,12 @@ from pathlib import Path
 
 import h11
 
+from harness.wire.sse import DONE_BYTES, Decoder
+
 WIRE_LOG = "wire.jsonl"
 BODY_CAP = 32 << 20  # a request body parsed whole up to this many bytes (opencode's prompts: ~1 MB)
 BUFFER_BUDGET = 256 << 20  # bytes of bodies held at once across every connection of a run
 HEAD_CAP = 1 << 20  # h11's limit on a request or response head (uvicorn's is 16 KiB, llama.cpp's 8 KiB a line)
-_LINE_CAP = 1 << 20  # one SSE line (a chunk of a few tokens is well under 1 KiB)
 
 
 def _iso(t: float | None) -> str | None:
@@ -54,7 +56,7 @@ class _Exchange:
     ended: float | None = None
     response_bytes: int = 0
     sse: bool = False
-    line: bytearray = field(default_factory=bytearray)
+    events: Decoder = field(default_factory=Decoder)
     whole: bytearray = field(default_factory=bytearray)
     usage: dict | None = None
     tool_calls: list[str] = field(default_factory=list)
@@ -92,14 +94,11 @@ class _Exchange:
             else:
                 self.unparsed = True
             return
-        for byte_line in _lines(self.line, data):
-            self._sse_line(byte_line)
+        for payload in self.events.feed(data):
+            self._sse_data(payload)
 
-    def _sse_line(self, raw: bytes) -> None:
-        if not raw.startswith(b"data:"):
-            return
-        payload = raw[5:].strip()
-        if payload == b"[DONE]":
+    def _sse_data(self, payload: bytes) -> None:
+        if payload == DONE_BYTES:
             return
         try:
             chunk = json.loads(payload)
@@ -129,8 +128,9 @@ class _Exchange:
 
     def finish(self) -> None:
         self.ended = time.time()
-        if self.sse and self.line:
-            self._sse_line(bytes(self.line))
+        if self.sse:
+            for payload in self.events.end():
+                self._sse_data(payload)
         elif not self.sse and self.whole and not self.unparsed:
             try:
                 self._chunk(json.loads(bytes(self.whole)), streamed=False)
@@ -141,17 +141,6 @@ class _Exchange:
         """What this exchange held of the run's budget, given back."""
         log.release(len(self.body) + len(self.whole))
         self.body, self.whole = bytearray(), bytearray()
-
-
-def _lines(buffer: bytearray, data: bytes):
-    """Complete lines of `buffer + data` (the rest stays in `buffer`, never past _LINE_CAP)."""
-    buffer += data
-    while (cut := buffer.find(b"\n")) >= 0:
-        line = bytes(buffer[:cut]).rstrip(b"\r")
-        del buffer[:cut + 1]
-        yield line
-    if len(buffer) > _LINE_CAP:
-        del buffer[:]
 
 
 def _usage(raw: dict) -> dict:
