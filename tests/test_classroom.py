@@ -16,7 +16,8 @@ import pytest
 from harness.errors import UserError
 from harness.load.classroom import run_classroom
 from harness.load.classroom_config import ClassroomConfig, load_keys, load_prompt_file
-from harness.load.classroom_student import COMPACTION_PROMPT, CONTINUE_PROMPT, retry_after
+from harness.load.classroom_student import COMPACTION_PROMPT, CONTINUE_PROMPT
+from harness.wire.retry_after import from_headers as retry_after
 from harness.load.classroom_project import Project, glob_matches
 from harness.load.classroom_toolbox import Toolbox
 from harness.load.classroom_report import pct

@@ -1,17 +1,20 @@
 """One simulated student of the classroom: its clock, its model calls (streamed, retried on
 429/503 as Retry-After says) and its agent loop over the lab project (see classroom.py for
-the whole story)."""
+the whole story).
+
+Its retry loop is its own, not the harness's policy on tenacity (harness/wire/retry.py): it
+runs from a bare `python3 -S` (seed 002), waits on the simulated clock up to the hard stop,
+backs off as opencode does, and records each attempt. What it reads off the wire is shared:
+the stream by harness/wire/sse.py, Retry-After by harness/wire/retry_after.py."""
 
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import json
 import math
 import random
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from harness.load import stdlib_http
@@ -29,6 +32,7 @@ from harness.load.classroom_project import Project
 from harness.load.classroom_toolbox import Toolbox
 from harness.load.classroom_lab import FOLLOW_UPS
 from harness.load.classroom_scenarios import fix_steps, plan, scenario_for
+from harness.wire import retry_after, sse
 from harness.wire.openai import bearer
 
 
@@ -105,29 +109,6 @@ def estimate_tokens(messages: list[dict], tools: list[dict] | tuple[dict, ...]) 
     chars = sum(len(message_text(m.get("content"))) + sum(len(c["function"]["arguments"]) for c in m.get("tool_calls", []))
                 for m in messages)
     return max(1, math.ceil((chars + len(json.dumps(list(tools)))) / 4))
-
-
-def retry_after(headers: httpx.Headers) -> float | None:
-    """Seconds from `retry-after-ms`, or `Retry-After` as seconds or an HTTP date."""
-    if (ms := headers.get("retry-after-ms")) is not None:
-        try:
-            return max(0.0, float(ms) / 1000)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
 class Run:
@@ -343,16 +324,13 @@ class Student:
                     raw = (await resp.aread()).decode(errors="replace")
                     record["e2e_s"] = round(clock.now() - t0, 4)
                     record["error"] = f"HTTP {resp.status_code}"
-                    wait = retry_after(resp.headers)
+                    wait = retry_after.from_headers(resp.headers)
                     record["retry_after_s"] = wait
                     too_long = resp.status_code == 400 and any(
                         s in raw.lower() for s in ("context length", "maximum context", "too long", "context window"))
                     return Reply(ok=False, overflow=too_long, error=record["error"]), wait
-                async for line in resp.aiter_lines():
-                    if not line.startswith("data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == "[DONE]":
+                async for data in sse.aevents(resp.aiter_bytes()):
+                    if data == sse.DONE:
                         done = True
                         break
                     chunk = json.loads(data)
