@@ -22,7 +22,8 @@ from harness.fitness.config import WebhookCfg
 from harness.fitness.phases import PhaseResult
 from harness.fitness.runner import merge
 from harness.fitness.thresholds import Bar, Thresholds, exit_code, verdicts
-from harness.fitness.webhook import post, retry_after
+from harness.fitness.webhook import post
+from harness.wire.retry import retry_after
 
 CLI = REPO / ".venv" / "bin" / "llms-benchmark"
 # the seed's webhook schema, then ours beside it

@@ -2,7 +2,7 @@
 context, the server's own identity, and two ways to ask it (streamed and whole).
 
 Errors quote the response body (a bad model slug explains itself). A 429 or a transient
-5xx is asked again under the seed's Retry-After policy (harness/fitness/retry.py), and every
+5xx is asked again under the seed's Retry-After policy (harness/wire/retry.py), and every
 retry and every empty answer is counted in the endpoint's `tally` (one per phase).
 """
 
@@ -19,7 +19,9 @@ import httpx
 from harness.errors import UserError
 from harness.serving import engine as serving_engine
 from harness.fitness.config import RetryCfg
-from harness.fitness.retry import Retrier, Tally
+from harness.fitness.retry import Tally
+from harness.wire import sse
+from harness.wire.retry import Busy, Retrier, busy
 from harness.wire.tls import tls
 
 BODY_QUOTE = 500
@@ -57,12 +59,9 @@ class Endpoint:
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
-    def retrier(self) -> Retrier:
-        return Retrier(self.retry, self.tally, self.sleep, self.retry.budget_s)
-
-    def _transient(self, exc: httpx.HTTPError) -> bool:
-        # refused or dropped before an answer (a server restarting); a read timeout is not asked again
-        return self.retry.connect_errors and isinstance(exc, (httpx.ConnectError, httpx.RemoteProtocolError))
+    def retrier(self, transient: Callable[[BaseException], str | None] | None = None) -> Retrier:
+        return Retrier(self.retry, self.sleep, self.retry.budget_s, tally=self.tally,
+                       transient=transient or (lambda exc: _transient(self.retry, exc)))
 
     def _answered(self, answer: Answer) -> Answer:
         self.tally.answered(empty=not (answer.content or "").strip() and not answer.calls)
@@ -74,19 +73,17 @@ class Endpoint:
     def chat(self, messages: list[dict], **extra: Any) -> Answer:
         """One non-streamed chat completion."""
         retrier = self.retrier()
-        while True:
-            try:
-                resp = httpx.post(f"{self.base_url}/v1/chat/completions", json=self._body(messages, **extra),
-                                  headers=self.headers(), timeout=self.timeout_s, verify=tls())
-            except httpx.HTTPError as exc:
-                if self._transient(exc) and retrier.again("connect"):
-                    continue
-                raise PhaseError(f"POST /v1/chat/completions failed{_after(retrier)}: "
-                                 f"{exc or type(exc).__name__}") from None
-            if resp.status_code in self.retry.statuses and retrier.again(str(resp.status_code),
-                                                                          resp.headers.get("Retry-After")):
-                continue
-            break
+        try:
+            for attempt in retrier:
+                with attempt:
+                    resp = busy(httpx.post(f"{self.base_url}/v1/chat/completions", json=self._body(messages, **extra),
+                                            headers=self.headers(), timeout=self.timeout_s, verify=tls()),
+                                 self.retry.statuses)
+        except Busy as exc:
+            resp = exc.response
+        except httpx.HTTPError as exc:
+            raise PhaseError(f"POST /v1/chat/completions failed{_after(retrier)}: "
+                             f"{exc or type(exc).__name__}") from None
         if resp.status_code != 200:
             raise PhaseError(f"POST /v1/chat/completions answered HTTP {resp.status_code}{_after(retrier)}: "
                              f"{resp.text[:BODY_QUOTE]}")
@@ -107,34 +104,30 @@ class Endpoint:
         """One streamed chat completion, its deltas folded the way an OpenAI client folds them."""
         body = self._body(messages, stream=True, stream_options={"include_usage": True}, **extra)
         retrier = self.retrier()
-        while True:
-            try:
-                return self._answered(self._stream_once(body, retrier))
-            except _Again:
-                continue
-            except httpx.HTTPError as exc:
-                if self._transient(exc) and retrier.again("connect"):
-                    continue
-                raise PhaseError(f"POST /v1/chat/completions (stream) failed{_after(retrier)}: "
-                                 f"{exc or type(exc).__name__}") from None
+        try:
+            for attempt in retrier:
+                with attempt:
+                    answer = self._stream_once(body, retrier)
+        except Busy as exc:
+            raise PhaseError(f"POST /v1/chat/completions (stream) answered HTTP {exc.status}{_after(retrier)}: "
+                             f"{exc.response.text[:BODY_QUOTE]}") from None
+        except httpx.HTTPError as exc:
+            raise PhaseError(f"POST /v1/chat/completions (stream) failed{_after(retrier)}: "
+                             f"{exc or type(exc).__name__}") from None
+        return self._answered(answer)
 
     def _stream_once(self, body: dict[str, Any], retrier: Retrier) -> Answer:
-        """One streamed attempt; `_Again` when its status is retried (only before any chunk was read)."""
+        """One streamed attempt; `Busy` when its status is retried (only before any chunk was read)."""
         answer, slots, t0 = Answer(), {}, time.monotonic()
         with httpx.stream("POST", f"{self.base_url}/v1/chat/completions", json=body, headers=self.headers(),
                           timeout=self.timeout_s, verify=tls()) as resp:
             if resp.status_code != 200:
                 resp.read()
-                if resp.status_code in self.retry.statuses and retrier.again(str(resp.status_code),
-                                                                              resp.headers.get("Retry-After")):
-                    raise _Again()
+                busy(resp, self.retry.statuses)
                 raise PhaseError(f"POST /v1/chat/completions (stream) answered HTTP {resp.status_code}"
                                  f"{_after(retrier)}: {resp.text[:BODY_QUOTE]}")
-            for line in resp.iter_lines():
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
+            for data in sse.events(resp.iter_bytes()):
+                if data == sse.DONE:
                     break
                 try:
                     chunk = json.loads(data)
@@ -161,8 +154,10 @@ class Endpoint:
         return answer
 
 
-class _Again(Exception):
-    """A streamed attempt answered a retried status; the wait is done, ask again."""
+def _transient(retry: RetryCfg, exc: BaseException) -> str | None:
+    # refused or dropped before an answer (a server restarting); a read timeout is not asked again
+    return "connect" if retry.connect_errors and isinstance(exc, (httpx.ConnectError, httpx.RemoteProtocolError)) \
+        else None
 
 
 def _after(retrier: Retrier) -> str:
@@ -181,19 +176,16 @@ def discover(base_url: str, model: str | None, api_key: str | None, timeout_s: f
         raise UserError(f"'{base_url}' is not an http(s) URL", field="base URL",
                         fix="give the server's base URL, e.g. http://127.0.0.1:8000")
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    retrier = Retrier(retry, tally, sleep, retry.budget_s)
-    while True:
-        try:
-            resp = httpx.get(f"{root}/v1/models", headers=headers, timeout=10, verify=tls())
-        except httpx.HTTPError as exc:
-            if retry.connect_errors and isinstance(exc, (httpx.ConnectError, httpx.RemoteProtocolError)) \
-                    and retrier.again("connect"):
-                continue
-            raise UserError(f"cannot reach {root}{_after(retrier)}: {exc or type(exc).__name__}", field="base URL",
-                            fix="start the server, or correct the URL (GET <url>/v1/models must answer)") from None
-        if resp.status_code in retry.statuses and retrier.again(str(resp.status_code), resp.headers.get("Retry-After")):
-            continue
-        break
+    retrier = Retrier(retry, sleep, retry.budget_s, tally=tally, transient=lambda exc: _transient(retry, exc))
+    try:
+        for attempt in retrier:
+            with attempt:
+                resp = busy(httpx.get(f"{root}/v1/models", headers=headers, timeout=10, verify=tls()), retry.statuses)
+    except Busy as exc:
+        resp = exc.response
+    except httpx.HTTPError as exc:
+        raise UserError(f"cannot reach {root}{_after(retrier)}: {exc or type(exc).__name__}", field="base URL",
+                        fix="start the server, or correct the URL (GET <url>/v1/models must answer)") from None
     if resp.status_code != 200:
         raise UserError(f"{root}/v1/models answered HTTP {resp.status_code}: {resp.text[:BODY_QUOTE]}",
                         field="base URL", fix="pass the key's variable with --api-key-env"

@@ -9,7 +9,7 @@ logprobs of the next token come out, for every position of a prompt.
 - vLLM: `POST /tokenize`; `POST /v1/completions` with the ids, `max_tokens: 1` and
   `prompt_logprobs: k` (one request per prompt: every position at once).
 
-Requests are retried under the run's policy (harness/fitness/retry.py) and counted.
+Requests are retried under the run's policy (harness/wire/retry.py) and counted.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ import httpx
 
 from harness.fitness.config import RetryCfg
 from harness.fitness.endpoint import BODY_QUOTE, PhaseError
-from harness.fitness.retry import Retrier, Tally
+from harness.fitness.retry import Tally
+from harness.wire.retry import Busy, Retrier, busy
 from harness.wire.tls import tls
 
 APIS = ("llamacpp", "vllm")
@@ -42,25 +43,24 @@ class Native:
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        retrier = Retrier(self.retry, self.tally, self.sleep, self.retry.budget_s)
-        while True:
-            try:
-                resp = httpx.post(f"{self.base_url}{path}", json=body, headers=headers, timeout=self.timeout_s,
-                                   verify=tls())
-            except httpx.HTTPError as exc:
-                if isinstance(exc, (httpx.ConnectError, httpx.RemoteProtocolError)) and retrier.again("connect"):
-                    continue
-                raise PhaseError(f"POST {self.base_url}{path} failed: {exc or type(exc).__name__}") from None
-            if resp.status_code in self.retry.statuses and retrier.again(str(resp.status_code),
-                                                                          resp.headers.get("Retry-After")):
-                continue
-            if resp.status_code != 200:
-                raise PhaseError(f"POST {self.base_url}{path} answered HTTP {resp.status_code}: "
-                                 f"{resp.text[:BODY_QUOTE]}")
-            try:
-                return resp.json()
-            except ValueError:
-                raise PhaseError(f"POST {self.base_url}{path} did not answer JSON: {resp.text[:BODY_QUOTE]}") from None
+        retrier = Retrier(self.retry, self.sleep, self.retry.budget_s, tally=self.tally, transient=lambda exc: "connect"
+                          if isinstance(exc, (httpx.ConnectError, httpx.RemoteProtocolError)) else None)
+        try:
+            for attempt in retrier:
+                with attempt:
+                    resp = busy(httpx.post(f"{self.base_url}{path}", json=body, headers=headers,
+                                           timeout=self.timeout_s, verify=tls()), self.retry.statuses)
+        except Busy as exc:
+            resp = exc.response
+        except httpx.HTTPError as exc:
+            raise PhaseError(f"POST {self.base_url}{path} failed: {exc or type(exc).__name__}") from None
+        if resp.status_code != 200:
+            raise PhaseError(f"POST {self.base_url}{path} answered HTTP {resp.status_code}: "
+                             f"{resp.text[:BODY_QUOTE]}")
+        try:
+            return resp.json()
+        except ValueError:
+            raise PhaseError(f"POST {self.base_url}{path} did not answer JSON: {resp.text[:BODY_QUOTE]}") from None
 
     def tokenize(self, text: str) -> list[int]:
         if self.api == "llamacpp":

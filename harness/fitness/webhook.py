@@ -3,8 +3,8 @@ Slack-style receivers) to the URL held in an environment variable named by the c
 
 A 429 waits as its Retry-After says (clamped to [retry_after_min_s, retry_after_max_s];
 the default when it says nothing usable), up to `attempts` tries; a 5xx or a connection
-error is retried the same way. Any failure is a warning quoting the response body: it
-never changes the exit code. The URL is never printed (it often carries a token).
+error is retried the same way (harness/wire/retry.py, the one policy). Any failure is a
+warning quoting the response body: it never changes the exit code. The URL is never printed (it often carries a token).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import httpx
 
 from harness.fitness.config import WebhookCfg
 from harness.fitness.report import summary
-from harness.fitness.retry import retry_after  # noqa: F401  (one policy: seconds or a date, clamped)
+from harness.wire.retry import RETRIED, Busy, Retrier, busy
 from harness.wire.tls import tls
 
 BODY_QUOTE = 300
@@ -27,24 +27,19 @@ BODY_QUOTE = 300
 def post(url: str, payload: dict[str, Any], cfg: WebhookCfg, *,
          sleep: Callable[[float], None] = time.sleep) -> str | None:
     """None when delivered, else the warning (with the last response body)."""
-    last = "no attempt"
-    for attempt in range(1, cfg.attempts + 1):
-        try:
-            resp = httpx.post(url, json=payload, timeout=cfg.timeout_s, verify=tls())
-        except httpx.HTTPError as exc:
-            last = f"{type(exc).__name__}: {exc}"
-            if attempt < cfg.attempts:
-                sleep(retry_after(None, cfg))
-            continue
-        if resp.status_code < 300:
-            return None
-        last = f"HTTP {resp.status_code}: {resp.text[:BODY_QUOTE]}"
-        if resp.status_code == 429 or resp.status_code >= 500:
-            if attempt < cfg.attempts:
-                sleep(retry_after(resp.headers.get("Retry-After"), cfg))
-            continue
-        break  # another 4xx will not change by retrying
-    return f"webhook POST failed after {attempt} attempt(s): {last}"
+    retrier = Retrier(cfg, sleep, transient=lambda exc: "connect" if isinstance(exc, httpx.HTTPError) else None)
+    try:
+        for attempt in retrier:
+            with attempt:
+                resp = busy(httpx.post(url, json=payload, timeout=cfg.timeout_s, verify=tls()), RETRIED)
+    except Busy as exc:
+        resp = exc.response
+    except httpx.HTTPError as exc:
+        return f"webhook POST failed after {retrier.attempt} attempt(s): {type(exc).__name__}: {exc}"
+    if resp.status_code < 300:
+        return None
+    # another 4xx will not change by retrying
+    return f"webhook POST failed after {retrier.attempt} attempt(s): HTTP {resp.status_code}: {resp.text[:BODY_QUOTE]}"
 
 
 def send(cfg: WebhookCfg, doc: dict[str, Any], say: Callable[[str], None], report_dir=None,

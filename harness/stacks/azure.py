@@ -39,6 +39,7 @@ from harness.stacks.base import GpuCell, Unit, file_logs, unit_name
 from harness.vot import render
 from harness.vot.environment import Environment
 from harness.vot.preset import ResolvedPreset
+from harness.wire.retry import NOT_OK, Busy, Retrier, Steady, busy
 from harness.wire.tls import tls
 
 GPU_PROFILE = "gpu-a100"
@@ -271,18 +272,17 @@ class AzureStack:
 
     def _caller_ip(self, env: Environment) -> str:
         """This machine's public IP: the only address the app's ingress lets in."""
-        problem = ""
-        for _ in range(3):
-            try:
-                resp = httpx.get(self.settings.public_ip_url, timeout=10, verify=tls())
-                ip = resp.text.strip()
-                if resp.status_code == 200:
+        retrier = Retrier(Steady(attempts=3, wait_s=1.0), time.sleep,
+                          transient=lambda exc: "error" if isinstance(exc, (httpx.HTTPError, ValueError)) else None)
+        try:
+            for attempt in retrier:
+                with attempt:
+                    resp = busy(httpx.get(self.settings.public_ip_url, timeout=10, verify=tls()), NOT_OK)
+                    ip = resp.text.strip()
                     ipaddress.ip_address(ip)
-                    return ip
-                problem = f"HTTP {resp.status_code}"
-            except (httpx.HTTPError, ValueError) as exc:
-                problem = str(exc) or type(exc).__name__
-            time.sleep(1)
+            return ip
+        except (Busy, httpx.HTTPError, ValueError) as exc:
+            problem = str(exc) or type(exc).__name__
         raise PreflightError(
             f"could not learn this machine's public IP from {self.settings.public_ip_url} ({problem}); the app's "
             "ingress is restricted to it", file=env.path, field="stack",

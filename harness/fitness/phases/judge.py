@@ -35,6 +35,7 @@ from harness.errors import UserError
 from harness.fitness.config import FitnessConfig, JudgeCfg, JudgeEndpointCfg
 from harness.fitness.data import read_jsonl
 from harness.fitness.phases import Ctx, Skip
+from harness.wire.retry import RETRIED, Busy, Retrier, busy
 from harness.wire.tls import tls
 
 TASKS = Path(__file__).resolve().parent.parent / "judge_tasks.jsonl"
@@ -89,12 +90,6 @@ def sha(text: str) -> str:
 
 
 # ----------------------------------------------------------------------------------- the judge's wire
-def retry_after(header: str | None, cfg: JudgeCfg) -> float:
-    from harness.fitness.retry import retry_after as parse
-
-    return parse(header, cfg)  # seconds or an HTTP date, clamped to [min, max]; the default otherwise
-
-
 def ask_judge(ep: JudgeEndpointCfg, cfg: JudgeCfg, messages: list[dict[str, str]], *,
               sleep: Callable[[float], None] = time.sleep) -> str:
     """One chat completion from a judge: its text. 429 and 5xx are retried (Retry-After honoured,
@@ -104,29 +99,26 @@ def ask_judge(ep: JudgeEndpointCfg, cfg: JudgeCfg, messages: list[dict[str, str]
         raise JudgeError(f"${ep.key_env} is not set")
     url = ep.url.rstrip("/").removesuffix("/v1") + "/v1/chat/completions"
     body = {"model": ep.model, "messages": messages, "temperature": 0, "max_tokens": cfg.judge_max_tokens}
-    last = "no attempt"
-    for attempt in range(1, cfg.attempts + 1):
+    retrier = Retrier(cfg, sleep, transient=lambda exc: "connect" if isinstance(exc, httpx.HTTPError) else None)
+    try:
+        for attempt in retrier:
+            with attempt:
+                resp = busy(httpx.post(url, json=body, headers={"Authorization": f"Bearer {key}"},
+                                       timeout=cfg.timeout_s, verify=tls()), RETRIED)
+    except Busy as exc:
+        resp = exc.response
+    except httpx.HTTPError as exc:
+        raise JudgeError(f"{ep.model} at {ep.url}: {type(exc).__name__}: {exc} (after {retrier.attempt} attempt(s))") \
+            from None
+    if resp.status_code == 200:
         try:
-            resp = httpx.post(url, json=body, headers={"Authorization": f"Bearer {key}"}, timeout=cfg.timeout_s,
-                              verify=tls())
-        except httpx.HTTPError as exc:
-            last = f"{type(exc).__name__}: {exc}"
-            if attempt < cfg.attempts:
-                sleep(retry_after(None, cfg))
-            continue
-        if resp.status_code == 200:
-            try:
-                msg = resp.json()["choices"][0]["message"]
-                return (msg.get("content") or "") or (msg.get("reasoning_content") or "")
-            except (ValueError, KeyError, IndexError, TypeError):
-                raise JudgeError(f"not a chat completion: {_quote(resp.text, key)}") from None
-        last = f"HTTP {resp.status_code}: {_quote(resp.text, key)}"
-        if resp.status_code == 429 or resp.status_code >= 500:
-            if attempt < cfg.attempts:
-                sleep(retry_after(resp.headers.get("Retry-After"), cfg))
-            continue
-        break  # 401, 404, a bad model name: retrying will not change it
-    raise JudgeError(f"{ep.model} at {ep.url}: {last} (after {attempt} attempt(s))")
+            msg = resp.json()["choices"][0]["message"]
+            return (msg.get("content") or "") or (msg.get("reasoning_content") or "")
+        except (ValueError, KeyError, IndexError, TypeError):
+            raise JudgeError(f"not a chat completion: {_quote(resp.text, key)}") from None
+    # 401, 404, a bad model name: retrying will not change it
+    raise JudgeError(f"{ep.model} at {ep.url}: HTTP {resp.status_code}: {_quote(resp.text, key)} "
+                     f"(after {retrier.attempt} attempt(s))")
 
 
 def _quote(text: str, key: str) -> str:

@@ -33,15 +33,14 @@ _STATUS = re.compile(r"^HTTP (\d{3})\b")
 
 def _stream(ctx: Ctx, prober: Prober, prompt: str, max_tokens: int):
     """One timed request, asked again on a retried status (a fresh request: its timing is its own)."""
-    retrier = ctx.endpoint.retrier()
-    while True:
-        try:
-            return prober.stream(prompt, max_tokens)
-        except httpx.HTTPError as exc:
-            m = _STATUS.match(str(exc))
-            if m and int(m[1]) in ctx.endpoint.retry.statuses and retrier.again(m[1]):
-                continue
-            raise
+    def retried(exc: BaseException) -> str | None:  # the prober says its status in its error's text
+        m = _STATUS.match(str(exc)) if isinstance(exc, httpx.HTTPError) else None
+        return m[1] if m and int(m[1]) in ctx.endpoint.retry.statuses else None
+
+    for attempt in ctx.endpoint.retrier(transient=retried):
+        with attempt:
+            got = prober.stream(prompt, max_tokens)
+    return got
 
 
 def _vram(ctx: Ctx) -> float | None:
