@@ -14,6 +14,7 @@ import duckdb
 import pytest
 
 from harness.telemetry import obs
+from harness.telemetry import finding_record as fr
 from harness.telemetry import obs_finding as of
 from harness.telemetry.schema import create_all
 from harness.verdicts import evidence as ev
@@ -52,7 +53,7 @@ def test_add_writes_a_record_the_schema_accepts(workspace: Path, capsys):
     assert _add("--function", "place_order") == 0
     assert _add("--module-level", "--gap") == 0
     data = json.loads((workspace / "findings.json").read_text())
-    assert of.schema_problems(data) == []
+    assert fr.schema_problems(data) == []
     assert [f["number"] for f in data["findings"]] == ["1", "G1"]
     assert data["findings"][0]["queries"] == [{"query": SQL, "read": 0}]
     out = capsys.readouterr().out
@@ -116,7 +117,7 @@ def test_the_harness_reads_records_as_fields(tmp_path: Path):
     # Rendered to markdown, the same findings parse back (the report.md twin).
     data = json.loads(path.read_text())
     data["findings"] = data["findings"][:1]
-    twin = parse_report(of.render(data))
+    twin = parse_report(fr.render(data))
     assert [f.number for f in twin.findings] == ["1"] and SQL in twin.findings[0].evidence
 
 
@@ -186,7 +187,7 @@ def test_the_report_states_the_claim_in_the_form_the_parser_reads_back(tmp_path:
     record = {"number": "1", "claim": "POST /orders spans get no sqlite child span", "kind": "missing-signal",
               "direction": "absent", "scope": "shop-api:POST /orders", "queries": [{"query": SQL, "read": 0}],
               "code": {"file": "src/shop_api/app.py", "function": "place_order"}}
-    (tmp_path / "report.md").write_text(of.render({"findings": [record]}, vocab=VOCAB))
+    (tmp_path / "report.md").write_text(fr.render({"findings": [record]}, vocab=VOCAB))
     row = load_findings(tmp_path, tmp_path / "report.md", SOURCES).findings[0]
     assert (row.claim_kind, row.direction, row.scope, row.kind) == ("missing-signal", "absent", "shop-api:POST /orders",
                                                                     "Telemetry")

@@ -15,7 +15,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from harness.telemetry.obs_finding import SHOWN_PROBLEMS, schema_problems
+from harness.telemetry.finding_record import SHOWN_PROBLEMS, schema_problems
 from harness.telemetry.schema import create_all
 from harness.verdicts.findings import FINDINGS_CAP, OBJECTS_CAP, report_from_records
 

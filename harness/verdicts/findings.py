@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness.telemetry.obs_finding import (FINDINGS_FILE, MAX_RECORDS, code_text, function_at, record_problems,
+from harness.telemetry.finding_record import (FINDINGS_FILE, MAX_RECORDS, code_text, function_at, record_problems,
                                            schema_problems)
 from harness.verdicts.report import Finding, Report
 
