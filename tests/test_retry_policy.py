@@ -86,3 +86,44 @@ def test_a_steady_policy_for_a_server_that_sends_no_retry_after() -> None:
     with pytest.raises(ValueError, match="third"):
         _run(retrier, [ValueError("first"), Busy(502, "60"), ValueError("third")])
     assert waits == [1.0, 1.0]  # a Retry-After of 60 s is clamped to the steady second
+
+
+def test_the_azure_public_ip_lookup_asks_three_times_a_second_apart(tmp_path, monkeypatch) -> None:
+    """harness/stacks/azure.py's lookup on the policy: a 503 and a body that is no IP are asked
+    again, the third answer is used; three failures are one clear preflight error."""
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from types import SimpleNamespace
+
+    pytest.importorskip("azure.identity")
+    from harness.errors import PreflightError
+    from harness.stacks.azure import AzureStack
+    from harness.stacks.azure_arm import AzureSettings
+
+    answers: list[tuple[int, bytes]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            status, body = answers.pop(0)
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    waits: list[float] = []
+    monkeypatch.setattr(time, "sleep", waits.append)
+    with ThreadingHTTPServer(("127.0.0.1", 0), Handler) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        stack = AzureStack(tmp_path, AzureSettings(public_ip_url=f"http://127.0.0.1:{server.server_port}/ip"))
+        env = SimpleNamespace(path=tmp_path / "env.yaml")
+        answers[:] = [(503, b"busy"), (200, b"not an address"), (200, b"203.0.113.7\n")]
+        assert stack._caller_ip(env) == "203.0.113.7" and waits == [1.0, 1.0] and not answers
+        answers[:] = [(503, b"busy")] * 3
+        with pytest.raises(PreflightError, match=r"public IP .*\(HTTP 503\)"):
+            stack._caller_ip(env)
+        server.shutdown()
+    assert not answers and waits == [1.0, 1.0, 1.0, 1.0]
