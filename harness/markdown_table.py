@@ -1,4 +1,6 @@
-"""Markdown tables: the one writer and the one reader every report, page and bench uses.
+"""Markdown tables: the one writer and the one reader of the reports, pages and benches
+(harness/fitness/host_checks.py apart: one standard-library file copied to and run on a serving
+host, it writes its own rows).
 
 Writing: `table(header, rows)` (or `row`/`rule` for a table built line by line). Every cell goes
 through `cell`: its whitespace runs, newlines included, become one space (a newline would end
