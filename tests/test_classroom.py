@@ -565,6 +565,7 @@ def test_the_stdlib_client_reads_chunked_and_sized_bodies_and_reuses_a_connectio
     import asyncio
 
     from harness.load.stdlib_http import AsyncClient, HTTPError
+    from harness.wire import sse
 
     connections = []
 
@@ -592,7 +593,7 @@ def test_the_stdlib_client_reads_chunked_and_sized_bodies_and_reuses_a_connectio
         url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
         async with server, AsyncClient(read_timeout=5) as client:
             async with client.stream("POST", url + "/v1/chat/completions", json={"x": 1}) as resp:
-                lines = [line async for line in resp.aiter_lines() if line]
+                lines = [data async for data in sse.aevents(resp.aiter_bytes())]
             got = await client.get(url + "/x")
             try:
                 await client.get("http://127.0.0.1:9/")
@@ -603,6 +604,6 @@ def test_the_stdlib_client_reads_chunked_and_sized_bodies_and_reuses_a_connectio
             return lines, got.status_code, got.headers.get("RETRY-AFTER"), got.content
 
     lines, status, retry, body = asyncio.run(main())
-    assert lines == ['data: {"n": 1}', 'data: {"n": 2}', "data: [DONE]"]
+    assert lines == ['{"n": 1}', '{"n": 2}', "[DONE]"]
     assert (status, retry, body) == (429, "2", b"slow!")
     assert len(connections) == 1  # the second request went over the first connection

@@ -4,7 +4,7 @@ simulator needs only Python, so it runs in a stock container").
 
 The part of httpx's AsyncClient the students use: `stream(method, url, json=, headers=)` as an
 async context manager whose response has `status_code`, `headers.get()`, `aread()` and
-`aiter_lines()`; `get(url, headers=)` for one small body. Bodies framed by Content-Length,
+`aiter_bytes()` (its events read by harness/wire/sse.py); `get(url, headers=)` for one small body. Bodies framed by Content-Length,
 chunked transfer coding or the connection's end; keep-alive connections reused per host (a
 pooled one the server closed meanwhile is retried once on a fresh one). Every failure is one
 HTTPError, as httpx's are.
@@ -87,16 +87,6 @@ class Response:
 
     async def aread(self) -> bytes:
         return b"".join([part async for part in self.aiter_bytes()])
-
-    async def aiter_lines(self) -> AsyncIterator[str]:
-        buffer = b""
-        async for part in self.aiter_bytes():
-            buffer += part
-            *lines, buffer = buffer.split(b"\n")
-            for line in lines:
-                yield line.rstrip(b"\r").decode("utf-8", errors="replace")
-        if buffer:
-            yield buffer.rstrip(b"\r").decode("utf-8", errors="replace")
 
     def json(self) -> Any:
         raise TypeError("read the body with aread() first")
