@@ -21,9 +21,9 @@ def load(
     base_url: Annotated[str, typer.Option("--base-url", help="The server's base URL (instead of TARGET).")] = "",
     model: Annotated[str, typer.Option("--model", help="Served model name (default: the first /v1/models lists).")] = "",
     concurrency: Annotated[list[str], typer.Option(help="Requests in flight per level, comma-separated.",
-                                                   callback=comma_list)] = ["1,8,16,24,40"],
+                                                   callback=comma_list, metavar="TEXT")] = ["1,8,16,24,40"],
     shapes: Annotated[list[str], typer.Option(help="Prompt shapes: short, long, or NAME=TOKENS items.",
-                                              callback=comma_list)] = ["short,long"],
+                                              callback=comma_list, metavar="TEXT")] = ["short,long"],
     short_input: Annotated[int, typer.Option(help="Input tokens (about) of the short shape.")] = 512,
     long_input: Annotated[int, typer.Option(help="Input tokens (about) of the long shape.")] = 16_384,
     output_tokens: Annotated[int, typer.Option(help="Output tokens of every request (ignore_eos).")] = 256,
@@ -142,7 +142,7 @@ def load_agents(
     model: Annotated[str, typer.Option("--model", help="Served model name (default: the first /v1/models lists).")
                      ] = "",
     copies: Annotated[list[str], typer.Option(help="Concurrent agents per level, comma-separated (ascending).",
-                                              callback=comma_list)] = ["1,2,4,8,16"],
+                                              callback=comma_list, metavar="TEXT")] = ["1,2,4,8,16"],
     stagger: Annotated[float, typer.Option(help="Seconds between the starts of successive copies.")] = 1.0,
     ttft_p99: Annotated[float, typer.Option(help="SLO: TTFT p99 at most this many seconds (default: the "
                                                  "product's, harness/load/agents/slo.py).")] = PRODUCT_SLO.ttft_p99_s,
