@@ -59,7 +59,7 @@ sys.path.insert(0, str(REPO))
 from harness.errors import UserError  # noqa: E402
 from harness.markdown_table import row, rule  # noqa: E402
 from harness.load.agents.trace import AgentTrace, load  # noqa: E402
-from harness.run.record import RunRecord  # noqa: E402
+from harness.records.record import RunRecord  # noqa: E402
 
 OUT = REPO / "bench" / "results" / "agents-realism.md"
 

@@ -79,7 +79,7 @@ def classroom_level(base_url: str, model: str, users: int, stagger: float, durat
 
 def from_run(run_dir: Path) -> dict:
     """A run's own capacity sweep: its agents.json, levels, SLO and headline, from its record."""
-    from harness.run.record import RunRecord
+    from harness.records.record import RunRecord
 
     rec = RunRecord.load(run_dir / "run.json")
     cap = rec.capacity

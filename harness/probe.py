@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import httpx
 
 from harness.load.client import CHAT_PATH, StreamClient, chat_payload
-from harness.run.record import Probe
+from harness.records.record import Probe
 
 LONG_TARGET = 82_000  # tokens, where the context allows
 FILLER_WORDS = (

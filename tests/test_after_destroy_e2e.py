@@ -53,8 +53,8 @@ def test_wait_does_not_take_a_trial_awaiting_its_collect_for_the_launch_s_end():
     from datetime import UTC, datetime
 
     from harness.cli.wait import _ended
-    from harness.run.after_destroy import mark_pending
-    from harness.run.record import RowKey, RunRecord, Status, Timestamps, Trial
+    from harness.launcher.after_destroy import mark_pending
+    from harness.records.record import RowKey, RunRecord, Status, Timestamps, Trial
 
     now = datetime.now(UTC)
     rec = RunRecord(run_id="r", key=RowKey(preset="p", effort="medium", effort_requested="medium", gpu="x"),

@@ -17,7 +17,7 @@ from pathlib import Path
 import atif
 import pytest
 
-from harness.run.record import RunRecord
+from harness.records.record import RunRecord
 from harness.sandbox import wirelog
 from harness.sandbox.secrets import scrub_tree
 from harness.trajectory.atif_out import build_trajectory, write_trajectory

@@ -23,7 +23,7 @@ import pytest
 
 import harness.atomic
 from harness.atomic import write_atomic
-from harness.run.record import RowKey, RunRecord, Timestamps
+from harness.records.record import RowKey, RunRecord, Timestamps
 from harness.verdicts.rulings import Rulings, load_rulings, save_rulings
 from harness.stacks.base import Unit
 from harness.stacks.ledger import Ledger
@@ -139,12 +139,12 @@ def test_every_state_writer_goes_through_write_atomic(tmp_path: Path, monkeypatc
         written.append(Path(path))
         return write_atomic(path, text)
 
-    import harness.run.record
+    import harness.records.record
     import harness.results.render
     import harness.verdicts.rulings
     import harness.stacks.ledger
 
-    for module in (harness.run.record, harness.stacks.ledger, harness.verdicts.rulings, harness.results.render):
+    for module in (harness.records.record, harness.stacks.ledger, harness.verdicts.rulings, harness.results.render):
         monkeypatch.setattr(module, "write_atomic", spy)
 
     record = RunRecord(run_id="r1", key=RowKey(preset="p", effort="medium", effort_requested="medium", gpu="g"),

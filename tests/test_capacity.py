@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, TEST_TRAJECTORIES, Project
-from harness.load.agents.figures import CapacityFigures, CapacityLevel
+from harness.records.capacity import CapacityFigures, CapacityLevel
 from harness.results.columns import DASH, columns, headers
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from timed_replay import MODEL, REPO, make_timed  # noqa: F401 - the fixture
 
 from harness.load.agents import rebuild
-from harness.load.agents.figures import CapacityFigures, CapacityLevel
+from harness.records.capacity import CapacityFigures, CapacityLevel
 from harness.load.agents.run import run_agents
 from harness.load.agents.slo import Measure, Slo
 from harness.load.agents.trace import AgentTrace, Session, Turn, dump

@@ -10,9 +10,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from conftest import REPO
-from harness.load.agents.figures import CapacityFigures
+from harness.records.capacity import CapacityFigures
 from harness.load.agents.trace import AgentTrace, Session, Turn, dump
-from harness.run.record import Probe, RowKey, RunRecord, Timestamps
+from harness.records.record import Probe, RowKey, RunRecord, Timestamps
 
 
 def bench():

@@ -247,7 +247,7 @@ def test_the_fenced_template_is_the_models_own_but_for_the_call_format():
 
 def test_a_saved_record_names_its_files_relative_to_its_folder(tmp_path):
     """Run records are committed: a clone elsewhere must find the files (older absolute ones still load)."""
-    from harness.run.record import Artifacts, RowKey, RunRecord, Timestamps, utcnow
+    from harness.records.record import Artifacts, RowKey, RunRecord, Timestamps, utcnow
 
     run_dir = tmp_path / "runs" / "r1"
     run_dir.mkdir(parents=True)

@@ -36,7 +36,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from harness.cli import app
-from harness.run.record import RowKey, RunRecord, Status, Timestamps
+from harness.records.record import RowKey, RunRecord, Status, Timestamps
 from harness.verdicts.rulings import Recall, RuledFinding, Rulings
 
 REPO = Path(__file__).resolve().parents[1]

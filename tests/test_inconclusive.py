@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from conftest import REPO, Project
-from harness.run.record import RowKey, RunRecord, Status, Timestamps
+from harness.records.record import RowKey, RunRecord, Status, Timestamps
 
 RUN = "20261205T100000Z-cpu-qwen2-5-coder-1-5b-medium-ab12"
 

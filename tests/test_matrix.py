@@ -18,7 +18,7 @@ from harness.matrix.report import matrix_report
 from harness.matrix.resume import prepare
 from harness.matrix.runner import QUOTA_REFUSAL, cell_bound_usd
 from harness.matrix.state import Attempt, Cell, CellStatus, MatrixState, StateFolder
-from harness.run.record import RowKey, RunRecord, Status, Timestamps, Trial, utcnow
+from harness.records.record import RowKey, RunRecord, Status, Timestamps, Trial, utcnow
 from test_azure_stack import arm, in_process  # noqa: F401 - the fake ARM fixtures
 from test_launch_e2e import dump
 

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.run.record import Probe
+from harness.records.record import Probe
 from harness.serving import pace as pace_mod
 from harness.serving.pace import PaceMonitor
 from harness.stages.agent import _smoke_fix

@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import harness.run.paths as paths
-from harness.run.launch import AFTER_DESTROY, FAILPOINT_STAGES, STAGES
-from harness.run.paths import ProjectPaths, RunPaths
+import harness.records.paths as paths
+from harness.launcher.launch import AFTER_DESTROY, FAILPOINT_STAGES, STAGES
+from harness.records.paths import ProjectPaths, RunPaths
 
 RUN_PROPERTIES = [n for n, v in vars(RunPaths).items() if isinstance(v, property)]
 
@@ -22,7 +22,7 @@ def test_every_run_file_is_a_distinct_direct_child_of_the_run_folder(tmp_path: P
 
 
 def test_the_docstring_tree_names_every_run_file_and_no_other():
-    """The tree in harness/run/paths.py is documentation people read: it must not drift."""
+    """The tree in harness/records/paths.py is documentation people read: it must not drift."""
     doc = paths.__doc__
     in_run = doc[doc.index("RunPaths:"):doc.index("Frozen")]
     drawn = {m.group(1).rstrip("/") for m in re.finditer(r"^\s{8}(\S+)\s", in_run, re.M)}

@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from harness.cli import app
 from harness.errors import UserError
-from harness.run.record import Phases, RowKey, RunRecord, SessionFigures, Status, Timestamps, Tokens
-from harness.serving.figures import ServingFigures, ToolCallHealth
+from harness.records.record import Phases, RowKey, RunRecord, SessionFigures, Status, Timestamps, Tokens
+from harness.records.serving import ServingFigures, ToolCallHealth
 from harness.results.check import check_page
 from harness.results.render import (
     HAND_LOCAL_HEADERS,
@@ -26,7 +26,7 @@ from harness.results.render import (
     render_page,
 )
 from harness.results.rows import format_tokens
-from harness.serving.engine import EngineInfo
+from harness.records.engine import EngineInfo
 from harness.verdicts.rulings import Recall, RuledFinding, Rulings, save_rulings
 from harness.verdicts.scoring import score_local
 
@@ -282,7 +282,7 @@ def test_an_empty_report_ranks_last_with_0_0(root: Path):
 
 
 def test_a_run_whose_scenario_never_drove_gets_no_row(root: Path):
-    from harness.verdicts.drive import DriveFigures
+    from harness.records.drive import DriveFigures
 
     _run(root, "skipped", "odd-skipped", T0 + timedelta(days=3), 900, ["Perf"], 0)
     path = root / ".llms-benchmark" / "runs" / "skipped" / "run.json"
@@ -331,7 +331,7 @@ def test_the_committed_page_agrees():
 
 
 def test_a_run_stopped_after_its_report_makes_a_row_that_says_so(root: Path):
-    from harness.run.record import RunOutcome
+    from harness.records.record import RunOutcome
 
     _run(root, "stopped", "odd-stopped", T0 + timedelta(days=3), 900, ["Perf"], 0)
     path = root / ".llms-benchmark" / "runs" / "stopped" / "run.json"

@@ -69,7 +69,7 @@ from pathlib import Path  # noqa: E402
 
 import yaml  # noqa: E402
 
-from harness.run.record import RowKey, RunRecord, Status, Timestamps  # noqa: E402
+from harness.records.record import RowKey, RunRecord, Status, Timestamps  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = ROOT / ".venv" / "bin" / "llms-benchmark"

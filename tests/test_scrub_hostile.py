@@ -279,8 +279,8 @@ def test_the_record_on_disk_says_void_until_the_post_run_finishes(tmp_path):
     from datetime import UTC, datetime
     from types import SimpleNamespace
 
-    from harness.run.launch import _save_pending
-    from harness.run.record import RowKey, RunRecord, Status, Timestamps
+    from harness.launcher.launch import _save_pending
+    from harness.records.record import RowKey, RunRecord, Status, Timestamps
 
     record = RunRecord(run_id="r1", key=RowKey(preset="p", effort="e", effort_requested="e", gpu="g"),
                        environment="local", stack="replay", mission="hello",

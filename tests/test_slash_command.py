@@ -66,7 +66,7 @@ def test_a_run_without_a_row_leaves_git_as_the_file_says(project: Project):
     left for git."""
     from datetime import UTC, datetime, timedelta
 
-    from harness.run.record import RowKey, RunRecord, Status, Timestamps
+    from harness.records.record import RowKey, RunRecord, Status, Timestamps
 
     root = project.root
     shutil.copy2(REPO / ".gitignore", root / ".gitignore")

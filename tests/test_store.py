@@ -147,8 +147,8 @@ def _stage(tmp_path: Path, xdg: Path, session_id: str | None):
     from datetime import UTC, datetime
     from types import SimpleNamespace
 
-    from harness.run.paths import RunPaths
-    from harness.run.record import RowKey, RunOutcome, RunRecord, Timestamps
+    from harness.records.paths import RunPaths
+    from harness.records.record import RowKey, RunOutcome, RunRecord, Timestamps
     from harness.stages.collect import collect as collect_stage
 
     start = datetime.fromtimestamp(0, UTC)

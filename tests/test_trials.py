@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, Project
-from harness.run.record import RunRecord, Status, Trial
+from harness.records.record import RunRecord, Status, Trial
 from harness.results.render import render_results
 from harness.results.trials import median_interval
 from test_launch_e2e import SMALL_PROBE, assert_destroyed, dump

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness.embedded import models
-from harness.run.unit_death import explain
+from harness.records.unit_death import explain
 
 from conftest import Project
 

@@ -18,7 +18,7 @@ from harness.errors import UserError
 
 def run_folder(run: str) -> Path:
     """RUN as a run folder: a path to one, or a run id under .llms-benchmark/runs (inconclusive/, refused/)."""
-    from harness.run.paths import RUN_RECORD, ProjectPaths
+    from harness.records.paths import RUN_RECORD, ProjectPaths
 
     if not run or len(run) > 4096:
         raise UserError("no run given", field="RUN", fix="give a run folder or the run id `launch` printed")

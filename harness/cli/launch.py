@@ -30,7 +30,7 @@ from harness.errors import UserError
 from harness.load.agents.slo import PRODUCT_MEASURE, PRODUCT_SLO
 from harness.mission import DEFAULT_MISSION
 from harness.run.inputs import ACCEPTED_EFFORTS, ANNOUNCE_VAR, check_launch_inputs
-from harness.run.paths import ProjectPaths
+from harness.records.paths import ProjectPaths
 
 
 MAX_TRIALS = 20  # each trial is a whole mission run on the serve: bounded
@@ -108,7 +108,7 @@ def effort_note(root: Path, environment: str, preset: str, effort: str) -> str |
 def keep_refusal_out_of_git(root: Path, record) -> Path | None:
     """A launch the preflight refused served nothing and makes no row: its run folder moves to
     `.llms-benchmark/refused/` (ignored by git), its record saying why. Returns the new record path."""
-    from harness.run.record import Status
+    from harness.records.record import Status
 
     if record.status != Status.refused or record.stopped_at != "preflight" or record.times.serve_start:
         return None
@@ -207,7 +207,7 @@ def launch_local_cmd(
         _detach(root, argv, as_json)
         return
 
-    from harness.run.launch import Launch, LaunchOptions
+    from harness.launcher.launch import Launch, LaunchOptions
     from harness.run.summary import run_summary_table
 
     os.environ.setdefault("PYTHONUNBUFFERED", "1")

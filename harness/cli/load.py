@@ -47,7 +47,7 @@ def load(
     import sys
 
     from harness.load.level_row import table_columns
-    from harness.load.load import resolve_target, run_load
+    from harness.launcher.load_run import resolve_target, run_load
     from harness.load.progress import RichReporter
     from harness.load.runner import LoadOptions, parse_levels, parse_shapes
     from harness.probe import api_key_from_env

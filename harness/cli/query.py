@@ -22,7 +22,7 @@ FIX = ('give an obs query command: traces search|get, metrics list|query, logs s
 
 
 def _store(run: str):
-    from harness.run.paths import ProjectPaths
+    from harness.records.paths import ProjectPaths
 
     paths = ProjectPaths(project_root())
     if not run or "/" in run or run in (".", ".."):

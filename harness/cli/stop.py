@@ -14,8 +14,8 @@ import typer
 
 from harness.cli.common import JsonOpt, emit, project_root, say, user_errors
 from harness.errors import UserError
-from harness.run.paths import ProjectPaths
-from harness.run.record import RunRecord
+from harness.records.paths import ProjectPaths
+from harness.records.record import RunRecord
 
 
 @user_errors

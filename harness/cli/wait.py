@@ -20,8 +20,8 @@ from rich.markup import escape
 
 from harness.cli.common import JsonOpt, err, out, project_root, user_errors
 from harness.errors import UserError
-from harness.run.paths import RUN_RECORD, ProjectPaths
-from harness.run.record import COLLECT_PENDING, RunRecord, Status
+from harness.records.paths import RUN_RECORD, ProjectPaths
+from harness.records.record import COLLECT_PENDING, RunRecord, Status
 
 STILL_RUNNING = 124  # as coreutils' timeout: the wait ran out, the run did not
 POLL_S = 1.0

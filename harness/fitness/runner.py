@@ -56,7 +56,7 @@ class Outcome:
 
 
 def resolve_target(args: list[str], base_url: str | None, model: str | None, api_key_env: str | None) -> Target:
-    from harness.load.load import resolve_target as load_resolve
+    from harness.launcher.load_run import resolve_target as load_resolve
 
     try:
         where = load_resolve(args, base_url)
@@ -159,7 +159,7 @@ def run_fitness(root: Path, target: Target, cfg: FitnessConfig, *, say: Say, rep
                                     cfg.request_timeout_s, retry=cfg.retry, tally=state.connect, sleep=sleep)
                 measure(endpoint)
         else:
-            from harness.load.serve import preflight, served
+            from harness.run.served import preflight, served
 
             pf = preflight(root, target.environment, target.preset, say)
             state.repro.update({"preset": pf.preset.name, "preset_sha256": pf.preset.sha256,

@@ -18,7 +18,7 @@ import httpx
 
 from harness.grader.provider import Endpoint
 from harness.grader.tools import SPECS, GraderTools
-from harness.run.paths import RunPaths
+from harness.records.paths import RunPaths
 from harness.verdicts.report import Finding
 from harness.verdicts.rulings import VERDICTS, Rerun
 from harness.wire.openai import bearer

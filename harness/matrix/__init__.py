@@ -60,7 +60,7 @@ def run_matrix(root: Path, plan: MatrixPlan, plan_file: Path | None, *, fresh: b
     `rich` (the live table), `plain` (a status line every `status_every_s`), or `auto` (the
     table on a terminal, else plain)."""
     from harness.mission import load_mission
-    from harness.run.paths import ProjectPaths
+    from harness.records.paths import ProjectPaths
     from harness.run.units import destroy_leftovers
     from harness.vot.environment import load_environment
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.matrix.plan import ServeCosts
-from harness.run.paths import ProjectPaths
-from harness.run.record import RunRecord
+from harness.records.paths import ProjectPaths
+from harness.records.record import RunRecord
 
 MAX_RECORDS = 400  # the newest records read for a preset's history (bounded on a big project)
 

@@ -15,8 +15,8 @@ from rich.table import Table
 from harness import markdown_table
 from harness.matrix.spend import load_records, settle_state
 from harness.matrix.state import Cell, CellStatus, MatrixState
-from harness.run.paths import ProjectPaths
-from harness.run.record import RunRecord, Status
+from harness.records.paths import ProjectPaths
+from harness.records.record import RunRecord, Status
 from harness.results.rows import format_duration
 
 STYLE = {CellStatus.done: "green", CellStatus.running: "cyan", CellStatus.queued: "yellow",

@@ -12,8 +12,8 @@ from harness.errors import UserError
 from harness.matrix.plan import MatrixPlan
 from harness.matrix.spend import kept_trials, settle, settle_state
 from harness.matrix.state import Attempt, Cell, CellStatus, MatrixState
-from harness.run.paths import ProjectPaths
-from harness.run.record import RunRecord, Status, utcnow
+from harness.records.paths import ProjectPaths
+from harness.records.record import RunRecord, Status, utcnow
 
 
 def records_of(paths: ProjectPaths, first: str) -> list[RunRecord]:

@@ -48,8 +48,8 @@ from harness.matrix.plan import MatrixPlan
 from harness.matrix.resume import records_of
 from harness.matrix.spend import is_finished, kept_trials, live_hours, load_records, serve_hours, settle_state
 from harness.matrix.state import Attempt, Cell, CellStatus, MatrixState, StateFolder
-from harness.run.paths import ProjectPaths
-from harness.run.record import RunRecord, Status, utcnow
+from harness.records.paths import ProjectPaths
+from harness.records.record import RunRecord, Status, utcnow
 
 Say = Callable[[str], None]
 # A stand-in for `-m harness.cli` (a script path), for tests and demos: the cell's argv is

@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.matrix.state import Attempt, Cell, MatrixState
-from harness.run.paths import ProjectPaths
-from harness.run.record import RunRecord, Status, utcnow
+from harness.records.paths import ProjectPaths
+from harness.records.record import RunRecord, Status, utcnow
 
 # A trial whose record says it ran its mission to an end: kept on a resume, never served again.
 FINISHED = (Status.ok, Status.void)

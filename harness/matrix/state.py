@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 
 from harness.atomic import write_atomic
 from harness.errors import UserError
-from harness.run.record import utcnow
+from harness.records.record import utcnow
 
 
 class CellStatus(StrEnum):

@@ -24,7 +24,7 @@ from pathlib import Path
 
 
 from harness.errors import UserError
-from harness.run.record import SessionFigures, Tokens
+from harness.records.record import SessionFigures, Tokens
 
 DB_NAME = "opencode.db"
 # The tables and columns collect reads (opencode-ai 1.18.x, the pinned version). opencode 2.x

@@ -17,8 +17,8 @@ import yaml
 
 from harness.atomic import write_atomic
 from harness.errors import UserError
-from harness.run.paths import ProjectPaths
-from harness.run.record import RunRecord, Status
+from harness.records.paths import ProjectPaths
+from harness.records.record import RunRecord, Status
 
 REASON_MAX = 600  # characters of the record's reason kept in the one-line cell
 

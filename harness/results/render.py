@@ -17,7 +17,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from harness import markdown_table
 from harness.atomic import file_lock, write_atomic
 from harness.errors import UserError
-from harness.run.paths import ProjectPaths
+from harness.records.paths import ProjectPaths
 from harness.results.columns import DASH, HAND_LOCAL_CELLS, Column, bold, columns, headers, preset_link
 from harness.results.row import Row
 from harness.results.rows import (

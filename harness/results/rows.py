@@ -21,8 +21,8 @@ from pydantic import ValidationError
 
 from harness.errors import UserError
 from harness.mission import DEFAULT_MISSION
-from harness.run.paths import RUN_RECORD, ProjectPaths
-from harness.run.record import RunRecord, Status
+from harness.records.paths import RUN_RECORD, ProjectPaths
+from harness.records.record import RunRecord, Status
 from harness.results.columns import DASH, HAND_LOCAL_CELLS, REMOTE_CELLS
 from harness.results.row import Row
 from harness.results.serving_columns import SERVING_HEADERS, serving_cells

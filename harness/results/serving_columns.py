@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from harness.run.record import RunRecord
-from harness.serving.figures import ServingFigures
+from harness.records.record import RunRecord
+from harness.records.serving import ServingFigures
 
 DASH = "—"
 

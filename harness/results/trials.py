@@ -15,7 +15,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
-from harness.run.record import RunRecord
+from harness.records.record import RunRecord
 from harness.verdicts.scoring import format_total, parse_total
 
 # The confidence the interval aims at; with fewer than 6 trials min–max is the widest

@@ -40,7 +40,7 @@ def parse(value: str | None, stages: tuple[str, ...]) -> tuple[str, int, str, fl
 
 
 def check(stages: tuple[str, ...], repeated: tuple[str, ...] = (), trials: int = 1) -> None:
-    """Refuse a malformed value; `stages` is the launch's own list (`harness.run.launch.FAILPOINT_STAGES`),
+    """Refuse a malformed value; `stages` is the launch's own list (`harness.launcher.launch.FAILPOINT_STAGES`),
     `repeated` those a later trial runs again, `trials` how many the launch runs."""
     spec = parse(os.environ.get(VAR), stages)
     if spec is None or spec[1] == 1:

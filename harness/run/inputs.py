@@ -9,7 +9,7 @@ from pathlib import Path
 
 from harness.errors import UserError
 from harness.opencode.config import EFFORTS
-from harness.run.paths import ProjectPaths
+from harness.records.paths import ProjectPaths
 
 # What the EFFORT argument takes: a level opencode sends as `--variant` (a model with no such
 # variant is run at its own default, recorded as `default`), or `default` (no `--variant`).

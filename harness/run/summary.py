@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.markup import escape
 from rich.table import Table
 
-from harness.run.record import RunRecord
+from harness.records.record import RunRecord
 
 
 def minutes_seconds(seconds: float) -> str:

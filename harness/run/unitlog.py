@@ -14,7 +14,7 @@ import httpx
 
 from harness.errors import FatalUnitLog, StackError
 from harness.stacks.base import Stack, Unit
-from harness.run.unit_death import UnitDeath, explain
+from harness.records.unit_death import UnitDeath, explain
 from harness.wire.openai import bearer, model_ids, models_url
 from harness.wire.tls import tls
 

@@ -24,10 +24,10 @@ import psutil
 
 from harness.run import failpoint
 from harness.errors import Interrupted, UserError
-from harness.run.paths import RunPaths
+from harness.records.paths import RunPaths
 from harness.run.preflight import Preflight
 from harness.probe import unit_api_key
-from harness.run.record import RunRecord, Status, utcnow
+from harness.records.record import RunRecord, Status, utcnow
 from harness.stacks.base import Stack, Unit, unit_name
 from harness.stacks.ledger import Ledger
 from harness.stacks.local_process import AGENT_MARKER_VAR, kill_marked

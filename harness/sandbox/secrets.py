@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote, quote_plus
 
-from harness.run.paths import RUN_RECORD
+from harness.records.paths import RUN_RECORD
 from harness.sandbox import agentfs, sqlitebytes
 
 REDACTED = "[redacted]"

@@ -21,7 +21,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.run.record import SandboxFigures
+from harness.records.record import SandboxFigures
 from harness.sandbox import diskimage
 from harness.sandbox.confine import Sandbox, View, agent_view, describe_caps, wrap
 from harness.sandbox.denials import count_denials

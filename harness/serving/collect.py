@@ -6,8 +6,8 @@ from __future__ import annotations
 import traceback
 from pathlib import Path
 
-from harness.run.paths import RunPaths
-from harness.serving.figures import ServingFigures
+from harness.records.paths import RunPaths
+from harness.records.serving import ServingFigures
 from harness.serving.join import join, write_table
 from harness.serving.section import serving_section
 from harness.serving.storecheck import cross_check

@@ -12,26 +12,12 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
-from pydantic import BaseModel
 
+from harness.records.engine import EngineInfo
 from harness.wire.tls import tls
 
 REPLAY_OWNER = "llms-benchmark-replay"
 ENDPOINTS = ("/v1/models", "/version", "/props")
-
-
-class EngineInfo(BaseModel):
-    name: str  # "vllm", "llama.cpp", "replay" or what /v1/models says owns the model
-    version: str | None = None
-    read_from: str | None = None  # the endpoint the version came from
-    image: str | None = None  # a container's image reference, as served
-    image_digest: str | None = None  # its content digest (sha256:...), where the stack could read it
-
-    def describe(self) -> str:
-        text = f"{self.name} {self.version or '(version unknown)'}"
-        if self.image:
-            text += f", image {self.image}" + (f"@{self.image_digest}" if self.image_digest else "")
-        return text
 
 
 def read_identity(root: str, headers: dict[str, str] | None = None, timeout: float = 5.0) -> dict[str, Any]:

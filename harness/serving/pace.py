@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.load.metrics import scrape
-from harness.run.record import Probe
+from harness.records.record import Probe
 from harness.stacks import cpu_threads
 from harness.stacks.cpu_threads import FREE_SHARE
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.serving.figures import ServingFigures, ToolCallHealth
+from harness.records.serving import ServingFigures, ToolCallHealth
 
 
 def _first_last(readings: list[dict[str, Any]], key: str) -> tuple[float, float] | None:

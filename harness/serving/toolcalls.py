@@ -16,7 +16,7 @@ import re
 from collections import Counter
 from typing import Any
 
-from harness.serving.figures import ToolCallHealth
+from harness.records.serving import ToolCallHealth
 from harness.serving.turns import Turn
 
 # One match per leaked call. The JSON form needs a tool-ish key pair so prose about JSON does not count.

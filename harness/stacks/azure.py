@@ -28,8 +28,8 @@ from azure.core.exceptions import (
 from azure.identity import CredentialUnavailableError
 
 from harness.errors import PreflightError, StackError
-from harness.run.paths import ProjectPaths
-from harness.run.record import utcnow
+from harness.records.paths import ProjectPaths
+from harness.records.record import utcnow
 from harness.stacks.vllm_log import kv_facts
 from harness.stacks import azure_arm
 from harness.stacks.azure_arm import ARM_SCOPE, RESOURCE_GROUPS_API, AzureSettings, describe, get_json

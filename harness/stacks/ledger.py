@@ -18,7 +18,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from harness.atomic import write_atomic
 from harness.errors import UserError
-from harness.run.paths import ProjectPaths
+from harness.records.paths import ProjectPaths
 from harness.stacks.base import Unit
 
 _UNIT = TypeAdapter(Unit)

@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 
 from harness.errors import PreflightError, StackError
-from harness.run.paths import ProjectPaths
+from harness.records.paths import ProjectPaths
 from harness.stacks.base import GpuCell, Unit, file_logs, unit_name
 from harness.vot.environment import Environment
 from harness.vot.preset import ResolvedPreset

@@ -15,7 +15,7 @@ from harness.mission import prepare_workspace
 from harness.mission_services import merge_env, start_services
 from harness.opencode import config as oc_config
 from harness.opencode.runner import Limits, run_opencode
-from harness.run.record import RunOutcome, RunRecord, utcnow
+from harness.records.record import RunOutcome, RunRecord, utcnow
 from harness.sandbox.wirelog import WIRE_LOG
 from harness.serving.pace import PaceMonitor
 from harness.serving.retune import Retuner

@@ -29,10 +29,10 @@ from pathlib import Path
 import httpx
 
 from harness.errors import UserError
-from harness.load.agents.figures import CapacityFigures, CapacityLevel
+from harness.records.capacity import CapacityFigures, CapacityLevel
 from harness.load.agents.slo import PRODUCT_MEASURE, PRODUCT_SLO, Measure, check_measure
 from harness.load.agents.trace import AgentTrace
-from harness.run.record import RunRecord, utcnow
+from harness.records.record import RunRecord, utcnow
 from harness.stages.context import LaunchContext
 from harness.run.units import Interrupted
 

@@ -9,7 +9,7 @@ from harness.errors import UserError
 from harness.opencode import config as oc_config
 from harness.opencode.store import collect as collect_store
 from harness.opencode.store import session_tree
-from harness.run.record import RunRecord, SessionFigures, Status, WireFigures
+from harness.records.record import RunRecord, SessionFigures, Status, WireFigures
 from harness.sandbox import wirelog
 from harness.serving.collect import collect_serving
 from harness.stages.agent import collect_outputs

@@ -15,9 +15,9 @@ from harness.mission import DEFAULT_MISSION
 from harness.mission_services import MissionServices
 from harness.opencode import config as oc_config
 from harness.opencode.runner import RunResult
-from harness.run.paths import RunPaths
+from harness.records.paths import RunPaths
 from harness.run.preflight import Preflight
-from harness.run.record import Probe, RunRecord
+from harness.records.record import Probe, RunRecord
 from harness.sandbox.confine import Sandbox
 from harness.sandbox.limits import cgroup_name
 from harness.sandbox.secrets import secrets_from

@@ -12,7 +12,7 @@ import httpx
 from harness.errors import StackError, UserError
 from harness.run.preflight import run_preflight
 from harness.probe import LONG_TARGET, run_probe
-from harness.run.record import RunRecord, SandboxFigures, utcnow
+from harness.records.record import RunRecord, SandboxFigures, utcnow
 from harness.sandbox import agentfs
 from harness.sandbox.confine import agent_view
 from harness.sandbox.identity import hand_over

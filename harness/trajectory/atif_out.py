@@ -18,7 +18,7 @@ lies inside its parent's task message too); an exchange no message holds is coun
 notes, and the final metrics are the wire log's own figures (harness/sandbox/wirelog.figures).
 
 Keys: the launch writes this file before the post-run scrub walks the run folder, so the scrub
-redacts it like any other text file of the run (harness/run/launch.py). Host paths: every string
+redacts it like any other text file of the run (harness/launcher/launch.py). Host paths: every string
 of the document has the run folder, the project root and the home folder replaced (`<run>`,
 `<project>`, `~`), the run folder also where it was moved from (any path ending in
 `.llms-benchmark/runs/<run-id>`).
@@ -34,8 +34,8 @@ from pydantic import ValidationError
 
 from harness.atomic import write_atomic
 from harness.errors import UserError
-from harness.run.paths import RUN_RECORD, TRAJECTORY
-from harness.run.record import RunRecord
+from harness.records.paths import RUN_RECORD, TRAJECTORY
+from harness.records.record import RunRecord
 from harness.sandbox import wirelog
 from harness.trajectory import sources
 from harness.trajectory.hostpaths import unhost

@@ -1,4 +1,4 @@
-"""Every launch's run folder gets its `trajectory.json` (harness/run/launch.py's post-run).
+"""Every launch's run folder gets its `trajectory.json` (harness/launcher/launch.py's post-run).
 
 Written before the post-run scrub walks the run folder: the scrub then redacts every form of
 the run's secrets from it like from any text file of the run (and fails the run closed if it
@@ -13,8 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from harness.errors import UserError
-from harness.run.paths import TRAJECTORY
-from harness.run.record import RunRecord
+from harness.records.paths import TRAJECTORY
+from harness.records.record import RunRecord
 from harness.sandbox.secrets import redact_text
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import atif
 
-from harness.run.record import RunRecord
+from harness.records.record import RunRecord
 from harness.sandbox import wirelog
 from harness.trajectory.sources import Sessions
 

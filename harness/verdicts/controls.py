@@ -324,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.monotonic()
         drive = {"duration": a.duration or DRIVE["duration"], "vus": a.vus or DRIVE["vus"]}
         if a.for_run:
-            from harness.run.paths import ProjectPaths
+            from harness.records.paths import ProjectPaths
             from harness.verdicts.drive import run_drive
 
             if "/" in a.for_run or a.for_run in ("", ".", ".."):

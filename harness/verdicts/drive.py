@@ -22,7 +22,7 @@ import hmac
 from datetime import UTC, datetime
 from pathlib import Path
 
-from pydantic import BaseModel
+from harness.records.drive import DriveFigures
 
 MIN_REQUESTS = 20  # a 10-second, 2-user drive sends about 80; a handful of curls is not a drive
 TAG_HEAD = 12  # hex digits of user and request number before the tag
@@ -35,20 +35,6 @@ SELECT trace_id, coalesce(starts_with(attributes->>'$."user_agent.original"', ?)
 FROM spans WHERE kind = 'SERVER' AND trace_id IS NOT NULL AND start_ns >= ? AND start_ns <= ?
 """
 SLACK_NS = 2_000_000_000  # clocks of one machine; a span starts a little after the harness sent its request
-
-
-class DriveFigures(BaseModel):
-    """What the store shows of the scenario's drive (measured by the harness)."""
-
-    user_agent: str  # the scenario's User-Agent prefix
-    tagged_by: str = "user-agent"  # "harness key": traces tagged by the harness's drive; else the UA prefix
-    requests: int = 0  # the drive's traces inside the mission window
-    harness_drives: int | None = None  # drives the harness ran for the agent (`obs drive`); None: no drive server
-    own_requests: int = 0  # traces served inside the window that are not the drive's: the agent's own traffic
-    forged: int = 0  # of those, traces sent with the scenario's User-Agent but no valid tag
-    start: datetime | None = None
-    end: datetime | None = None
-    problem: str | None = None  # why the run yields no row; None: the drive happened
 
 
 def tag(key: bytes, head: str) -> str:

@@ -49,8 +49,8 @@ from harness.telemetry import claims as cm
 from harness.verdicts import evidence as ev
 from harness.telemetry import sqlread
 from harness.errors import UserError
-from harness.run.paths import RunPaths
-from harness.run.record import RunRecord
+from harness.records.paths import RunPaths
+from harness.records.record import RunRecord
 from harness.verdicts.key import Defect, label, load_key
 from harness.verdicts.report import Finding, Report, parse_report_file
 from harness.verdicts.rerun_store import Store

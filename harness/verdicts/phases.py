@@ -17,7 +17,7 @@ from pathlib import Path
 
 from harness.verdicts.evidence import tables_of
 from harness.opencode.store import store_copy
-from harness.run.record import Phases
+from harness.records.record import Phases
 
 SIGNALS = ("traces", "metrics", "logs", "profiles")
 SIGNAL_TABLES = {"traces": "spans", "metrics": "metrics", "logs": "logs", "profiles": "profiles"}

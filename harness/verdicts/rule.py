@@ -16,8 +16,8 @@ from pathlib import Path
 
 from harness.errors import UserError
 from harness.verdicts.keymatch import draft_rulings
-from harness.run.paths import RUN_RECORD, ProjectPaths
-from harness.run.record import RunRecord, Status
+from harness.records.paths import RUN_RECORD, ProjectPaths
+from harness.records.record import RunRecord, Status
 from harness.verdicts.rulings import HELD_UP, NOT_HELD_UP, Recall, RuledFinding, Rulings, load_rulings, save_rulings
 from harness.vot.loader import is_file
 

@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import httpx  # noqa: E402
 
-import harness.run.launch as launch  # noqa: E402
+import harness.launcher.launch as launch  # noqa: E402
 from harness.stages import collect as collect_stage  # noqa: E402
 
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import harness.run.launch as launch  # noqa: E402
-from harness.run.record import RunOutcome, Status, utcnow  # noqa: E402
+import harness.launcher.launch as launch  # noqa: E402
+from harness.records.record import RunOutcome, Status, utcnow  # noqa: E402
 
 TRIAL_S = float(os.environ.get("MATRIX_CELL_TRIAL_S", "1.0"))
 

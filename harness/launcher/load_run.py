@@ -63,7 +63,7 @@ def run_load(root: Path, target: tuple[str, ...], opts: LoadOptions, *, confirm:
             say(f"results in {runner.path}" if runner.results.rows else "no level finished: nothing written")
         return LoadOutcome(runner.path, runner.results.rows)
 
-    from harness.load.serve import preflight, served
+    from harness.run.served import preflight, served
 
     _, environment, preset = target
     pf = preflight(root, environment, preset, say)

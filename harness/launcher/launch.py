@@ -3,7 +3,7 @@
 Preflight → Serve → Wait-ready → Probe → Configure → Smoke → Mission-setup → Run → Destroy → Collect → Post-run
 
 Collect reads what the agent left (opencode's store, the mission's files), so it runs once the
-unit is destroyed (harness/run/after_destroy.py): nothing the agent left bills GPU time. What it
+unit is destroyed (harness/launcher/after_destroy.py): nothing the agent left bills GPU time. What it
 needs from the live server (the /metrics timeline, the pace, the log) is taken during Run.
 
 With `--trials K` the stages from Configure (less the smoke) run again K−1 times on the same
@@ -31,10 +31,10 @@ from pathlib import Path
 from typing import Literal
 
 from harness.run import failpoint
-from harness.run.after_destroy import AfterStage, collect_all, mark_pending
+from harness.launcher.after_destroy import AfterStage, collect_all, mark_pending
 from harness.errors import FatalUnitLog, StackError, UserError
-from harness.run.paths import ProjectPaths
-from harness.run.record import RowKey, RunRecord, SandboxFigures, Status, Timestamps, Trial, utcnow
+from harness.records.paths import ProjectPaths
+from harness.records.record import RowKey, RunRecord, SandboxFigures, Status, Timestamps, Trial, utcnow
 from harness.sandbox import agentfs, diskimage
 from harness.sandbox.secrets import redact_text, scrub_files, scrub_tree
 from harness.sandbox.untrusted import escape_controls, escape_name

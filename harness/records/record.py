@@ -13,11 +13,11 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from harness.atomic import write_atomic
-from harness.load.agents.figures import CapacityFigures
-from harness.verdicts.drive import DriveFigures
-from harness.serving.engine import EngineInfo
-from harness.serving.figures import ServingFigures
-from harness.run.unit_death import UnitDeath
+from harness.records.capacity import CapacityFigures
+from harness.records.drive import DriveFigures
+from harness.records.engine import EngineInfo
+from harness.records.serving import ServingFigures
+from harness.records.unit_death import UnitDeath
 
 
 def utcnow() -> datetime:
@@ -25,7 +25,7 @@ def utcnow() -> datetime:
 
 
 # The reason on a record whose collect (after the destroy) has not finished: a launch killed
-# before it ended leaves it so (harness/run/after_destroy.py); `wait` does not read it as an end.
+# before it ended leaves it so (harness/launcher/after_destroy.py); `wait` does not read it as an end.
 COLLECT_PENDING = "the collect did not finish (it runs after the destroy; the launch died before it ended)"
 
 

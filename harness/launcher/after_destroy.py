@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from harness.errors import Interrupted, UserError
 from harness.run import failpoint
-from harness.run.record import COLLECT_PENDING as NOT_FINISHED
-from harness.run.record import RunRecord, Status, utcnow
+from harness.records.record import COLLECT_PENDING as NOT_FINISHED
+from harness.records.record import RunRecord, Status, utcnow
 from harness.run.units import interruptible
 from harness.stages.context import LaunchContext
 

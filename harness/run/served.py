@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from harness.run.paths import RunPaths
+from harness.records.paths import RunPaths
 from harness.run.preflight import Preflight, run_preflight
 from harness.stacks.base import Unit
 from harness.run.units import UnitLife, claim, destroy_leftovers, lifetime
