@@ -253,18 +253,27 @@ class UnitLife:
         self.say(f"{signal.Signals(signum).name} received: finishing the destroy first")
 
     def _destroy_with_retries(self) -> bool:
-        """A destroy that fails (an API hiccup, a process slow to die) is tried again; the
-        last failure is raised and the unit stays in the ledger for the next command."""
-        for attempt in range(1, self.destroy_attempts + 1):
-            try:
+        """A destroy that fails (an API hiccup, a process slow to die) is tried again, on the
+        harness's one retry policy (`wire.retry`, `destroy_pause_s` apart); the last failure is
+        raised and the unit stays in the ledger for the next command."""
+        from harness.wire.retry import Retrier, Steady
+
+        life = self
+
+        class _Said:  # each retry said on the terminal, as the launch has always said it
+            def retried(self, why: str, wait: float) -> None:
+                life.say(f"destroy attempt {retrier.attempt - 1} failed ({why}); trying again")
+
+            def given_up(self) -> None:
+                pass
+
+        retrier = Retrier(Steady(self.destroy_attempts, self.destroy_pause_s), time.sleep,
+                          transient=lambda exc: str(exc) if isinstance(exc, Exception) else None, tally=_Said())
+        for attempt in retrier:
+            with attempt:
                 failpoint.hit("destroy")
-                return destroy_unit(self.stack, self.unit, self.ledger)
-            except Exception as exc:  # noqa: BLE001 - retried, then raised
-                if attempt == self.destroy_attempts:
-                    raise
-                self.say(f"destroy attempt {attempt} failed ({exc}); trying again")
-                time.sleep(self.destroy_pause_s * attempt)
-        raise AssertionError("unreachable")
+                existed = destroy_unit(self.stack, self.unit, self.ledger)
+        return existed
 
 
 @contextlib.contextmanager
