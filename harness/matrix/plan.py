@@ -106,7 +106,6 @@ def load_plan(root: Path, name: str) -> MatrixPlan:
     """`.vot/matrices/<name>.yaml`, its `name` field defaulting to the file's."""
     from harness.run.inputs import NAME
 
-    folder = root / MATRICES_DIR
     if not NAME.fullmatch(name):
         raise UserError(f"{name[:120]!r} is not a plan name (never a path)", field="PLAN",
                         fix=f"name a file of {MATRICES_DIR}/ without .yaml: {', '.join(available(root)) or '(none yet)'}")
@@ -138,7 +137,6 @@ def validate_plan(data: dict, path: Path | None = None) -> MatrixPlan:
 
 
 def available(root: Path) -> list[str]:
-    folder = root / MATRICES_DIR
     return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
 
 

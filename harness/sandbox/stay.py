@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from harness.records.record import SandboxFigures
