@@ -137,6 +137,7 @@ def validate_plan(data: dict, path: Path | None = None) -> MatrixPlan:
 
 
 def available(root: Path) -> list[str]:
+    folder = root / MATRICES_DIR
     return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
 
 
