@@ -230,7 +230,7 @@ def test_a_duckdb_store_is_scrubbed_through_duckdb_and_stays_readable(tmp_path):
 def test_hex_base32_reversed_forms_at_every_alignment_and_across_chunk_edges(tmp_path, monkeypatch):
     import base64
 
-    import harness.sandbox.secrets as mod
+    import harness.sandbox.fd_files as mod
 
     monkeypatch.setattr(mod, "CHUNK", 7)  # every form straddles a read boundary somewhere
     key = "sk-" + secrets.token_hex(16)

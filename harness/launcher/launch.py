@@ -36,7 +36,8 @@ from harness.errors import FatalUnitLog, StackError, UserError
 from harness.records.paths import ProjectPaths
 from harness.records.record import RowKey, RunRecord, SandboxFigures, Status, Timestamps, Trial, utcnow
 from harness.sandbox import agentfs, diskimage
-from harness.sandbox.secrets import redact_text, scrub_files, scrub_tree
+from harness.sandbox.secret_forms import redact_text
+from harness.sandbox.secrets import scrub_files, scrub_tree
 from harness.sandbox.untrusted import escape_controls, escape_name
 from harness.serving.collect import gpu_cost
 from harness.stages import agent, collect, serving

@@ -20,7 +20,7 @@ from harness.run.preflight import Preflight
 from harness.records.record import Probe, RunRecord
 from harness.sandbox.confine import Sandbox
 from harness.sandbox.limits import cgroup_name
-from harness.sandbox.secrets import secrets_from
+from harness.sandbox.secret_forms import secrets_from
 from harness.sandbox.stay import AgentStay, StayPlan
 from harness.sandbox.untrusted import escape_controls, escape_name
 from harness.stacks.base import Unit

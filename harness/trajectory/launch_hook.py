@@ -15,7 +15,7 @@ from pathlib import Path
 from harness.errors import UserError
 from harness.records.paths import TRAJECTORY
 from harness.records.record import RunRecord
-from harness.sandbox.secrets import redact_text
+from harness.sandbox.secret_forms import redact_text
 
 
 def record_trajectory(record: RunRecord, run_dir: Path, say: Callable[[str], None], secrets: list[str]) -> None:
