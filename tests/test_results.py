@@ -25,7 +25,7 @@ from harness.results.render import (
     REMOTE_HEADERS,
     render_page,
 )
-from harness.results.rows import format_tokens
+from harness.results.cells import format_tokens
 from harness.records.engine import EngineInfo
 from harness.verdicts.rulings import Recall, RuledFinding, Rulings, save_rulings
 from harness.verdicts.scoring import score_local

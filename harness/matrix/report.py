@@ -17,7 +17,7 @@ from harness.matrix.spend import load_records, settle_state
 from harness.matrix.state import Cell, CellStatus, MatrixState
 from harness.records.paths import ProjectPaths
 from harness.records.record import RunRecord, Status
-from harness.results.rows import format_duration
+from harness.results.cells import format_duration
 
 STYLE = {CellStatus.done: "green", CellStatus.running: "cyan", CellStatus.queued: "yellow",
          CellStatus.over_budget: "magenta", CellStatus.fault: "red", CellStatus.void: "red",

@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import date, datetime
-from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,8 @@ from harness.mission import DEFAULT_MISSION
 from harness.records.paths import RUN_RECORD, ProjectPaths
 from harness.records.record import RunRecord, Status
 from harness.results.columns import DASH, HAND_LOCAL_CELLS, REMOTE_CELLS
+from harness.results.cells import (ended_cell, format_duration, format_median_turn, format_output, format_tokens,
+                                   gpu_price_cell, half_up)
 from harness.results.row import Row
 from harness.results.serving_columns import SERVING_HEADERS, serving_cells
 from harness.results.trials import Member, median_member, trials_cell
@@ -41,32 +42,6 @@ STALE = " ⚠"
 SIGNALS = ("metrics", "traces", "logs", "profiles")
 
 
-# --- cell formats ----------------------------------------------------------------------
-
-def _half_up(value: float, places: str = "1") -> Decimal:
-    return Decimal(repr(value)).quantize(Decimal(places), rounding=ROUND_HALF_UP)
-
-
-def format_tokens(n: int | None) -> str:
-    """5_012_345 → `5.0M`, 182_400 → `182k`, 0 or absent → `—`."""
-    if not n:
-        return DASH
-    if n < 1000:
-        return str(n)
-    k = int(_half_up(n / 1000))
-    if k < 1000:
-        return f"{k}k"
-    return f"{_half_up(n / 1_000_000, '0.1')}M"
-
-
-def format_duration(seconds: float | None) -> str:
-    return DASH if seconds is None else format_total(seconds)
-
-
-def format_median_turn(seconds: float | None) -> str:
-    return DASH if seconds is None else f"{_half_up(seconds, '0.1')}s"
-
-
 # --- rows ------------------------------------------------------------------------------
 
 def local_row(record: RunRecord, rulings: Rulings) -> Row:
@@ -79,7 +54,7 @@ def local_row(record: RunRecord, rulings: Rulings) -> Row:
     total = format_total((end - start).total_seconds())
     total_s = parse_total(total)  # as written: whole seconds
     confirmed, reported = rulings.confirmed, rulings.reported
-    spc = f"{int(_half_up(total_s / confirmed, '1'))}s" if confirmed else DASH
+    spc = f"{int(half_up(total_s / confirmed, '1'))}s" if confirmed else DASH
     accuracy = f"{rulings.accuracy}%" if rulings.accuracy is not None else "0%"
     # The protocol revision the run was measured under (records without one: the current).
     protocol = str(getattr(record, "protocol", None) or record.versions.get(PROTOCOL_LABEL) or PROTOCOL)
@@ -118,28 +93,6 @@ def local_row(record: RunRecord, rulings: Rulings) -> Row:
         trials="1",
         capacity=record.capacity.cell() if record.capacity else DASH,
     )
-
-
-def format_output(tokens) -> str:
-    """Output and reasoning apart: `43k + 139k` (the record's output counts both)."""
-    if tokens is None or not tokens.output:
-        return DASH
-    reasoning = tokens.reasoning or 0
-    return f"{format_tokens(tokens.output - reasoning)} + {format_tokens(reasoning) if reasoning else '0'}"
-
-
-def ended_cell(record: RunRecord) -> str:
-    run = record.run
-    if run is not None and run.stopped_after_report:
-        return f"stopped after its report ({run.stopped_after_report})"
-    return "on its own"
-
-
-def gpu_price_cell(record: RunRecord) -> str:
-    s = record.serving
-    if s is None or s.gpu_hourly_usd is None:
-        return DASH
-    return f"${s.gpu_hourly_usd:.2f}" + (f" ({' '.join(s.gpu_price_source.replace('|', '/').split())})" if s.gpu_price_source else "")
 
 
 def key_matcher_only(rulings: Rulings) -> bool:
