@@ -57,6 +57,7 @@ def launch(root: Path) -> tuple[dict, Path, float]:
 
 
 def main() -> None:
+    from harness.markdown_table import table
     from harness.verdicts import controls as ctl
     from harness.verdicts.key import load_key
     from harness.verdicts.rerun_store import Store
@@ -99,14 +100,16 @@ def main() -> None:
              f" on {os.cpu_count()} cores{', one busy process per core beside the launches' if args.burn else ''}; "
              f"each run's status: {', '.join(r['status'] for r in results)}; wall "
              f"{', '.join(str(round(r['wall_s'])) + ' s' for r in results)}.", "",
-             "| defect | holds in runs | key query 1 per run | baseline-1 | baseline-2 | control (fixed) |",
-             "|---|---|---|---|---|---|"]
+             ]
+    rows = []
     for d in defects:
         first = [r["readings"].get((d.id, 1)) or {} for r in results]
         ref = first[0] if first else {}
-        lines.append(f"| {d.id} | {sum(r['holds'][d.id] for r in results)}/{len(results)} | "
-                     f"{', '.join(str(f.get('run')) for f in first)} | {ref.get('baseline-1')} | "
-                     f"{ref.get('baseline-2')} | {ref.get('control')} |")
+        rows.append([d.id, f"{sum(r['holds'][d.id] for r in results)}/{len(results)}",
+                     ", ".join(str(f.get("run")) for f in first), ref.get("baseline-1"), ref.get("baseline-2"),
+                     ref.get("control")])
+    lines.append(table(["defect", "holds in runs", "key query 1 per run", "baseline-1", "baseline-2",
+                        "control (fixed)"], rows))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines) + "\n")
     print(f"written to {args.out}")

@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
+from harness.markdown_table import table  # noqa: E402
 from harness.verdicts import controls as ctl  # noqa: E402
 from harness.verdicts import discriminate, keymatch, rerun_store  # noqa: E402
 from harness.verdicts.keymatch import draft_rulings  # noqa: E402
@@ -200,14 +201,16 @@ def main() -> int:
     md = ["# rule timing (bench/rule_timing.py)", "",
           f"{out['when']}, {out['cpus']} CPUs ({out['machine']}), run drive {drive['duration']:g} s × {drive['vus']} "
           f"users, controls {out['normal_30']['controls']}.", "",
-          "| report | findings | held up | wall | peak RSS |", "|---|---|---|---|---|"]
+          ]
+    rows = []
     for name in ("normal_30", "worst", *worst_records(), "markdown_long_prose"):
         r = out[name]
         if "error" in r and "wall_s" not in r:
-            md.append(f"| {name} | error: {r['error']} | | | |")
+            rows.append([name, f"error: {r['error']}", "", "", ""])
             continue
-        md.append(f"| {name} | {r.get('findings', r.get('error'))} | {r.get('held_up', '')} | {r['wall_s']} s | "
-                  f"{r['peak_rss_mb']} MB |")
+        rows.append([name, r.get("findings", r.get("error")), r.get("held_up", ""), f"{r['wall_s']} s",
+                     f"{r['peak_rss_mb']} MB"])
+    md.append(table(["report", "findings", "held up", "wall", "peak RSS"], rows))
     md += ["", "The issue 48 cases (records_*, markdown_long_prose) each ran in a process of its own under the "
            "rule's memory cap (RLIMIT_DATA, harness/verdicts/bounds.py)."]
     md += ["", f"Bounds: {out['bounds']['query_budget_s']} s per cited query across all stores, "
