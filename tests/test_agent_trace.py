@@ -211,14 +211,9 @@ def test_bad_weka_files_are_one_clear_error(tmp_path: Path, obj: dict, field: st
 
 def make_store(data_dir: Path, sessions: dict[str, str | None], messages: list[tuple[str, float, float]]) -> None:
     """An opencode store with the tables and columns harness/opencode/store.py reads."""
-    import sqlite3
-    data_dir.mkdir(parents=True)
-    conn = sqlite3.connect(data_dir / "opencode.db")
-    conn.execute("CREATE TABLE session (id TEXT, parent_id TEXT, title TEXT, time_created INTEGER, version TEXT, "
-                 "tokens_input INTEGER, tokens_output INTEGER, tokens_reasoning INTEGER, tokens_cache_read INTEGER, "
-                 "tokens_cache_write INTEGER)")
-    conn.execute("CREATE TABLE message (id TEXT, session_id TEXT, data TEXT)")
-    conn.execute("CREATE TABLE part (id TEXT, message_id TEXT, session_id TEXT, data TEXT)")
+    from opencode_store import new_store
+
+    conn = new_store(data_dir)
     for sid, parent in sessions.items():
         conn.execute("INSERT INTO session (id, parent_id, title, time_created) VALUES (?, ?, 't', 0)", (sid, parent))
     for n, (sid, created, completed) in enumerate(messages):

@@ -13,6 +13,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from opencode_store import new_store
 from timed_replay import MODEL, make_timed  # noqa: F401 - the fixture
 
 from harness.errors import UserError
@@ -310,15 +311,7 @@ def test_round_trip_of_a_real_model_run(tmp_path: Path) -> None:
 def _store(data_dir: Path, t0: float) -> None:
     """opencode's store (the tables harness/opencode/store.py checks): a root session whose first
     turn calls the task tool; the child session it opens makes two model calls."""
-    import sqlite3
-
-    data_dir.mkdir(parents=True)
-    conn = sqlite3.connect(data_dir / "opencode.db")
-    conn.executescript(
-        "CREATE TABLE session (id TEXT, parent_id TEXT, title TEXT, time_created INTEGER, version TEXT, "
-        "tokens_input INTEGER, tokens_output INTEGER, tokens_reasoning INTEGER, tokens_cache_read INTEGER, "
-        "tokens_cache_write INTEGER); CREATE TABLE message (id TEXT, session_id TEXT, data TEXT);"
-        "CREATE TABLE part (id TEXT, message_id TEXT, session_id TEXT, data TEXT);")
+    conn = new_store(data_dir)
 
     def ms(s: float) -> int:
         return int((t0 + s) * 1000)

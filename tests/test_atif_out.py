@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 import shutil
-import sqlite3
 from collections import Counter
 from pathlib import Path
 
 import atif
 import pytest
+from opencode_store import new_store
 
 from harness.records.record import RunRecord
 from harness.sandbox import wirelog
@@ -157,13 +157,7 @@ def test_a_trajectory_that_cannot_be_built_is_a_note_never_a_crash(tmp_path: Pat
 
 # -- a subagent, from opencode's store -------------------------------------------------------
 def _store(data_dir: Path, t0: float) -> None:
-    data_dir.mkdir(parents=True)
-    conn = sqlite3.connect(data_dir / "opencode.db")
-    conn.executescript(
-        "CREATE TABLE session (id TEXT, parent_id TEXT, title TEXT, time_created INTEGER, version TEXT, "
-        "tokens_input INTEGER, tokens_output INTEGER, tokens_reasoning INTEGER, tokens_cache_read INTEGER, "
-        "tokens_cache_write INTEGER); CREATE TABLE message (id TEXT, session_id TEXT, data TEXT);"
-        "CREATE TABLE part (id TEXT, message_id TEXT, session_id TEXT, data TEXT);")
+    conn = new_store(data_dir)
 
     def ms(s: float) -> int:
         return int((t0 + s) * 1000)
