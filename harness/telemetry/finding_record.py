@@ -155,22 +155,22 @@ def load(path: Path) -> tuple[dict, list[str]]:
         data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         return {"findings": []}, [f"{path.name}: not JSON ({str(exc).splitlines()[0][:120]}); fix or remove it"]
-    return data, schema_problems(data, _vocabulary())
+    return data, schema_problems(data, vocabulary())
 
 
-def _vocabulary():
+def vocabulary():
     from harness.telemetry.claims import vocabulary_from_env
 
     return vocabulary_from_env()
 
 
-def _save(path: Path, data: dict) -> None:
+def save(path: Path, data: dict) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     os.replace(tmp, path)
 
 
-def _read_value(text: str) -> float | str:
+def read_value(text: str) -> float | str:
     try:
         value = float(text)
     except ValueError:

@@ -28,7 +28,7 @@ from typing import Any
 
 
 from harness.telemetry.finding_record import (
-    DIRECTIONS, FINDINGS_FILE, MAX_RECORDS, _read_value, _save, _vocabulary, code_problems, code_text, load, render,
+    DIRECTIONS, FINDINGS_FILE, MAX_RECORDS, read_value, save, vocabulary, code_problems, code_text, load, render,
     schema_problems,
 )
 
@@ -124,21 +124,21 @@ def finding_cmd(client, a: argparse.Namespace):
             code["module_level"] = True
         record: dict[str, Any] = {"number": f"{prefix}{n}", "section": "gaps" if a.gap else "anomalies",
                                   "claim": a.claim, "kind": a.kind, "direction": a.direction, "scope": a.scope,
-                                  "queries": [{"query": q, "read": _read_value(r)} for q, r in zip(a.query, a.read)],
+                                  "queries": [{"query": q, "read": read_value(r)} for q, r in zip(a.query, a.read)],
                                   "code": code}
         if a.severity:
             record["severity"] = a.severity
         if a.impact:
             record["impact"] = a.impact
         candidate = {"findings": [*data["findings"], record]}
-        vocab = _vocabulary()
+        vocab = vocabulary()
         if vocab is None:
             raise QueryFailed("not added: this workspace has no claim vocabulary (OBS_CLAIMS is unset), so --kind, "
                               "--direction and --scope cannot be checked; run obs inside the mission's launch")
         bad = schema_problems(candidate, vocab)
         if bad:
             raise QueryFailed("not added:\n  " + "\n  ".join(bad))
-        _save(path, candidate)
+        save(path, candidate)
         lines = [f"finding {record['number']} added to {FINDINGS_FILE}"]
         warn = check_all({"findings": [record]}, Path.cwd(), client, a.parse_query)
         lines += [f"  fix: {w}" for w in warn] or ["  checked: the code exists and every query reads what you recorded"]
@@ -147,7 +147,7 @@ def finding_cmd(client, a: argparse.Namespace):
         kept = [f for f in data["findings"] if not (isinstance(f, dict) and f.get("number") == a.number)]
         if len(kept) == len(data["findings"]):
             raise QueryFailed(f"no finding {a.number} in {FINDINGS_FILE}")
-        _save(path, {"findings": kept})
+        save(path, {"findings": kept})
         return Output([f"finding {a.number} removed"], 1)
     if a.action == "list":
         if a.json:
@@ -172,7 +172,7 @@ def finding_cmd(client, a: argparse.Namespace):
             window = f"{drive['start']}/{drive['end']}"
     except (OSError, ValueError, AttributeError):
         pass
-    (Path.cwd() / "report.md").write_text(render(data, window, _vocabulary()), encoding="utf-8")
+    (Path.cwd() / "report.md").write_text(render(data, window, vocabulary()), encoding="utf-8")
     return Output([f"report.md written from {len(data['findings'])} finding(s)"], len(data["findings"]))
 
 
@@ -184,7 +184,7 @@ def add_parser(sub, parse_query) -> None:
     p = actions.add_parser("add", help="add one finding (checked as it is written)")
     p.add_argument("--claim", required=True, help="what is wrong and what it causes")
     p.add_argument("--impact", help="what it causes, if not in the claim")
-    vocab = _vocabulary()
+    vocab = vocabulary()
     p.add_argument("--kind", required=True, metavar="KIND",
                    help="what kind of defect, from the mission's vocabulary: "
                         + (", ".join(f"{k} ({vocab.means.get(k, '')})" for k in vocab.kinds) if vocab else "see OBS_CLAIMS"))
