@@ -299,7 +299,8 @@ port = int(url.split(":")[2].split("/")[0])
 held, chunk = [], b"x" * (1 << 20)
 for _ in range(60):
     s = socket.create_connection(("127.0.0.1", port))
-    s.sendall(b"POST /v1/chat/completions HTTP/1.1\\r\\nHost: x\\r\\nContent-Length: 33554432\\r\\n\\r\\n")
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\\r\\nHost: x\\r\\nContent-Length: 33554432\\r\\n\\r\\n"
+              b'{"model": "m", "messages": [{"role": "user", "content": "')  # a JSON string never ended
     for _ in range(16):
         s.sendall(chunk)
     held.append(s)
@@ -312,14 +313,16 @@ time.sleep(3)
 @pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_unfinished_bodies_on_the_model_port_leave_the_launcher_bounded(project: Project):
-    """60 connections each holding 16 MiB of an unfinished 32 MiB body (~1 GiB in all): the tap
-    holds at most its budget across them, so the launcher's peak RSS stays far below."""
+    """60 connections each holding 16 MiB of an unfinished 32 MiB JSON body (~1 GiB in all): the
+    tap reads each as it streams and keeps none of it, so the launcher's peak RSS stays near its
+    ~75 MiB at rest. (When the tap held bodies up to its 256 MiB budget, this run peaked at
+    540-620 MiB: the budget's bytes twice over, in copies and the allocator's arenas.)"""
     steps = [_write("hold.py", HOLD_BODIES), _bash("hold bodies", "python3 hold.py"),
              _write("REPORT.md", "report\n"), {"text": "DONE"}]
     code, out, err, run_dir, rec = _launch(project, "holder", steps)
     assert "holding 60 connections" in (run_dir / "opencode-events.jsonl").read_text()
     peak = rec["sandbox"]["launcher_peak_rss_mib"]
-    assert 0 < peak < 600, peak  # the budget is 256 MiB; 1 GiB went through
+    assert 0 < peak < 200, peak  # 1 GiB went through
 
 
 HOSTILE = """import os, sqlite3

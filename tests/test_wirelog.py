@@ -225,32 +225,97 @@ def test_a_head_sent_in_parts_past_16k_is_read_and_one_past_the_cap_is_closed(tm
     assert len(entries) == 1 and (entries[0]["status"], entries[0]["messages"]) == (200, 1)
 
 
-def test_connections_and_held_bytes_are_bounded_across_the_run(tmp_path: Path, monkeypatch):
-    """Many connections each holding an unfinished body: the bytes held stay within the run's
-    budget (the rest counted, not parsed), and connections past the cap are closed at once."""
+def _drain(server: socket.socket, count: int, drained: list[int], answer: bytes = b"") -> list[socket.socket]:
+    """Accept `count` connections on `server`; each is read to the end (its bytes added to
+    `drained`), after `answer` is sent on it once its request head has come."""
+    conns: list[socket.socket] = []
+
+    def serve(conn: socket.socket) -> None:
+        got = b""
+        while b"\r\n\r\n" not in got and (part := conn.recv(65536)):
+            got += part
+        if answer:
+            conn.sendall(answer)
+        drained.append(len(got))
+        while part := conn.recv(65536):
+            drained.append(len(part))
+
+    def accept() -> None:
+        for _ in range(count):
+            conn = server.accept()[0]
+            conns.append(conn)
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    return conns
+
+
+UNFINISHED = b'{"model": "m", "messages": [{"role": "user", "content": "'  # a string that never ends
+
+
+def test_request_bodies_go_through_without_being_held(tmp_path: Path, monkeypatch):
+    """Connections each streaming an unfinished 32 MiB JSON body (its bytes inside one string):
+    every byte is relayed and none is held (the request is read as it streams), and
+    connections past the cap are closed at once."""
     from harness.sandbox import net
 
     monkeypatch.setattr(net, "MAX_CONNECTIONS", 6)
     server = socket.create_server(("127.0.0.1", 0))
     port = server.getsockname()[1]
-    held = []
-    threading.Thread(target=lambda: [held.append(server.accept()[0]) for _ in range(100)], daemon=True).start()
+    drained: list[int] = []
+    held = _drain(server, 6, drained)
     log = WireLog(tmp_path / "wire.jsonl", budget=3 << 20)
     bridge = Bridge([port], wire=(port, log))
-    clients = []
+    clients, head = [], b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 33554432\r\n\r\n"
     try:
         entry = _entry(bridge, port)
         for _ in range(8):
-            c = socket.create_connection(("127.0.0.1", entry), timeout=10)
-            c.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 33554432\r\n\r\n")
-            clients.append(c)
+            clients.append(socket.create_connection(("127.0.0.1", entry), timeout=10))
         for c in clients[:6]:
+            c.sendall(head + UNFINISHED)
             for _ in range(16):
                 c.sendall(b"x" * 65536)  # 1 MiB each, 6 MiB in all against a 3 MiB budget
+        sent = 6 * (len(head) + len(UNFINISHED) + (16 << 16))
         deadline = time.monotonic() + 10
-        while log.held < 3 << 20 and time.monotonic() < deadline:
+        while sum(drained) < sent and time.monotonic() < deadline:
             time.sleep(0.05)
+        assert sum(drained) == sent  # every byte reached the server
         assert bridge.refused == 2
+        assert log.peak_held == 0 and log.held == 0  # none of it was kept
+    finally:
+        for c in [*clients, *held]:
+            c.close()
+        bridge.close()
+        server.close()
+
+
+def test_plain_answers_held_are_bounded_across_the_run(tmp_path: Path):
+    """Plain JSON answers (not streamed) are parsed whole: unfinished ones on six connections
+    hold at most the run's budget (the rest counted, not parsed), and give it back at close."""
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    answer = (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 33554432\r\n\r\n"
+              + b"x" * (1 << 20))  # 1 MiB of 32 each, 6 MiB in all against a 3 MiB budget
+    drained: list[int] = []
+    held = _drain(server, 6, drained, answer)
+    log = WireLog(tmp_path / "wire.jsonl", budget=3 << 20)
+    bridge = Bridge([port], wire=(port, log))
+    clients, got = [], [0] * 6
+    try:
+        entry = _entry(bridge, port)
+        for i in range(6):
+            c = socket.create_connection(("127.0.0.1", entry), timeout=10)
+            c.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+            clients.append(c)
+        deadline = time.monotonic() + 10
+        while sum(got) < 6 * len(answer) and time.monotonic() < deadline:
+            for i, c in enumerate(clients):
+                c.settimeout(0.05)
+                try:
+                    got[i] += len(c.recv(1 << 20))
+                except TimeoutError:
+                    pass
+        assert sum(got) == 6 * len(answer)  # relayed whole, held or not
         assert log.peak_held <= 3 << 20 and log.held > 2 << 20
     finally:
         for c in [*clients, *held]:

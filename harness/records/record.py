@@ -134,7 +134,7 @@ class WireFigures(BaseModel):
     # Requests a tool the agent ran sent to the model's port (not opencode's): never turns.
     tool_requests: int = 0
     tool_input_tokens: int = 0
-    unparsed: int = 0  # exchanges counted but not parsed (a body over a cap)
+    unparsed: int = 0  # answers counted but not parsed (a plain body over a cap)
     broken: int = 0  # connections closed unrelayed: their bytes were not HTTP/1.1
     refused: int = 0  # connections past the bridge's cap, closed at once
     store_disagrees: list[str] = Field(default_factory=list)  # empty: the store matches the wire

@@ -12,10 +12,11 @@ final chunk (or of the whole answer), the tool calls' names and the finish reaso
 HTTP/1.1 is parsed with h11 on both directions (keep-alive and chunked bodies included),
 each chunk before it is forwarded: bytes the tap cannot parse end the connection (never
 relayed unseen; counted as `broken`), and h11's head limit (HEAD_CAP) is above any
-server's. A server-sent-event answer is read line by line as it streams (harness/wire/sse.py,
-a line at most its LINE_CAP); request bodies are parsed whole up to `BODY_CAP`, and the bytes
-held across all of a run's connections never pass BUFFER_BUDGET (past it a body is counted,
-not parsed: `unparsed`).
+server's. A request body is read as it streams and never held (harness/wire/request_head.py:
+a few counters a connection, whatever the agent sends); a server-sent-event answer is read
+line by line as it streams (harness/wire/sse.py, a line at most its LINE_CAP); a plain JSON
+answer is parsed whole up to `BODY_CAP`, and the bytes held across all of a run's
+connections never pass BUFFER_BUDGET (past it an answer is counted, not parsed: `unparsed`).
 """
 
 from __future__ import annotations
@@ -30,11 +31,12 @@ from pathlib import Path
 
 import h11
 
+from harness.wire.request_head import RequestHead
 from harness.wire.sse import DONE_BYTES, Decoder
 
 WIRE_LOG = "wire.jsonl"
-BODY_CAP = 32 << 20  # a request body parsed whole up to this many bytes (opencode's prompts: ~1 MB)
-BUFFER_BUDGET = 256 << 20  # bytes of bodies held at once across every connection of a run
+BODY_CAP = 32 << 20  # a plain (not streamed) answer parsed whole up to this many bytes
+BUFFER_BUDGET = 256 << 20  # bytes of answers held at once across every connection of a run
 HEAD_CAP = 1 << 20  # h11's limit on a request or response head (uvicorn's is 16 KiB, llama.cpp's 8 KiB a line)
 
 
@@ -47,7 +49,7 @@ class _Exchange:
     started: float
     method: str = ""
     path: str = ""
-    body: bytearray = field(default_factory=bytearray)
+    head: RequestHead = field(default_factory=RequestHead)
     body_bytes: int = 0
     request_ended: float | None = None
     status: int | None = None
@@ -62,20 +64,10 @@ class _Exchange:
     tool_calls: list[str] = field(default_factory=list)
     finish_reason: str | None = None
     content_chars: int = 0
-    unparsed: bool = False  # a body over BODY_CAP or the run's BUFFER_BUDGET: counted, not parsed
+    unparsed: bool = False  # an answer over BODY_CAP or the run's BUFFER_BUDGET: counted, not parsed
 
     def record(self) -> dict:
-        asked: dict = {}
-        if not self.unparsed:
-            try:
-                body = json.loads(bytes(self.body) or b"null")
-            except ValueError:
-                body = None
-            if isinstance(body, dict):
-                messages = body.get("messages")
-                asked = {"model": body.get("model"), "stream": body.get("stream"),
-                         "messages": len(messages) if isinstance(messages, list) else None,
-                         "tools": len(body["tools"]) if isinstance(body.get("tools"), list) else 0}
+        asked = self.head.result() or {}
         return {"started": _iso(self.started), "request_ended": _iso(self.request_ended),
                 "first_byte": _iso(self.first_byte), "first_data": _iso(self.first_data), "ended": _iso(self.ended),
                 "seconds": round(self.ended - self.started, 3) if self.ended else None,
@@ -139,8 +131,8 @@ class _Exchange:
 
     def release(self, log: WireLog) -> None:
         """What this exchange held of the run's budget, given back."""
-        log.release(len(self.body) + len(self.whole))
-        self.body, self.whole = bytearray(), bytearray()
+        log.release(len(self.whole))
+        self.whole = bytearray()
 
 
 def _usage(raw: dict) -> dict:
@@ -249,10 +241,7 @@ class Tap:
         elif isinstance(event, h11.Data) and self.pending:
             ex = self.pending[-1]
             ex.body_bytes += len(event.data)
-            if not ex.unparsed and len(ex.body) + len(event.data) <= BODY_CAP and self.log.reserve(len(event.data)):
-                ex.body += event.data
-            else:
-                ex.unparsed = True
+            ex.head.feed(event.data)
             self.server.send(event)
         elif isinstance(event, h11.EndOfMessage) and self.pending:
             self.pending[-1].request_ended = time.time()
