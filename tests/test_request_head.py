@@ -98,3 +98,28 @@ def test_an_endless_body_is_read_without_being_kept():
     assert head.result() is None  # still inside the string
     head.feed(b'"}, {"role": "assistant"}], "stream": false}')
     assert head.result() == {"model": "m", "stream": False, "messages": 2, "tools": 0}
+
+
+def test_its_patterns_use_no_possessive_quantifier_nor_atomic_group():
+    """CPython before 3.11.5 (Debian 12 ships 3.11.2) matched those wrongly (gh-106052): with
+    them, this reader misread cut bodies there while passing every test on a newer Python."""
+    from re import _constants as c, _parser
+
+    from harness.wire import request_head
+
+    def ops(tree):
+        for op, av in tree:
+            yield op
+            for sub in (av if isinstance(av, (list, tuple)) else [av]):
+                if isinstance(sub, _parser.SubPattern):
+                    yield from ops(sub)
+                elif isinstance(sub, (list, tuple)):
+                    for part in sub:
+                        if isinstance(part, _parser.SubPattern):
+                            yield from ops(part)
+
+    patterns = [v for v in vars(request_head).values() if hasattr(v, "pattern") and hasattr(v, "match")]
+    assert len(patterns) == 3
+    for pattern in patterns:
+        found = set(ops(_parser.parse(pattern.pattern, pattern.flags)))
+        assert not found & {c.POSSESSIVE_REPEAT, c.ATOMIC_GROUP}, pattern.pattern

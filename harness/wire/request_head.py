@@ -5,9 +5,9 @@ Nothing of the body is held. The wire tap relays the model port for an agent tha
 anything on it; it used to keep each request body whole (up to a run-wide budget) and parse
 it at the end, and 60 unfinished 16 MiB bodies then cost the launcher ~530 MiB of resident
 memory for a 256 MiB budget (the copies and the allocator's arenas across the relay's
-threads). Here a string's content is skipped by a possessive regex in C (no backtracking
-state grows with its length); what is kept is a few counters and at most KEY_CAP bytes of a
-top-level key or MODEL_CAP of the model's name.
+threads). Here a string's content is skipped by an unambiguous regex in C (linear in its
+length); what is kept is a few counters and at most KEY_CAP bytes of a top-level key or
+MODEL_CAP of the model's name.
 
 Why not a streaming JSON library: ijson (3.3.0, its yajl2_c backend) holds a string until it
 ends, so the same unfinished string grew its process by 32 MiB for 32 MiB sent (measured on
@@ -29,12 +29,16 @@ KEY_CAP = 64  # a top-level key kept to tell model/stream/messages/tools apart (
 MODEL_CAP = 1024  # the model's name, raw; a longer one reads as None
 LITERAL_CAP = 8  # `true` / `false` for stream
 
+# No possessive quantifier or atomic group: CPython before 3.11.5 matched them wrongly when their
+# subpattern backtracks (gh-106052; Debian 12's python3 is 3.11.2, where `ab "x` read as one deep
+# run). Each pattern is unambiguous (single classes, the unrolled string loop), so it is linear
+# without them: a string cut before its quote gives back once, in one pass.
 # A string's content up to its closing quote, or to the chunk's end (a lone backslash left there).
-_STRING_BODY = re.compile(rb'(?:[^"\\]++|\\.)*+', re.S)
+_STRING_BODY = re.compile(rb'[^"\\]*(?:\\.[^"\\]*)*', re.S)
 # Below what is read: whole strings and anything but a bracket, up to a bracket or a cut string.
-_DEEP = re.compile(rb'(?:[^"\[\]{}]++|"(?:[^"\\]++|\\.)*+")*+', re.S)
+_DEEP = re.compile(rb'(?:[^"\[\]{}]+|"[^"\\]*(?:\\.[^"\\]*)*")*', re.S)
 # Outside strings: whitespace, then one structural byte or one run of a scalar (number, literal).
-_TOKEN = re.compile(rb'[ \t\r\n]*+(?:([\[\]{},:"])|([^ \t\r\n\[\]{},:"]++))?')
+_TOKEN = re.compile(rb'[ \t\r\n]*(?:([\[\]{},:"])|([^ \t\r\n\[\]{},:"]+))?')
 _COUNTED = {"messages": None, "tools": 0}  # each count's value when the key's value is not a list
 
 
