@@ -62,9 +62,12 @@ class FatalUnitLog(StackError):
         super().__init__(f"fatal line in the unit log: {line.strip()}")
 
 
-class Interrupted(BaseException):
+class Interrupted(KeyboardInterrupt):
     """SIGINT/SIGTERM while a unit lives: unwinds to the `finally` that destroys
-    (`harness.run.units` routes the signals here)."""
+    (`harness.run.units` routes the signals here). A KeyboardInterrupt, because that is what
+    libraries let through where they catch everything else: asyncio logs and drops any other
+    exception raised in a callback, and a launch whose SIGINT landed in the probe's socket
+    callback went on to run its mission (CI, stop 57)."""
 
     def __init__(self, signum: int) -> None:
         import signal

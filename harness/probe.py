@@ -66,8 +66,16 @@ class Prober:
         self.loop = asyncio.new_event_loop()
 
     def close(self) -> None:
-        self.loop.run_until_complete(self.client.aclose())
-        self.loop.close()
+        # An interrupt leaves the request it cut short pending on the loop: cancelled first.
+        try:
+            pending = asyncio.all_tasks(self.loop)
+            for task in pending:
+                task.cancel()
+            if pending:
+                self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            self.loop.run_until_complete(self.client.aclose())
+        finally:
+            self.loop.close()
 
     def stream(self, prompt: str, max_tokens: int) -> Timing:
         # temperature 0 and ignore_eos (vLLM and llama.cpp: decode exactly max_tokens), usage in the stream

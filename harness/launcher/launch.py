@@ -45,7 +45,7 @@ from harness.stages.agent import SmokeFailed
 from harness.stages.capacity import CapacityOptions, run_capacity
 from harness.stages.context import LaunchContext, LaunchOptions, Say
 from harness.trajectory.launch_hook import record_trajectory
-from harness.run.units import Interrupted, UnitLife, destroy_leftovers, lifetime
+from harness.run.units import Interrupted, UnitLife, destroy_leftovers, lifetime, raise_if_interrupted
 
 __all__ = ["STAGES", "FAILPOINT_STAGES", "TRIAL_STAGES", "Interrupted", "LaunchOptions", "SmokeFailed", "launch_local"]
 
@@ -184,6 +184,7 @@ class Launch:
             if index > 1 and stage.name not in TRIAL_STAGES:
                 continue
             self.stage = stage.name  # the record's `stopped_at` if this stage ends the launch
+            raise_if_interrupted()  # a signal some library swallowed in the stage before
             if stage.failpoint == "start":
                 failpoint.hit(stage.name, index)
             stage.run(rec, ctx)

@@ -36,7 +36,7 @@ from harness.run.unitlog import UnitLogCollector, wait_ready
 
 Say = Callable[[str], None]
 __all__ = ["Interrupted", "UnitLife", "claim", "destroy_leftovers", "destroy_unit", "lifetime", "on_signals",
-           "plan_unit", "refuse_if_served", "start_unit"]
+           "plan_unit", "raise_if_interrupted", "refuse_if_served", "start_unit"]
 
 
 # -- signal guards --------------------------------------------------------------------------
@@ -51,13 +51,31 @@ def on_signals(handler) -> Iterator[None]:
             signal.signal(s, h)
 
 
+_raised: list[int] = []  # the signals raised as Interrupted inside the current `interruptible` block
+
+
 def raise_interrupted(signum, _frame):
     """SIGINT and SIGTERM unwind to the `finally` that destroys."""
+    _raised.append(signum)
     raise Interrupted(signum)
 
 
-def interruptible() -> contextlib.AbstractContextManager[None]:
-    return on_signals(raise_interrupted)
+def raise_if_interrupted() -> None:
+    """Raise again an Interrupted that something caught and dropped (a library's bare
+    `except BaseException`, an exception raised in a `__del__` is printed and lost): the
+    launch calls this between stages, so a signal is obeyed by the next stage at the latest."""
+    if _raised:
+        raise Interrupted(_raised[0])
+
+
+@contextlib.contextmanager
+def interruptible() -> Iterator[None]:
+    _raised.clear()
+    try:
+        with on_signals(raise_interrupted):
+            yield
+    finally:
+        _raised.clear()
 
 
 # -- leftovers and the serve-once claim -------------------------------------------------------
