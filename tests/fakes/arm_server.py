@@ -110,10 +110,14 @@ def now_iso(offset_s: float = 0) -> str:
     return (datetime.now(UTC) + timedelta(seconds=offset_s)).isoformat().replace("+00:00", "Z")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def reserve_port() -> socket.socket:
+    """A loopback port held bound, not listening (a connection is refused, as by a container still
+    booting), until the app's fake vLLM binds beside it: a port only picked and freed for the
+    boot's seconds was taken meanwhile once ("Address already in use", CI)."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("127.0.0.1", 0))
+    return s
 
 
 # -- the fake vLLM: the replay server, with vLLM's bearer-key check on /v1 --------------------------
@@ -159,7 +163,7 @@ class FakeApp:
     rg: str
     body: dict
     secrets: dict[str, str]
-    port: int
+    hold: socket.socket = field(default_factory=reserve_port, repr=False)  # the port, until vLLM binds it
     created: float = field(default_factory=time.monotonic)
     created_at: str = field(default_factory=lambda: now_iso())  # systemData.createdAt, as ARM reports it
     state: str = "InProgress"  # InProgress | Succeeded | Failed | Deleting
@@ -173,6 +177,13 @@ class FakeApp:
     cond: threading.Condition = field(default_factory=threading.Condition)
     gone: threading.Event = field(default_factory=threading.Event)
     vllm: FakeVllm | None = None
+    port: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.port = self.hold.getsockname()[1]
+
+    def release(self) -> None:
+        self.hold.close()
 
     @property
     def args(self) -> list[str]:
@@ -262,7 +273,7 @@ class FakeArm:
         """An app that exists already (served by someone else, or left behind)."""
         body = {"location": LOCATION, "properties": {"configuration": {}, "template": {
             "containers": [{"name": "vllm", "args": ["some/model", "--served-model-name", "other"]}]}}}
-        app = FakeApp(name=name, rg=RESOURCE_GROUP, body=body, secrets={}, port=free_port(), state="Succeeded",
+        app = FakeApp(name=name, rg=RESOURCE_GROUP, body=body, secrets={}, state="Succeeded",
                       revision=f"{name}--0000001")
         with self.lock:
             self.apps[name] = app
@@ -341,6 +352,7 @@ class FakeArm:
         self._threads.append(thread)
 
     def _kill(self, app: FakeApp) -> None:
+        app.release()
         app.gone.set()
         with app.cond:
             app.cond.notify_all()
@@ -365,6 +377,7 @@ class FakeArm:
             tls = self.tls if b.vllm_tls else None
             app.vllm = FakeVllm(app.port, traj, app.arg("--served-model-name"),
                                 int(app.arg("--max-model-len") or 65536), app.secrets["vllm-api-key"], tls)
+            app.release()  # bound beside the hold (both reuse the address): the port was never free
             self._spawn(app.vllm.serve_forever, 0.05)
             app.ready = True
             app.say("INFO:     Started server process [1]", "INFO:     Application startup complete.")
@@ -643,7 +656,7 @@ class _ArmHandler(BaseHTTPRequestHandler):
         secrets = {s["name"]: s["value"] for s in props["configuration"].get("secrets", [])}
         stored = copy.deepcopy(body)
         stored["properties"]["configuration"]["secrets"] = [{"name": n} for n in secrets]
-        app = FakeApp(name=g["app"], rg=g["rg"], body=stored, secrets=secrets, port=free_port())
+        app = FakeApp(name=g["app"], rg=g["rg"], body=stored, secrets=secrets)
         arm.issued_keys.extend(v for n, v in secrets.items() if n == "vllm-api-key")
         arm.apps[app.name] = app
         arm.created.append(app.name)
