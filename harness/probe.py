@@ -63,24 +63,19 @@ class Prober:
             self.client = StreamClient(base_url, api_key=api_key, idle_timeout=timeout_s)
         except ValueError as exc:
             raise httpx.UnsupportedProtocol(str(exc)) from None
-        self.loop = asyncio.new_event_loop()
+        # One loop for all the probe's requests; its close cancels a request an interrupt cut short.
+        self.runner = asyncio.Runner()
 
     def close(self) -> None:
-        # An interrupt leaves the request it cut short pending on the loop: cancelled first.
         try:
-            pending = asyncio.all_tasks(self.loop)
-            for task in pending:
-                task.cancel()
-            if pending:
-                self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-            self.loop.run_until_complete(self.client.aclose())
+            self.runner.run(self.client.aclose())
         finally:
-            self.loop.close()
+            self.runner.close()
 
     def stream(self, prompt: str, max_tokens: int) -> Timing:
         # temperature 0 and ignore_eos (vLLM and llama.cpp: decode exactly max_tokens), usage in the stream
         payload = chat_payload(self.model, prompt, max_tokens)
-        result = self.loop.run_until_complete(self.client.stream(CHAT_PATH, payload))
+        result = self.runner.run(self.client.stream(CHAT_PATH, payload))
         if not result.ok and result.error != "no output tokens received":
             raise httpx.HTTPError(f"{result.error}: {(result.detail or '')[:300]}")
         first = result.token_ns[0] / 1e9 if result.token_ns else None

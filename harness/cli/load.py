@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from harness.cli.common import JsonOpt, comma_list, emit, err, project_root, require_trace_file, say, user_errors
-from harness.errors import Interrupted, UserError
+from harness.errors import UserError
 from harness.load.agents.slo import PRODUCT_MEASURE, PRODUCT_SLO
 
 
@@ -80,7 +80,7 @@ def load(
     with RichReporter(err) as reporter:
         try:
             outcome = run_load(project_root(), where, opts, confirm=confirm, reporter=reporter, say=say)
-        except (KeyboardInterrupt, Interrupted):
+        except KeyboardInterrupt:  # Interrupted (SIGINT/SIGTERM) is one
             err.print("[bold red]interrupted[/bold red]; finished levels are kept", highlight=False)
             raise typer.Exit(130) from None
     if outcome.path is None:
@@ -217,7 +217,7 @@ def load_agents(
                                    sample_interval_s=sample_interval, warm_prefixes=warm_prefixes,
                                    feed_answers=feed_answers, exact_tokens=exact_tokens, measure=measure,
                                    on_level=lambda lv: say(f"  {lv.copies} agents: {lv.verdict} ({lv.why})"))
-    except (KeyboardInterrupt, Interrupted):
+    except KeyboardInterrupt:
         err.print("[bold red]interrupted[/bold red]; no sweep result written", highlight=False)
         raise typer.Exit(130) from None
 

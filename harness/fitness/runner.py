@@ -22,7 +22,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from harness.errors import Interrupted, StackError, UserError
+from harness.errors import StackError, UserError
 from harness.fitness import data, history
 from harness.fitness.config import REPEATABLE, FitnessConfig
 from harness.fitness.endpoint import Endpoint, discover, engine_of
@@ -172,9 +172,9 @@ def run_fitness(root: Path, target: Target, cfg: FitnessConfig, *, say: Say, rep
                 state.repro["unit"] = unit.name
                 try:
                     measure(endpoint)
-                except (KeyboardInterrupt, Interrupted) as exc:
+                except KeyboardInterrupt as exc:
                     _cancelled(state, exc, " (the unit is destroyed)")
-    except (KeyboardInterrupt, Interrupted) as exc:
+    except KeyboardInterrupt as exc:  # Interrupted (SIGINT/SIGTERM) is one
         _cancelled(state, exc, "")
     except UserError as exc:
         state.errors.append(exc.render())

@@ -34,7 +34,6 @@ from harness.load.agents.slo import PRODUCT_MEASURE, PRODUCT_SLO, Measure, check
 from harness.load.agents.trace import AgentTrace
 from harness.records.record import RunRecord, utcnow
 from harness.stages.context import LaunchContext
-from harness.run.units import Interrupted
 
 FOLDER = "capacity"  # in the first trial's run folder
 MAX_COPIES = 256
@@ -168,7 +167,7 @@ def run_capacity(opts: CapacityOptions, trials: list[tuple[RunRecord, LaunchCont
 
         figures.exact_tokens = (json.loads(path.read_text()).get("exact_tokens_by_level") or {}).get(
             str(min(opts.copies)))
-    except (Interrupted, KeyboardInterrupt):
+    except KeyboardInterrupt:  # Ctrl-C, and SIGINT/SIGTERM as harness.errors.Interrupted
         raise
     except UserError as exc:
         figures.error = exc.render()
