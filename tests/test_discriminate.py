@@ -245,6 +245,12 @@ def test_controls_driven_as_the_run_was_are_preferred_and_said(world, tmp_path, 
         folder.mkdir(parents=True)
         for b in ctl.BASELINES:
             (folder / f"{b}.duckdb").write_bytes(b"")
+    # A set whose stores were never checked against the key when built is not used (issue 64).
+    assert ctl.Controls.for_mission(mission, long) is None
+    for drive in (ctl.DRIVE, long):
+        folder = ctl.controls_dir(mission, drive)
+        (folder / "manifest.json").write_text(json.dumps({"stores": {
+            b: {"file": f"{b}.duckdb", "check": ctl.CHECK_VERSION} for b in ctl.BASELINES}}))
     found = ctl.Controls.for_mission(mission, long)
     assert found.folder == ctl.controls_dir(mission, long) and found.drive == long
     assert ctl.Controls.for_mission(mission, {"duration": 60, "vus": 3}).drive == ctl.DRIVE  # no such set: short mode

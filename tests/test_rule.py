@@ -50,7 +50,7 @@ def test_a_person_edits_the_counting():
 
 
 @pytest.mark.parametrize(("changes", "message"), [
-    ({"restates": "1", "counts": 1}, "restatement counts 0"),
+    ({"restates": "1", "counts": 2}, "restatement counts 1"),
     ({"restates": "9", "counts": 0}, "only restate a finding ruled before it"),
     ({"verdict": HELD_UP, "kind": None}, "held up but has no kind"),
     ({"ruled_by": "key-matcher"}, "cannot edit ruled_by"),

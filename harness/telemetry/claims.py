@@ -25,6 +25,9 @@ AMBIGUOUS = ("ambiguous — state it as a record (obs finding add --kind KIND --
              "--scope SERVICE): its kind or direction cannot be read without guessing, so it is never credited")
 _NAME = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
 _TARGET = re.compile(r"^[^|`\n\]]{1,120}$")
+TARGET_HELP = ("A target is optional: the route (`POST /orders` or `/orders`), span, metric, log scope, attribute or "
+               "function (`place_order`) the claim is about, written as the telemetry or the code names it; a "
+               "target that is not about the defect the claim states is never credited.")
 
 
 class VocabularyError(ValueError):
@@ -44,7 +47,7 @@ class Vocabulary:
 
     def help(self) -> str:
         return (f"kinds: {', '.join(self.kinds)}; directions: {', '.join(self.directions)}; "
-                f"scope: one of {', '.join(self.services)}, optionally SERVICE:TARGET (a route, span, metric or attribute)")
+                f"scope: one of {', '.join(self.services)}, optionally SERVICE:TARGET. {TARGET_HELP}")
 
 
 def vocabulary_from(data: object, where: str) -> Vocabulary:
@@ -113,6 +116,35 @@ class Claim:
 
 def _norm_target(target: str) -> str:
     return " ".join(target.strip().strip("'\"`").lower().split())
+
+
+_METHOD = re.compile(r"^(?:get|post|put|patch|delete|head|options) (?=/)")
+_PARAM = re.compile(r"\{[^{}/]{0,40}\}|(?<=/):[a-z_]{1,40}")
+
+
+def target_forms(target: str) -> set[str]:
+    """The ways one target may be written: `POST /orders`, `/orders`, `orders`; a route's
+    parameters whatever their names (`/products/{id}` = `/products/{product_id}`); a code path's
+    last name (`src/shop_mcp/api.py:call`, `shop_mcp.api.call()`, `call`). Linear: no backtracking."""
+    t = _norm_target(target)[:120]
+    if t.endswith("()"):
+        t = t[:-2]
+    forms = {t}
+    bare = _METHOD.sub("", t)
+    forms.add(bare)
+    forms |= {_PARAM.sub("{}", f) for f in list(forms)}
+    forms |= {f.lstrip("/") for f in list(forms) if f.startswith("/")}
+    if ":" in t or ".py" in t or ("." in t and " " not in t and "/" not in t):
+        last = re.split(r"[:.]", t.removesuffix(".py"))[-1]
+        if last and last != "py":
+            forms.add(last)
+    return {f for f in forms if f}
+
+
+def target_matches(stated: str, allowed) -> bool:
+    """Whether a finding's target names one of `allowed` in any of the forms it may be written in."""
+    mine = target_forms(stated)
+    return any(mine & target_forms(a) for a in allowed)
 
 
 def split_scope(scope: str) -> tuple[str, str | None]:
@@ -185,13 +217,15 @@ def key_claims(raw: object, vocab: Vocabulary, where: str) -> list[Claim]:
     return out
 
 
-def matches(stated: Claim, claims: list[Claim]) -> Claim | None:
+def matches(stated: Claim, claims: list[Claim], scope: tuple[str, ...] = ()) -> Claim | None:
     """The key claim a record's claim matches: same kind, a direction it accepts, the same service,
-    and, where both name a target, one the key lists."""
+    and, where the finding names a target, one the claim lists, or, for a claim that lists none
+    (an open claim), one of the defect's own `scope` (every target its claims list and the code at
+    fault): a target is optional, but a named one must be about the defect (issue 59)."""
     for c in claims:
         if stated.kind != c.kind or stated.directions[0] not in c.directions or stated.service != c.service:
             continue
-        if stated.targets and c.targets and stated.targets[0] not in c.targets:
+        if stated.targets and not target_matches(stated.targets[0], c.targets or scope):
             continue
         return c
     return None

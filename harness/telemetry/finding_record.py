@@ -238,8 +238,10 @@ def code_text(code: dict) -> str:
     return " ".join(parts)
 
 
-# The header as missions/observability/prompt.md shows the agent the contract, rule widths and all.
-_HEADER = "| # | Finding | Kind | Severity | Evidence |\n|---|---------|------|----------|----------|"
+# The header as missions/observability/prompt.md shows the agent the contract, rule widths and all:
+# the claim in visible columns, read back by the report parser without guessing (issue 59).
+_HEADER = ("| # | Finding | Kind | Direction | Scope | Code | Severity | Evidence |\n"
+           "|---|---------|------|-----------|-------|------|----------|----------|")
 
 
 def render(data: dict, window: str = "see scenario/drive.json", vocab=None) -> str:
@@ -248,13 +250,13 @@ def render(data: dict, window: str = "see scenario/drive.json", vocab=None) -> s
     for f in data.get("findings", []):
         evidence = "; ".join(f"`{one_line(q['query'])}` → {one_line(q['read'])}" for q in f.get("queries", []))
         claim = f["claim"] + (f" ({f['impact']})" if f.get("impact") else "")
-        # The closed fields in the one form the report parser reads back without guessing.
-        what = f"{claim} — {code_text(f['code'])} [claim: {f['kind']}, {f['direction']}, {f.get('scope', '')}]"
         if f.get("section") == "gaps":
+            # A bullet has no columns: the closed fields in the one form the parser reads back.
+            what = f"{claim} — {code_text(f['code'])} [claim: {f['kind']}, {f['direction']}, {f.get('scope', '')}]"
             gaps.append(f"- {f['number']}: {cell(what)} — {cell(evidence)}")
         else:
-            category = (vocab.kinds.get(f["kind"]) if vocab else None) or f["kind"]
-            rows.append(row([f["number"], what, category, f.get("severity", "medium"), evidence]))
+            rows.append(row([f["number"], claim, f["kind"], f["direction"], f.get("scope", ""), code_text(f["code"]),
+                             f.get("severity", "medium"), evidence]))
     return ("---\nservices: [shop-api, shop-mcp, shop-agent]\n"
             f"window: {window}\nmode: driven\n---\n\n## Anomalies\n\n"
             + _HEADER + "\n"

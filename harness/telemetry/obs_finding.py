@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 
+from harness.telemetry.claims import TARGET_HELP
 from harness.telemetry.finding_record import (
     DIRECTIONS, FINDINGS_FILE, MAX_RECORDS, read_value, save, vocabulary, code_problems, code_text, load, render,
     schema_problems,
@@ -138,6 +139,11 @@ def finding_cmd(client, a: argparse.Namespace):
         bad = schema_problems(candidate, vocab)
         if bad:
             raise QueryFailed("not added:\n  " + "\n  ".join(bad))
+        # One finding, one code location, and one that exists (issue 59): checked before it is
+        # written, never after (a path out of the workspace, a function the file does not define).
+        where = code_problems(code, Path.cwd())
+        if where:
+            raise QueryFailed("not added:\n  " + "\n  ".join(where))
         save(path, candidate)
         lines = [f"finding {record['number']} added to {FINDINGS_FILE}"]
         warn = check_all({"findings": [record]}, Path.cwd(), client, a.parse_query)
@@ -195,9 +201,10 @@ def add_parser(sub, parse_query) -> None:
                    help="where the thing the claim is about lies against a healthy system")
     p.add_argument("--scope", required=True, metavar="SERVICE[:TARGET]",
                    help="the service it is about" + (f" ({', '.join(vocab.services)})" if vocab else "")
-                        + ", optionally with a route, span, metric or attribute: shop-api:'POST /orders'")
-    p.add_argument("--file", required=True, help="the accused file, relative to the workspace (src/...)")
-    p.add_argument("--function", help="the accused function")
+                        + ", optionally with a route, span, metric or attribute: shop-api:'POST /orders'. "
+                        + TARGET_HELP)
+    p.add_argument("--file", required=True, help="the one accused file, relative to the workspace (src/...)")
+    p.add_argument("--function", help="the one accused function (or module-level name) that file defines")
     p.add_argument("--line", type=int, help="or the accused line")
     p.add_argument("--module-level", action="store_true", help="the defect lives at module level")
     p.add_argument("--gap", action="store_true", help="a telemetry gap rather than an anomaly")

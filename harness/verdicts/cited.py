@@ -60,6 +60,11 @@ def _claim(after: str) -> float | None:
     return None
 
 
+def read_claim(read: str) -> float | None:
+    """The number a recorded reading states ("72 rows", "about 12"): the first number in it."""
+    return _claim(read)
+
+
 def cited_queries(evidence: str) -> list[Cited]:
     """The `obs` commands and SQL an Evidence cell cites, in order, each with its quoted number."""
     evidence = evidence or ""

@@ -79,6 +79,13 @@ def load_fixes(mission: Path) -> dict[str, list[Fix]]:
             if not isinstance(e, dict) or not all(isinstance(e.get(k), str) for k in ("file", "find", "replace")):
                 raise UserError(f"edit {i + 1} of {defect} needs file, find and replace (text)", file=path,
                                 field=f"fixes.{defect}[{i}]")
+            if e["find"].count("\n") != e["replace"].count("\n"):
+                raise UserError(f"edit {i + 1} of {defect} changes the number of lines ({e['find'].count(chr(10))} "
+                                f"line breaks found, {e['replace'].count(chr(10))} put back)", file=path,
+                                field=f"fixes.{defect}[{i}]",
+                                fix="keep every later line where it was (join statements with ';', pad with "
+                                    "comment lines): a log record's code.line.number would otherwise tell the "
+                                    "control from the run")
             fixes.append(Fix(e["file"], e["find"], e["replace"]))
         for f in fixes:
             source = workspace / f.file
@@ -183,9 +190,64 @@ def _check_store(path: Path) -> None:
         raise RuntimeError(f"the control drive has no spans of {', '.join(missing)}: the fix broke a service")
 
 
+# How a store is accepted into the set (issue 64): it is checked against the key when built. A
+# store whose planted defects do not read as planted (one left unfixed that does not show, its own
+# fixed one that still shows) was driven by timing luck, not by the scenario: it is driven again,
+# up to BUILD_TRIES times, and the set is refused if it never reads right. A set whose manifest
+# does not record this check at CHECK_VERSION is not used (`Controls.for_mission`).
+CHECK_VERSION = 2
+BUILD_TRIES = 3
+
+
+def _hides(mission: Path) -> dict[str, set[str]]:
+    """Per fix, the other planted defects it also takes away, as the fixes file declares
+    (`hides:` beside a fix: a cause and its consequence, such as the whole-table read and the
+    rendering of what it read)."""
+    path = Path(mission) / "key" / "fixes.yaml"
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    raw = (data or {}).get("hides") or {}
+    return {str(k): {str(x) for x in (v or [])} for k, v in raw.items()} if isinstance(raw, dict) else {}
+
+
+def check_planted(mission: Path, name: str, store: Path) -> tuple[list[str], dict[str, bool]]:
+    """Whether a store reads as planted: every defect its drive left unfixed shows (the key's
+    evidence holds), and the one it fixed does not. (problems, defect id -> shows)."""
+    from harness.verdicts.key import load_key
+    from harness.verdicts.rerun_store import Store
+
+    defects = load_key(Path(mission) / "key" / "defects.yaml")
+    hidden = _hides(mission).get(name, set())
+    shows: dict[str, bool] = {}
+    problems: list[str] = []
+    st = Store(store)
+    try:
+        for d in defects:
+            runs = st.rerun(d)
+            shows[d.id] = bool(runs) and all(r.holds for r in runs)
+            got = "; ".join(f"{r.expect}: got {r.result}" for r in runs)
+            if d.id == name and shows[d.id]:
+                problems.append(f"{d.id} still shows with its fix applied ({got})")
+            elif d.id != name and d.id not in hidden and not shows[d.id]:
+                problems.append(f"{d.id} does not show although it is planted ({got})")
+    finally:
+        st.close()
+    return problems, shows
+
+
+def _box() -> dict:
+    """What else the machine was doing while a store was driven: its load and its cores."""
+    try:
+        load = [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        load = None
+    return {"loadavg": load, "cpus": os.cpu_count()}
+
+
 def build(mission: Path, only: list[str] | None = None, say=print, drive: dict | None = None) -> Path:
-    """Every control store of the mission (cached: a store already there is kept), driven in the
-    short mode, or as `drive` says (a set of its own, for runs driven that way)."""
+    """Every control store of the mission (cached: a store already there and checked is kept),
+    driven in the short mode, or as `drive` says (a set of its own, for runs driven that way);
+    each checked against the key as it is built (`check_planted`), driven again when it does not
+    read as planted, refused (UserError) when it never does."""
     mission = Path(mission)
     drive = drive or DRIVE
     fixes = load_fixes(mission)
@@ -194,20 +256,58 @@ def build(mission: Path, only: list[str] | None = None, say=print, drive: dict |
     folder = controls_dir(mission, drive)
     manifest_path = folder / "manifest.json"
     manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {"stores": {}}
-    manifest.update(mission=mission.name, hash=mission_hash(mission), drive=drive)
+    manifest.update(mission=mission.name, hash=mission_hash(mission), drive=drive, check=CHECK_VERSION)
     names = [*BASELINES, *fixes]
     for name in names:
         if only and name not in only:
             continue
         out = folder / store_name(name, fixes)
-        if out.is_file() and manifest["stores"].get(name, {}).get("file") == out.name:
+        known = manifest["stores"].get(name, {})
+        if out.is_file() and known.get("file") == out.name and known.get("check") == CHECK_VERSION:
             continue
-        say(f"control store {name}: driving the scenario ({drive['duration']:g} s, {drive['vus']} users)")
-        manifest["stores"][name] = {"file": out.name,
-                                    **drive_one(mission, [] if name in BASELINES else fixes[name], out, drive)}
+        tries: list[dict] = []
+        for attempt in range(1, BUILD_TRIES + 1):
+            say(f"control store {name}: driving the scenario ({drive['duration']:g} s, {drive['vus']} users)"
+                + (f", try {attempt} of {BUILD_TRIES}" if attempt > 1 else ""))
+            before = _box()
+            figures = drive_one(mission, [] if name in BASELINES else fixes[name], out, drive)
+            problems, shows = check_planted(mission, name, out)
+            tries.append({**figures, "box_before": before, "box_after": _box(), "problems": problems})
+            if not problems:
+                break
+            say(f"control store {name}: does not read as planted ({'; '.join(problems)}); driving it again")
         folder.mkdir(parents=True, exist_ok=True)
+        if problems:
+            out.unlink(missing_ok=True)
+            manifest["stores"].pop(name, None)
+            manifest_path.write_text(json.dumps(manifest, indent=2))
+            raise UserError(f"control store {name} did not read as planted in {BUILD_TRIES} drives: "
+                            f"{'; '.join(problems)}", file=mission / "key" / "fixes.yaml", field=f"fixes.{name}",
+                            fix="a defect that shows by timing luck must be made to show by the scenario itself "
+                                "(its rush, its data); a fix that takes another defect away too is declared "
+                                "under `hides:`")
+        manifest["stores"][name] = {"file": out.name, **tries[-1], "tries": len(tries), "check": CHECK_VERSION,
+                                    "shows": shows}
         manifest_path.write_text(json.dumps(manifest, indent=2))
     return folder
+
+
+def checked(folder: Path, fixes: dict[str, list[Fix]]) -> bool:
+    """Whether every store of a set on disk was checked against the key when built, at CHECK_VERSION."""
+    try:
+        manifest = json.loads((Path(folder) / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return False
+    stores = manifest.get("stores") if isinstance(manifest, dict) else None
+    if not isinstance(stores, dict):
+        return False
+    for name in BASELINES:
+        entry = stores.get(name)
+        if not (isinstance(entry, dict) and entry.get("check") == CHECK_VERSION):
+            return False
+    return all(not (Path(folder) / store_name(n, fixes)).is_file()
+               or (isinstance(stores.get(n), dict) and stores[n].get("check") == CHECK_VERSION
+                   and stores[n].get("file") == store_name(n, fixes)) for n in fixes)
 
 
 class Controls:
@@ -223,13 +323,14 @@ class Controls:
     def for_mission(cls, mission: Path, drive: dict | None = None) -> Controls | None:
         """The mission's control stores on this machine, for its current sources and fixes: the set
         driven as the run was (`drive`) when one was made, else the short mode's; None when it ships
-        no fixes or the baselines were never made (`make setup` makes them)."""
+        no fixes, the baselines were never made (`make setup` makes them), or the set on disk was
+        not checked against the key when built (`checked`: such a set is rebuilt, never trusted)."""
         fixes = load_fixes(mission)
         if not fixes:
             return None
         for wanted in ([drive] if drive and not _same(drive, DRIVE) else []) + [DRIVE]:
             folder = controls_dir(mission, wanted)
-            if all((folder / f"{b}.duckdb").is_file() for b in BASELINES):
+            if all((folder / f"{b}.duckdb").is_file() for b in BASELINES) and checked(folder, fixes):
                 return cls(folder, fixes, wanted)
         return None
 
@@ -321,6 +422,11 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     mission = root / "missions" / a.mission
     if a.cmd == "build":
+        import signal
+
+        # A stop (SIGTERM) unwinds like Ctrl-C: the stack a drive started is stopped in its `finally`,
+        # never left serving after the builder is gone.
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         t0 = time.monotonic()
         drive = {"duration": a.duration or DRIVE["duration"], "vus": a.vus or DRIVE["vus"]}
         if a.for_run:
@@ -333,7 +439,11 @@ def main(argv: list[str] | None = None) -> int:
             if found is None:
                 raise SystemExit(f"run {a.for_run} has no harness drive record (harness-drive-*.json) to drive as")
             drive = {"duration": found["duration"], "vus": found["vus"]}
-        folder = build(mission, a.only, say=lambda m: print(m, file=sys.stderr, flush=True), drive=drive)
+        try:
+            folder = build(mission, a.only, say=lambda m: print(m, file=sys.stderr, flush=True), drive=drive)
+        except UserError as exc:
+            print(f"controls: {exc}", file=sys.stderr)
+            return 2
         manifest = json.loads((folder / "manifest.json").read_text())
         total = sum(s["bytes"] for s in manifest["stores"].values())
         print(f"{folder}: {len(manifest['stores'])} stores, {total / 1e6:.1f} MB, built in "

@@ -6,8 +6,13 @@ control store (the stack with only D fixed):
 - it reads differently, by more than run-to-run noise (the two unfixed baselines' spread),
 - in the direction the finding claims (higher, lower, absent, present) against the healthy
   reading, and
-- it does NOT move the same way, as far, with another defect fixed (specificity: a count of
-  every shop-api span moves with several fixes and singles out none).
+- it does NOT move the same way beyond that noise with any other defect fixed (specificity,
+  issue 59: a count of every shop-api span moves with several fixes and singles out none; a
+  query that moves with another fix by less than the named one's still measures that other
+  defect too). Two exceptions, one other fix at most: the query's own literals look at the named
+  defect and not the other (a cause and its consequence: the whole-table read and the rendering
+  of what it read), or the finding's own claim matches the other defect too (a latency claim on
+  a route two defects slow down: the claim cannot tell them apart, the query need not either).
 
 Controls valid for any drive: the run's drive (duration × users) seldom equals the controls'
 (the short mode). When a set of controls driven as the run was is on this machine, it is used
@@ -34,9 +39,6 @@ QUERY_BUDGET_S = 6.0  # one cited query, read on the run's store and on every co
 NOISE_FACTOR = 3.0  # three times the two baselines' own relative difference,
 MIN_RELATIVE = 0.5  # half the larger of the two readings,
 MIN_ABSOLUTE = 1.0  # and one (a single rejected order, 1 vs 0, is a difference; 1 vs 1 is not)
-# Another defect's fix that moves the query the same way by this share of what the named
-# defect's fix moves it (or more) means the query does not single the named defect out.
-SPECIFIC_SHARE = 0.75
 MAX_EXCUSED = 2  # other fixes moving it as far that its literals may not excuse (one may: cause and consequence)
 
 # The run's request count and the controls': server traces the services answered.
@@ -146,10 +148,12 @@ class Judge:
             return None
         return (run, *sorted(q.readings.items()))
 
-    def shows(self, check: ev.QueryCheck, defect_id: str, direction: str | None, looks_at=None) -> Outcome:
+    def shows(self, check: ev.QueryCheck, defect_id: str, direction: str | None, looks_at=None,
+              same_claim: frozenset[str] = frozenset()) -> Outcome:
         """`looks_at(other_id)`: whether the query itself looks at the named defect's telemetry and
-        not at `other`'s (the key's literals): what breaks a tie when two fixes move it as far (a
-        cause and its consequence: the whole-table read and the rendering of what it read)."""
+        not at `other`'s (the key's literals): what excuses another fix moving it too (a cause and
+        its consequence: the whole-table read and the rendering of what it read). `same_claim`: the
+        other defects the finding's stated claim matches as well, which excuse it likewise."""
         if not (check.ok and (check.evidence or check.absence)):
             return Outcome(False, why=check.not_evidence or "it did not re-run to its claim")
         run, mode = ev.reading(check)
@@ -193,8 +197,8 @@ class Judge:
                 continue
             at = self._scaled(run, other, check)
             moved_too = abs(at - theirs)
-            if moved_too >= bar(at, theirs) and moved_too >= SPECIFIC_SHARE * diff and (at > theirs) == (mine > control):
-                if not (looks_at is not None and looks_at(other)):
+            if moved_too >= bar(at, theirs) and (at > theirs) == (mine > control):
+                if not (other in same_claim or (looks_at is not None and looks_at(other))):
                     return Outcome(False, note, "it moves the same way with another planted defect fixed, so it "
                                                 f"does not single out the defect it names ({note})")
                 excused += 1

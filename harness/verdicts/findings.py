@@ -138,7 +138,7 @@ def _finding(i: int, item: dict, bad: list[str] | None, seen: set[str], sources:
     return Finding(
         number=number, text=f"{claim} ({impact})" if impact else claim, kind=category, severity=severity,
         section="gaps" if item.get("section") == "gaps" else "anomalies",
-        code=code_text(code) + (" module-level" if code.get("module_level") else ""),
+        code=code_text(code) + (" module-level" if code.get("module_level") else ""), code_fields=code,
         direction=stated.directions[0] if stated else None, claim_kind=stated.kind if stated else None,
         scope=(item["scope"][:200] if stated else None), queries=queries if not bad else [],
         evidence="; ".join(f"`{q['query']}` → {str(q.get('read'))[:100]}" for q in queries),

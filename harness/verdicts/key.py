@@ -93,6 +93,11 @@ def surface_words(text: str) -> dict[str, str]:
     return out
 
 
+# Words of a key location's prose ("complete (module-level operation_duration, called from app.ask)")
+# that name no code.
+_LOCATION_WORDS = {"module", "level", "called", "from", "app", "setup", "and", "or", "in", "of", "the", "logger"}
+
+
 @dataclass
 class Defect:
     id: str
@@ -106,6 +111,9 @@ class Defect:
     literals: set[str] = field(default_factory=set)  # ... and the names it looks for
     specific: set[str] = field(default_factory=set)  # those no other defect's key queries use
     claims: list[cm.Claim] = field(default_factory=list)  # what counts as finding it (the key's `claims`)
+    # What a claim that lists no targets may still name (issue 59): every target its claims list,
+    # and the names of the code at fault (its location's functions).
+    scope: tuple[str, ...] = ()
 
     @classmethod
     def from_key(cls, raw: dict, vocab: cm.Vocabulary | None = None) -> Defect:
@@ -115,6 +123,8 @@ class Defect:
                 evidence=list(raw.get("evidence") or []))
         if vocab is not None:
             d.claims = cm.key_claims(raw.get("claims"), vocab, f"defect {d.id}")
+        d.scope = tuple(sorted({t for c in d.claims for t in c.targets}
+                               | set(re.findall(r"[A-Za-z_]\w*", d.function)) - _LOCATION_WORDS))
         id_words = words(" ".join(re.split(r"[-_]", raw["id"])[1:]))  # T01-orders-... : drop "T01"
         literals = " ".join(lit for ev in d.evidence for lit in _LITERAL.findall(str(ev.get("sql", ""))))
         d.words = (id_words | words(d.description) | words(Path(d.file).stem) | words(d.function)

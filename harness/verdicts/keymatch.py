@@ -33,8 +33,9 @@ One row, one defect: a query credits at most one defect of its row, so a row is 
 with several defects only when it gives separate evidence for each; sub-findings (8a, 8b)
 are findings of their own. Candidates are tried best-scoring first; one already credited by
 an earlier finding is skipped. A row credited with nothing names its best candidate: if an
-earlier finding named or showed it, it is a restatement (counts 0), else it counts 1 and
-did not hold up, each failed condition in its reason. Reasons never carry the key's ids.
+earlier finding named or showed it, it is a restatement, else it did not hold up, each failed
+condition in its reason. Every row counts 1 (seed 000: every row a report makes is reported),
+so restating or enumerating never raises a score. Reasons never carry the key's ids.
 """
 
 from __future__ import annotations
@@ -114,7 +115,7 @@ def _read_number(read) -> float | None:
         return float(read)
     if isinstance(read, (int, float)):
         return float(read)
-    return ev._claim(str(read)) if read is not None else None
+    return ci.read_claim(str(read)[:200]) if read is not None else None
 
 
 def _relative(file: str) -> str:
@@ -166,7 +167,8 @@ def general_problems(finding: Finding, checks: list[ev.QueryCheck], citing: list
 def defect_problems(d: Defect, checks: list[ev.QueryCheck], accused: ac.Accused, sources: Path | None,
                     free: set[int], judge: Judge | None = None, finding: Finding | None = None,
                     spent: dict[str, str] | None = None,
-                    by_id: dict[str, Defect] | None = None) -> tuple[list[str], int | None, str]:
+                    by_id: dict[str, Defect] | None = None,
+                    same_claim: frozenset[str] = frozenset()) -> tuple[list[str], int | None, str]:
     """Why the finding does not show this defect, the cited query (its index among `free`, those
     not already spent on another defect of the row or on an earlier finding) that shows it, and
     what that query read where. With control stores: it reads differently with the defect fixed,
@@ -191,7 +193,7 @@ def defect_problems(d: Defect, checks: list[ev.QueryCheck], accused: ac.Accused,
 
                 # The stated direction is the defect's effect, matched against the key's claims; a
                 # query may count it either way (spans *without* a child read high where it is absent).
-                out = judge.shows(checks[i], d.id, None, looks_at)
+                out = judge.shows(checks[i], d.id, None, looks_at, same_claim)
                 if out.shows:
                     supporting, note = [i], out.note
                     break
@@ -247,13 +249,30 @@ def load_findings(run_dir: Path, report_path: Path, sources: Path | None = None,
 
 
 def _stated_rows(report: Report, vocab) -> Report:
+    """Each markdown row's claim, from what it shows: the form's Kind (a kind of the vocabulary),
+    Direction and Scope columns, else a `[claim: KIND, DIRECTION, SCOPE]` in its visible text (as
+    older `obs finding report`s wrote it). A row whose columns state no claim in the vocabulary
+    has none (ambiguous), its columns' problem named."""
     rows = []
     for f in report.findings:
-        stated = cm.stated_in_text(f.text, vocab)
+        columns = (f.claim_kind, f.direction, f.scope)
+        stated = None
+        problem = f.problem
+        if any(columns):
+            bad = cm.record_claim_problems(*columns, vocab) if all(columns) else \
+                ["kind, direction and scope: fill the Kind (a kind of the vocabulary), Direction and Scope columns"]
+            if not bad:
+                stated = columns
+            elif problem is None:
+                problem = "its claim columns state no claim: " + "; ".join(bad[:3])
+        if stated is None:
+            stated = cm.stated_in_text(f.text, vocab)
         if stated is not None:
             claim = cm.record_claim(*stated, vocab)
             f = f.model_copy(update={"claim_kind": claim.kind, "direction": claim.directions[0], "scope": stated[2],
-                                     "kind": vocab.kinds.get(claim.kind, f.kind)})
+                                     "kind": vocab.kinds.get(claim.kind, f.kind), "problem": f.problem})
+        else:
+            f = f.model_copy(update={"claim_kind": None, "direction": None, "scope": None, "problem": problem})
         rows.append(f)
     return report.model_copy(update={"findings": rows})
 
@@ -336,11 +355,15 @@ def draft_rulings(run_dir: Path, key_path: Path, sources: Path | None = None, co
             if stated is None:  # no query is re-run for it: nothing it cites could credit it
                 ruled.append(not_held(finding, cm.AMBIGUOUS + (f" ({finding.problem})" if finding.problem else ""), []))
                 continue
-            matched = [d for d in defects if cm.matches(stated, d.claims)]
+            matched = [d for d in defects if cm.matches(stated, d.claims, d.scope)]
             checks, own, citing = own_evidence(finding, store)
-            # A record accuses code by its fields; a markdown row by its words (paths, `file.py: fn`).
-            said = finding.code if finding.queries is not None else f"{finding.text} {finding.code} {finding.evidence}"
-            accused = ac.accused_code(said, sources)
+            # One finding, one code location (issue 59): a record's by its fields alone; a markdown
+            # row's the first its Code column names, else the first its words name.
+            if finding.code_fields is not None:
+                accused = ac.record_code(finding.code_fields, sources)
+            else:
+                said = finding.code if finding.code.strip() else f"{finding.text} {finding.evidence}"
+                accused = ac.accused_code(said, sources, first_only=True)
             # Of several defects with the same claim, the one whose code it accuses first.
             matched.sort(key=lambda d: not _accuses(accused, d, sources))
             general = general_problems(finding, checks, citing, accused)
@@ -357,7 +380,11 @@ def draft_rulings(run_dir: Path, key_path: Path, sources: Path | None = None, co
             for d in matched:
                 if d.id in credited_by:
                     continue  # shown by an earlier finding
-                problems, used, note = defect_problems(d, checks, accused, sources, free, judge, finding, spent, by_id)
+                # The other defects this claim matches at the code it accuses: a query moving with
+                # their fixes too is no less evidence of what the finding states.
+                same_claim = frozenset(o.id for o in matched if o.id != d.id and _accuses(accused, o, sources))
+                problems, used, note = defect_problems(d, checks, accused, sources, free, judge, finding, spent, by_id,
+                                                       same_claim)
                 if used is not None and not problems:
                     taken = _observation(checks[used], judge) & set(spent)
                     if taken:
@@ -398,8 +425,11 @@ def draft_rulings(run_dir: Path, key_path: Path, sources: Path | None = None, co
                 order = {f.number: i for i, f in enumerate(ruled)}
                 first = min(matched, key=lambda d: order.get(credited_by.get(d.id) or named_by[d.id], 0))
                 earlier = credited_by.get(first.id) or named_by[first.id]
-                ruled.append(not_held(finding, f"restates finding {earlier}, already counted (the same stated claim "
-                                               f"of the same planted defect)", own, counts=0, restates=earlier,
+                # Every row a report makes counts as reported (seed 000, issue 59): a restatement or an
+                # enumerated row costs accuracy like any false row.
+                ruled.append(not_held(finding, f"restates finding {earlier} (the same stated claim of the same "
+                                               f"planted defect): every row counts as reported", own, counts=1,
+                                      restates=earlier,
                                       defects=[label(first.id)]))
                 continue
             named_by[fresh[0].id] = finding.number

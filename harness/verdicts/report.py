@@ -50,6 +50,7 @@ class Finding(BaseModel):
     claim_kind: str | None = None  # the stated claim's kind, from the mission's vocabulary (claims.yaml)
     scope: str | None = None  # the stated claim's scope: SERVICE or SERVICE:TARGET
     queries: list[dict] | None = None  # a structured record's cited queries: [{"query", "read"}]
+    code_fields: dict | None = None  # a structured record's accused code, its fields as written (file, function, ...)
     problem: str | None = None  # why this finding cannot hold up whatever it cites (oversized ...)
 
 
@@ -92,6 +93,77 @@ def _front_matter(text: str, problems: list[str]) -> tuple[dict, str]:
     return data, stripped[end + 4:]
 
 
+# --- what a reader sees -------------------------------------------------------------------
+
+_TAG = re.compile(r"<(/?)([A-Za-z][A-Za-z0-9-]{0,20})((?:\s[^<>]{0,500})?)\s?/?>")
+_HIDING = re.compile(r"\bhidden\b|display\s*:\s*none|visibility\s*:\s*hidden|font-size\s*:\s*0|opacity\s*:\s*0"
+                     r"|aria-hidden", re.IGNORECASE)
+_HIDDEN_TAGS = {"script", "style", "template", "noscript", "head", "title"}
+_LINK = re.compile(r"\[([^\[\]]{0,300})\]\([^()\s]{0,500}(?:\s{1,5}(?:\"[^\"]{0,300}\"|'[^']{0,300}'))?\)")
+VISIBLE_CAP = 20_000  # characters of one cell read for what it shows
+
+
+def _visible_html(text: str) -> str:
+    """Markdown text outside code spans, as a reader sees it rendered: HTML comments gone (an
+    unclosed one hides the rest, as it does in a browser), hidden elements gone with what they
+    hold, tags gone, `<br>` a space, a link's destination and title gone. One pass, linear."""
+    out: list[str] = []
+    i = 0
+    hiding: list[str] = []  # the hidden elements open, innermost last
+    while i < len(text):
+        lt = text.find("<", i)
+        if lt < 0:
+            if not hiding:
+                out.append(text[i:])
+            break
+        if not hiding:
+            out.append(text[i:lt])
+        if text.startswith("<!--", lt):
+            end = text.find("-->", lt + 4)
+            if end < 0:
+                break
+            i = end + 3
+            continue
+        m = _TAG.match(text, lt)
+        if m is None:
+            if not hiding:
+                out.append("<")
+            i = lt + 1
+            continue
+        closing, name, attrs = m.group(1) == "/", m.group(2).lower(), m.group(3) or ""
+        if hiding:
+            if closing and name == hiding[-1]:
+                hiding.pop()
+            elif not closing and name == hiding[-1] and not m.group(0).endswith("/>"):
+                hiding.append(name)
+        elif not closing and (name in _HIDDEN_TAGS or _HIDING.search(attrs)) and not m.group(0).endswith("/>"):
+            hiding.append(name)
+        elif name == "br" or name in ("td", "th", "p", "div", "li"):
+            out.append(" ")
+        elif name == "code":
+            out.append("`")
+        i = m.end()
+    return _LINK.sub(lambda mm: mm.group(1), "".join(out))
+
+
+def visible(text: str) -> str:
+    """What a reader sees of a cell or a bullet (issue 59: a claim inside an HTML comment or a
+    hidden element is not stated): the text outside code spans through `_visible_html`; a code
+    span's text kept as written (a `<` in its SQL is SQL); entities read as the characters they show."""
+    import html
+
+    text = (text or "")[:VISIBLE_CAP]
+    if "<" not in text and "](" not in text and "&" not in text:
+        return text
+    parts = text.split("`")
+    if len(parts) % 2 == 0:  # an unpaired backtick: the last one opens nothing
+        parts[-2:] = [parts[-2] + "`" + parts[-1]]
+    out = []
+    for k, part in enumerate(parts):
+        out.append(part if k % 2 else html.unescape(_visible_html(part)))
+    return "`".join(out)
+
+
 # --- columns and headings by meaning ------------------------------------------------------
 
 # Checked in this order: "Evidence (query → result)" is evidence, "Root cause (code)" is code.
@@ -100,6 +172,8 @@ _ROLES = (
     ("evidence", re.compile(r"evidence|proof|quer(y|ies)|observ|measure|result|telemetry|\bdata\b|\bsql\b")),
     ("code", re.compile(r"\bcode\b|location|\bfile\b|\bwhere\b|root.?cause|\bcause\b|function|source")),
     ("kind", re.compile(r"^(kind|type|category|class|signal)\b")),
+    ("direction", re.compile(r"^(direction|dir\.?)$")),
+    ("scope", re.compile(r"^(scope|service|service:target|scope \(service(:target)?\))$")),
     ("severity", re.compile(r"severity|\bsev\b|impact|priority")),
     ("finding", re.compile(r"finding|anomal|issue|problem|description|what|claim|symptom|title|summary|defect|bug")),
 )
@@ -259,20 +333,29 @@ def _table_findings(rows: list[list[str]], problems: list[str], first: bool) -> 
         problems.append(f"Anomalies table columns are {[h.lower() for h in header]}, expected "
                         f"['#', 'finding', 'kind', 'severity', 'evidence'] (no {', '.join(missing)} column)")
     findings = []
-    for i, cells in enumerate(rows[1:], start=1):
+    for i, raw in enumerate(rows[1:], start=1):
+        cells = [visible(c) for c in raw]  # only what a reader sees is read (issue 59)
+
         def get(role: str) -> str:
             return cells[roles[role]] if role in roles and roles[role] < len(cells) else ""
         number = get("number").strip("*_` ") or str(i)
         kind_text = get("kind")
         kind = normalise_kind(kind_text)
-        if kind is None:
+        # The form's claim columns (Kind a kind of the mission's vocabulary, Direction, Scope): kept as
+        # written, checked against the vocabulary where the rows are read (`keymatch._stated_rows`).
+        claim_kind = None
+        if kind is None and kind_text.strip("*_` ").lower() and "direction" in roles:
+            claim_kind = kind_text.strip("*_` ").lower()[:40]
+        elif kind is None:
             problems.append(f"anomaly {number[:12]}: kind '{kind_text[:40]}' is not one of {', '.join(KINDS)}")
         text, why_t = _capped(get("finding"), "Finding cell", problems)
         evidence, why_e = _capped(get("evidence"), "Evidence cell", problems)
         code, why_c = _capped(get("code"), "code cell", problems)
         problem = why_t or why_e or why_c
         row = Finding(number=number, text=text, kind=kind, severity=get("severity")[:40] or None,
-                      evidence=evidence, code=code, section="anomalies", problem=problem)
+                      evidence=evidence, code=code, section="anomalies", problem=problem,
+                      claim_kind=claim_kind, direction=get("direction").strip("*_` ").lower()[:20] or None,
+                      scope=get("scope").strip("*_` ")[:200] or None)
         findings += _subfindings(row)
     return findings
 
@@ -310,6 +393,9 @@ def _subfindings(row: Finding) -> list[Finding]:
 def _gap_findings(items: list[str], start: int, problems: list[str]) -> list[Finding]:
     findings: list[Finding] = []
     for item in items:
+        gid = _GAP_ID.match(item)
+        number = gid.group("id").upper() if gid else f"G{start + len(findings) + 1}"
+        item = visible(item)
         gid = _GAP_ID.match(item)
         number = gid.group("id").upper() if gid else f"G{start + len(findings) + 1}"
         text, why = _capped(item[gid.end():].strip() if gid else item.strip(), "bullet", problems)

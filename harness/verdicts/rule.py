@@ -98,7 +98,7 @@ def with_recall(rulings: Rulings) -> Rulings:
 
 
 def edited(finding: RuledFinding, changes: dict, earlier: list[str] | None = None) -> RuledFinding:
-    """A person's edit of one finding, validated (a restatement counts 0 and restates one of
+    """A person's edit of one finding, validated (a restatement counts 1 and restates one of
     the `earlier` findings, held up needs a kind)."""
     unknown = sorted(set(changes) - set(EDITABLE))
     if unknown:
@@ -192,7 +192,7 @@ def set_verdict(root: Path, run_id: str, number: str, verdict: str, reason: str,
     if kind:
         changes["kind"] = kind
     if restates is not None:
-        changes.update(restates=restates or None, counts=0 if restates else 1)
+        changes.update(restates=restates or None, counts=1)  # every row counts as reported (issue 59)
     findings = []
     for f in rulings.findings:
         if f.number == str(number):

@@ -5,8 +5,9 @@ number ("3" for an Anomalies row, "G2" for a gap): it *held up* or *did not hold
 a one-sentence reason and the evidence re-run (query and result). Counting follows the
 benchmark's rules, decided before grading:
 
-- a restatement of a finding already counted counts 0 (`restates` names the earlier one);
-- a finding bundling N defects with different causes counts N;
+- every row a report makes counts as reported (seed 000), a restatement of a finding already
+  counted included (`restates` names the earlier one): restating or enumerating never pays;
+- a finding bundling N defects with different causes counts N (a person's ruling);
 - any other finding counts 1.
 
 From these alone: `reported` = sum of counts, `confirmed` = sum of counts of held-up
@@ -99,8 +100,10 @@ class RuledFinding(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> RuledFinding:
-        if self.restates is not None and self.counts != 0:
-            raise ValueError(f"restates finding {self.restates} but counts {self.counts}: a restatement counts 0")
+        # A restatement counts 1 (every row a report makes is reported, issue 59); 0 in rulings ruled
+        # before that, which stay readable as they were written.
+        if self.restates is not None and self.counts > 1:
+            raise ValueError(f"restates finding {self.restates} but counts {self.counts}: a restatement counts 1")
         if self.verdict == HELD_UP and self.kind is None:
             raise ValueError(f"held up but has no kind: set kind to one of {', '.join(KINDS)}")
         return self

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections import defaultdict
 
 from fastapi import FastAPI, HTTPException, Query
@@ -24,6 +25,12 @@ orders_placed = meter.create_counter("shop.orders.placed", unit="{order}", descr
 order_units = meter.create_counter("shop.orders.units", unit="{unit}", description="Units ordered.")
 
 PRODUCT_COLUMNS = "id, sku, name, category, price, stock, rating"
+PAYMENT_AUTH_S = 0.25  # how long the card network takes to authorise a payment (simulated: no gateway here)
+
+
+def authorize_payment(total: float) -> None:
+    """The card network's authorisation of an order's total, simulated by its usual answer time."""
+    time.sleep(PAYMENT_AUTH_S)
 
 
 def _record(method: str, route: str, status: int, seconds: float) -> None:
@@ -122,6 +129,7 @@ def place_order(order: OrderIn) -> dict:
             )
             return {"error": "insufficient stock", "product_id": order.product_id}
         total = round(product["price"] * order.quantity, 2)
+        authorize_payment(total)
         conn.execute("UPDATE products SET stock = stock - ? WHERE id = ?", (order.quantity, order.product_id))
         conn.execute(
             "INSERT INTO orders (order_ref, product_id, quantity, total) VALUES (?, ?, ?, ?)",
