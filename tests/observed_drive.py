@@ -9,6 +9,7 @@ shows it."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -49,3 +50,19 @@ def drive_showing_b01(store: Path, drive: dict | None = None) -> Path:
         return store
 
     return showing_b01(once, f"drives ({drive or 'the default drive'})")
+
+
+def cached_store(drive: dict) -> Path:
+    """The unfixed stack's store driven as `drive` says, kept in the machine's cache beside the
+    control stores and keyed by the mission's hash (a changed mission drives a new one): every test
+    module and every xdist worker that rules on a run store reads this one file, driven once per
+    machine (issue 64: one observed run for every verdict test). One worker drives while the others
+    wait on its lock: never two drives into one file."""
+    store = (ctl.cache_root().parent / "test-stores" /
+             f"observability-{ctl.mission_hash(MISSION)}-{float(drive['duration']):g}x{int(drive['vus'])}.duckdb")
+    store.parent.mkdir(parents=True, exist_ok=True)
+    with open(store.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not store.is_file() or collisions(store) == 0:  # B01 shows (the scenario's rushes make it)
+            drive_showing_b01(store, drive)
+    return store

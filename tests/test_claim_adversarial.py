@@ -10,7 +10,6 @@ stores, keyed by the mission's hash (a changed mission drives a new one)."""
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import re
@@ -24,7 +23,7 @@ from harness.verdicts.key import label
 from harness.verdicts.keymatch import draft_rulings
 from harness.verdicts.rule import finish
 from harness.verdicts.rulings import HELD_UP
-from observed_drive import collisions, drive_showing_b01
+from observed_drive import cached_store
 
 ROOT = Path(__file__).resolve().parents[1]
 MISSION = ROOT / "missions" / "observability"
@@ -36,22 +35,12 @@ DRIVES = {"short": {"duration": 10, "vus": 2}, "default": {"duration": 120, "vus
 
 
 @pytest.fixture(scope="module", params=list(DRIVES))
-def run(request, tmp_path_factory):
-    """(store, drive): the mission's stack driven by the harness's drive, as a launch does."""
+def run(request):
+    """(store, drive): the mission's stack driven by the harness's drive, as a launch does; one
+    store per drive shape on this machine, shared by every module (`observed_drive.cached_store`)."""
     drive = DRIVES[request.param]
     ctl.build(MISSION)  # the control stores (made by `make setup`; built here when missing)
-    if request.param == "short":
-        store = tmp_path_factory.mktemp("short") / "telemetry.duckdb"
-        drive_showing_b01(store, drive)
-    else:
-        store = ctl.cache_root().parent / "test-stores" / f"observability-{ctl.mission_hash(MISSION)}-120x5.duckdb"
-        store.parent.mkdir(parents=True, exist_ok=True)
-        # One worker drives (120 s) while the other waits for it: never two drives into one file.
-        with open(store.with_suffix(".lock"), "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if not store.is_file() or collisions(store) == 0:  # B01 shows (tests/observed_drive.py)
-                drive_showing_b01(store, drive)
-    return store, drive
+    return cached_store(drive), drive
 
 
 def as_read(text: str, store: Path) -> str:

@@ -122,19 +122,24 @@ _METHOD = re.compile(r"^(?:get|post|put|patch|delete|head|options) (?=/)")
 _PARAM = re.compile(r"\{[^{}/]{0,40}\}|(?<=/):[a-z_]{1,40}")
 
 
-def target_forms(target: str) -> set[str]:
+def target_forms(target: str, code_names: bool = False) -> set[str]:
     """The ways one target may be written: `POST /orders`, `/orders`, `orders`; a route's
-    parameters whatever their names (`/products/{id}` = `/products/{product_id}`); a code path's
-    last name (`src/shop_mcp/api.py:call`, `shop_mcp.api.call()`, `call`). Linear: no backtracking."""
+    parameters whatever their names (`/products/{id}` = `/products/{product_id}`); with
+    `code_names`, a code path's last name (`src/shop_mcp/api.py:call`, `shop_mcp.api.call()` name
+    `call`), never an attribute's (`http.method` is not `http.request.method`'s `method`).
+    Linear: no backtracking."""
     t = _norm_target(target)[:120]
-    if t.endswith("()"):
+    called = t.endswith("()")
+    if called:
         t = t[:-2]
     forms = {t}
     bare = _METHOD.sub("", t)
     forms.add(bare)
     forms |= {_PARAM.sub("{}", f) for f in list(forms)}
     forms |= {f.lstrip("/") for f in list(forms) if f.startswith("/")}
-    if ":" in t or ".py" in t or ("." in t and " " not in t and "/" not in t):
+    dotted = t.split(".")
+    code_like = called or ":" in t or ".py" in t or any("_" in part for part in dotted[:-1])
+    if code_names and code_like and " " not in t:
         last = re.split(r"[:.]", t.removesuffix(".py"))[-1]
         if last and last != "py":
             forms.add(last)
@@ -142,8 +147,9 @@ def target_forms(target: str) -> set[str]:
 
 
 def target_matches(stated: str, allowed) -> bool:
-    """Whether a finding's target names one of `allowed` in any of the forms it may be written in."""
-    mine = target_forms(stated)
+    """Whether a finding's target names one of `allowed` in any of the forms it may be written in
+    (a code path by its last name, matched against the allowed names as the key writes them)."""
+    mine = target_forms(stated, code_names=True)
     return any(mine & target_forms(a) for a in allowed)
 
 

@@ -6,7 +6,8 @@ control store (the stack with only D fixed):
 - it reads differently, by more than run-to-run noise (the two unfixed baselines' spread),
 - in the direction the finding claims (higher, lower, absent, present) against the healthy
   reading, and
-- it does NOT move the same way beyond that noise with any other defect fixed (specificity,
+- it does NOT move the same way beyond that noise with any other defect fixed, that control
+  read against the unfixed ones (the baselines) it was driven beside (specificity,
   issue 59: a count of every shop-api span moves with several fixes and singles out none; a
   query that moves with another fix by less than the named one's still measures that other
   defect too). Two exceptions, one other fix at most: the query's own literals look at the named
@@ -43,6 +44,44 @@ MAX_EXCUSED = 2  # other fixes moving it as far that its literals may not excuse
 
 # The run's request count and the controls': server traces the services answered.
 _REQUESTS = "SELECT count(DISTINCT trace_id) FROM spans WHERE kind = 'SERVER'"
+
+
+MAX_LIVENESS_LITERALS = 4  # literals naming the defect tried for whether they change the reading
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.strip("%").replace(":", ".").lower().split())
+
+
+def _names(literal: str, scope: tuple[str, ...]) -> bool:
+    """Whether a literal names one of the defect's scope: equal, or one inside the other when the
+    shorter has 4+ characters (`%shop_api.app:stats;json:dumps%` names `stats`), `:` read as `.`; a
+    JSON path by its key (`$."shop.order.ref"`)."""
+    lit = _norm(ev._JSON_KEY.sub(lambda m: m.group(1), literal))
+    if not lit:
+        return False
+    for target in scope:
+        t = _norm(target)
+        short, long_ = sorted((lit, t), key=len)
+        if t and (lit == t or (len(short) >= 4 and short in long_)):
+            return True
+    return False
+
+
+def _changed(literal: str) -> str:
+    """The literal made to name nothing: a JSON path's key, or the text, with a suffix no name has."""
+    m = ev._JSON_KEY.search(literal)
+    if m:
+        return literal[:m.end(1)] + ".qqnothingzz" + literal[m.end(1):]
+    return literal + "qqnothingzz"
+
+
+def _rows(con, sql: str, limit_s: float, rewrite) -> object:
+    """The rows a statement reads (an error's text when it fails: a change that breaks it changed it)."""
+    try:
+        return ev._ReadOnlyClient(con, (), max(limit_s, 0.01), rewrite).sql(sql, limit=ev.ROW_CAP).rows
+    except Exception as exc:  # noqa: BLE001 - what fails is an answer too
+        return f"error: {type(exc).__name__}"
 
 
 @dataclass
@@ -84,6 +123,10 @@ class Judge:
         self._requests: dict[str, float | None] = {}
         self.run_clock = timeshift.store_clock(store._con) if store._con is not None else None
         self.run_requests = self._count(store._con)
+        clock = self.run_clock
+        # The run's store reads `now()` as its own last instant; a control's, laid onto the run's.
+        self.store_rewrite = (lambda sql: timeshift.mapped(sql, clock)) if clock is not None else None
+        self.control_rewrite = self.store_rewrite
 
     def has(self, defect_id: str) -> bool:
         return self.controls.has(defect_id) and all(self.controls.has(b) for b in self.baselines)
@@ -148,6 +191,54 @@ class Judge:
             return None
         return (run, *sorted(q.readings.items()))
 
+    def about(self, check: ev.QueryCheck, defect_id: str, scope: tuple[str, ...]) -> str:
+        """Why the query does not read the defect's own telemetry ("" when it does): one of its
+        literals names what the defect's claims name (a route, span, metric, attribute, log scope,
+        the function at fault) and changing that literal changes what the query reads on the run's
+        store or on the defect's control (a literal that selects nothing is not read); or it reads
+        a table the claims name (`logs`). A count of a whole service measures the drive, not a
+        defect (issue 59)."""
+        if check.tables & {t.lower() for t in scope}:
+            return ""
+        named = [lit for lit in sorted(check.raw_literals) if _names(lit, scope)]
+        if not named:
+            return ("it reads nothing its claim is about (no route, span, metric, attribute, log scope or function "
+                    "of it): a reading of a whole service measures the drive, not the defect")
+        for lit in named[:MAX_LIVENESS_LITERALS]:
+            if self._live(check, lit, defect_id):
+                return ""
+        return ("what it names of the defect changes nothing it reads (a literal that selects nothing): it measures "
+                "something else")
+
+    def _live(self, check: ev.QueryCheck, literal: str, defect_id: str) -> bool:
+        """Whether reading with `literal` changed changes any statement's rows, on the run's store or
+        on the defect's control, within the query's budget."""
+        quoted = "'" + literal.replace("'", "''") + "'"
+        changed = "'" + _changed(literal).replace("'", "''") + "'"
+        sqls = [sql for sql in check.sql_run if quoted in sql][:3]
+        if not sqls:
+            return False
+        q = self._queries.setdefault(check.cited.text, _Query(spent_s=getattr(check, "spent_s", 0.0)))
+        stores = [(self.store._con, self.store_rewrite), (self._con(defect_id), self.control_rewrite)]
+        for con, rewrite in stores:
+            if con is None:
+                continue
+            for sql in sqls:
+                left = min(QUERY_BUDGET_S - q.spent_s, self.store.budget_s - self.store.spent_s)
+                if left <= 0:
+                    return False
+                t0 = time.monotonic()
+                try:
+                    before = _rows(con, sql, left, rewrite)
+                    after = _rows(con, sql.replace(quoted, changed), left, rewrite)
+                finally:
+                    took = time.monotonic() - t0
+                    q.spent_s += took
+                    self.store.spent_s += took
+                if before != after:
+                    return True
+        return False
+
     def shows(self, check: ev.QueryCheck, defect_id: str, direction: str | None, looks_at=None,
               same_claim: frozenset[str] = frozenset()) -> Outcome:
         """`looks_at(other_id)`: whether the query itself looks at the named defect's telemetry and
@@ -181,10 +272,21 @@ class Judge:
         diff = abs(mine - control)
         if not (diff >= bar(mine, control) or split):
             return Outcome(False, note, f"it does not read differently with the named defect fixed ({note})")
-        if not cl.moved(direction, mine, control):
-            said = direction or "differently"
-            return Outcome(False, note, f"it reads the other way from the claim: the claim says {said} than a "
+        # And the fix moved it that way against the unfixed stores driven beside it: a run that reads
+        # apart from every control (its drive, its box) shows no fix at work (issue 59).
+        reference = (b1 + b2) / 2
+        if not split and (abs(reference - control) < bar(reference, control) or (reference > control) != (mine > control)):
+            return Outcome(False, note, "the named defect's fix does not move it against the unfixed controls "
+                                        f"driven beside it: the run reads apart from all of them ({note})")
+        # The claimed direction (issue 59): a higher or lower claim reads higher or lower on the run
+        # than with the fix, or the thing switches off or on (a count of what lacks the thing reads
+        # high where the thing is absent); an absent or present claim may count either side.
+        if direction in ("higher", "lower") and not split and not cl.moved(direction, mine, control):
+            return Outcome(False, note, f"it reads the other way from the claim: the claim says {direction} than a "
                                         f"healthy system, but {note}")
+        # Another fix is judged against the unfixed controls (the baselines' mean), driven as it was,
+        # on the same box, in the same hour: not against the run, whose drive and box differ (issue 64:
+        # a profile's samples read 68 on a run and 43/44 on the baselines; every control read near 43).
         excused = 0
         for other in self.others:
             if other == defect_id:
@@ -195,9 +297,8 @@ class Judge:
                                             f"{QUERY_BUDGET_S:g} s budget")
             if theirs is None:
                 continue
-            at = self._scaled(run, other, check)
-            moved_too = abs(at - theirs)
-            if moved_too >= bar(at, theirs) and (at > theirs) == (mine > control):
+            moved_too = abs(reference - theirs)
+            if moved_too >= bar(reference, theirs) and (reference > theirs) == (mine > control):
                 if not (other in same_claim or (looks_at is not None and looks_at(other))):
                     return Outcome(False, note, "it moves the same way with another planted defect fixed, so it "
                                                 f"does not single out the defect it names ({note})")

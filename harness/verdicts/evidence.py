@@ -67,6 +67,8 @@ class QueryCheck:
     first_row: list[float | None] = field(default_factory=list)  # the first row's numeric cells (None: not numeric)
     scales: bool = False  # its reading grows with the traffic driven (a count or a sum, or a row count)
     spent_s: float = 0.0  # seconds its re-run on the run's store took (the query's budget counts it)
+    sql_run: list[str] = field(default_factory=list)  # the SQL it ran, as written (an `obs` command's, built)
+    raw_literals: set[str] = field(default_factory=set)  # its string literals as written, service names left out
 
 
 # --- re-running -------------------------------------------------------------------------
@@ -328,6 +330,8 @@ def rerun(con, cited: Cited, hide: tuple[str, ...] = (), limit_s: float = QUERY_
     for shape in client.shapes:
         run.tables |= shape.signal_tables
         run.literals |= _identifying(shape)
+        run.raw_literals |= shape.literals - shape.service_literals
+        run.sql_run.append(shape.sql)
     # A count or a sum grows with the traffic driven; a max, a ratio or a distinct count does not.
     run.scales = run.rows != 1 or any(shape.select_aggregates and shape.select_aggregates <= sqlread.SCALING
                                       for shape in client.shapes[-1:])

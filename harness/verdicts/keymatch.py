@@ -191,12 +191,19 @@ def defect_problems(d: Defect, checks: list[ev.QueryCheck], accused: ac.Accused,
                     o = (by_id or {}).get(other)
                     return reads_defect(c, d) and (o is None or not reads_defect(c, o))
 
-                # The stated direction is the defect's effect, matched against the key's claims; a
-                # query may count it either way (spans *without* a child read high where it is absent).
-                out = judge.shows(checks[i], d.id, None, looks_at, same_claim)
+                # The stated direction (issue 59): a higher or lower claim reads that way against the
+                # fix, or switches the thing off or on (spans *without* a child read high where it is
+                # absent); an absent or present claim may count either side.
+                out = judge.shows(checks[i], d.id, finding.direction if finding is not None else None, looks_at,
+                                  same_claim)
                 if out.shows:
-                    supporting, note = [i], out.note
-                    break
+                    # And it reads the defect's own telemetry, by a name that changes what it reads.
+                    off = judge.about(checks[i], d.id, d.scope + tuple(_scope_extra(d)))
+                    if not off:
+                        supporting, note = [i], out.note
+                        break
+                    whys.append(off)
+                    continue
                 whys.append(out.why)
             if not supporting and not problems:
                 problems.append("no cited query singles out the named defect against the control stores"
@@ -213,6 +220,12 @@ def defect_problems(d: Defect, checks: list[ev.QueryCheck], accused: ac.Accused,
     if not _accuses(accused, d, sources):
         problems.append("it does not accuse the defect's code (its file and the function there)")
     return problems, (supporting[0] if supporting else None), note
+
+
+def _scope_extra(d: Defect) -> list[str]:
+    """The defect's code as its telemetry names it too: its file's module (`shop_api.app`)."""
+    module = _relative(d.file).removeprefix("src/").removesuffix(".py").replace("/", ".")
+    return [module] if module else []
 
 
 def _accuses(accused: ac.Accused, d: Defect, sources: Path | None) -> bool:
@@ -377,33 +390,41 @@ def draft_rulings(run_dir: Path, key_path: Path, sources: Path | None = None, co
             credited: list[tuple[Defect, int, str]] = []
             first_problems: list[str] = []
             free = set(range(len(checks)))
-            for d in matched:
-                if d.id in credited_by:
-                    continue  # shown by an earlier finding
-                # The other defects this claim matches at the code it accuses: a query moving with
-                # their fixes too is no less evidence of what the finding states.
-                same_claim = frozenset(o.id for o in matched if o.id != d.id and _accuses(accused, o, sources))
-                problems, used, note = defect_problems(d, checks, accused, sources, free, judge, finding, spent, by_id,
-                                                       same_claim)
-                if used is not None and not problems:
-                    taken = _observation(checks[used], judge) & set(spent)
-                    if taken:
-                        problems.append(f"its cited query is the observation finding {spent[next(iter(taken))]} is "
-                                        "evidence of already (one observation, one defect)")
-                if not general and not problems:
-                    holds, runs = key(d)
-                    if not holds:
-                        bad = [r for r in runs if not r.holds]
-                        problems.append(f"the key's evidence does not hold in this run's telemetry ({_result_text(bad)})")
-                if general or problems:
-                    if not first_problems:
-                        first_problems = problems
-                    continue
-                credited.append((d, used, note))
-                free.discard(used)
-                for k in _observation(checks[used], judge):
-                    spent[k] = finding.number
-                break  # one record states one claim: it is credited with one defect at most
+            # First without any excuse; then with the other defects this claim matches at the code it
+            # accuses excusing a query that moves with their fixes too (no less evidence of what the
+            # finding states): the defect a query singles out on its own is the one it is credited with.
+            for excuse in ((False, True) if judge is not None else (False,)):
+                for d in matched:
+                    if d.id in credited_by:
+                        continue  # shown by an earlier finding
+                    same_claim = frozenset(o.id for o in matched if excuse and o.id != d.id
+                                           and _accuses(accused, o, sources))
+                    if excuse and not same_claim:
+                        continue  # nothing to excuse: ruled as it was in the first pass
+                    problems, used, note = defect_problems(d, checks, accused, sources, free, judge, finding, spent,
+                                                           by_id, same_claim)
+                    if used is not None and not problems:
+                        taken = _observation(checks[used], judge) & set(spent)
+                        if taken:
+                            problems.append(f"its cited query is the observation finding {spent[next(iter(taken))]} "
+                                            "is evidence of already (one observation, one defect)")
+                    if not general and not problems:
+                        holds, runs = key(d)
+                        if not holds:
+                            bad = [r for r in runs if not r.holds]
+                            problems.append("the key's evidence does not hold in this run's telemetry "
+                                            f"({_result_text(bad)})")
+                    if general or problems:
+                        if not first_problems:
+                            first_problems = problems
+                        continue
+                    credited.append((d, used, note))
+                    free.discard(used)
+                    for k in _observation(checks[used], judge):
+                        spent[k] = finding.number
+                    break  # one record states one claim: it is credited with one defect at most
+                if credited:
+                    break
             if credited:
                 d, u, note = credited[0]
                 credited_by[d.id] = finding.number
