@@ -11,7 +11,8 @@ Wall time and the process's peak RSS for each, written to bench/results/rule-tim
 and .md (`-120x5`: the prompt's default drive, controls compared per request; `-10x2`: drive-matched). The run store is the prompt's default drive (120 s x 5 users) when the test cache has one
 (tests/test_claim_adversarial.py makes it), else a fresh 10 s x 2 drive.
 
-Issue 48 adds the worst cases of its review, each ruled in a process of its own under the rule's
+Issue 59 adds one record citing 10 string-building queries and a reading in words (both made
+`rule` exit 1 before). Issue 48 adds the worst cases of its review, each ruled in a process of its own under the rule's
 memory cap (`harness.verdicts.bounds.cap_memory`, as `llms-benchmark rule` sets it), its wall time
 and peak RSS measured there: a findings.json of 150,000 empty records; one of 1.998 MB (1,000
 records of long prose); 100 records of 4,000 characters of prose each (the regexes on agent text);
@@ -101,6 +102,12 @@ def worst_records() -> dict[str, str]:
                                                         for i in range(1, 101)]}),
         "records_string_building": json.dumps({"findings": [_record(i, "a gigabyte of span names", strings)
                                                             for i in range(1, 101)]}),
+        # Issue 59's review: one record citing 10 string-building queries (MemoryError, exit 1, before),
+        # and a reading in words (`obs finding add --read "72 rows"`: exit 1 before).
+        "record_10_string_building": json.dumps({"findings": [_record(1, "a gigabyte of span names", strings)]}),
+        "record_text_read": json.dumps({"findings": [{**_record(1, "the spans, counted", "SELECT count(*) FROM spans"),
+                                                      "queries": [{"query": "SELECT count(*) FROM spans",
+                                                                   "read": "72 rows"}]}]}),
     }
 
 

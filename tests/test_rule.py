@@ -62,6 +62,7 @@ def test_an_edit_that_breaks_the_rules_is_refused(changes, message):
 
 # --- `rule` without a terminal: set, check, --final; void runs refused ------------------------------
 
+import json  # noqa: E402
 import os  # noqa: E402
 import subprocess  # noqa: E402
 from datetime import UTC, datetime  # noqa: E402
@@ -146,3 +147,48 @@ def test_rule_refuses_a_void_run_with_its_reason(project: Path):
         assert "is void: the scenario never drove the stack inside the mission" in said, res.stderr
     assert not (project / "rulings" / "r-void.yaml").exists()
     assert "no draft to make final" in _cli(project, "r-void", "--final").stderr
+
+
+# --- issue 59, item 5: `rule` never exits 1 on anything an agent can write ---------------------------
+
+def _with_records(project: Path, records: list[dict]) -> None:
+    run = project / ".llms-benchmark" / "runs" / "r-ok"
+    (run / "findings.json").write_text(json.dumps({"findings": records}))
+
+
+GOOD_RECORD = {"number": "1", "claim": "POST /orders spans never get a sqlite child span", "kind": "missing-signal",
+               "direction": "absent", "scope": "shop-api", "code": {"file": "src/shop_api/app.py",
+                                                                    "function": "place_order"}}
+
+
+@pytest.mark.parametrize("records", [
+    # A reading in words, as `obs finding add --read "72 rows"` stores it and `obs finding check` accepts.
+    [{**GOOD_RECORD, "queries": [{"query": "SELECT count(*) FROM spans", "read": "72 rows"}]}],
+    [{**GOOD_RECORD, "queries": [{"query": "SELECT count(*) FROM spans", "read": "x" * 5000}]}],
+    # Odd fields: a list for a file, a number for a scope, a query that is a number.
+    [{**GOOD_RECORD, "scope": 7, "code": {"file": ["a", "b"]}, "queries": [{"query": 5, "read": None}]}],
+    # Ten string-building queries in one record: each fails alone on the rule's memory.
+    [{**GOOD_RECORD, "queries": [{"query": "SELECT length(string_agg(repeat(name, 3000000), '')) FROM spans",
+                                  "read": 1}] * 10}],
+])
+def test_rule_never_exits_1_on_what_an_agent_writes(project: Path, records: list[dict]):
+    _with_records(project, records)
+    done = _cli(project, "r-ok", "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    ruled = yaml.safe_load((project / "rulings" / "r-ok.yaml").read_text())
+    assert [f["verdict"] for f in ruled["findings"]] == ["did not hold up"] * len(records)
+
+
+def test_a_finding_that_runs_out_of_memory_fails_alone(project: Path):
+    """Under a rule memory cap too small for DuckDB's answers, the findings are still each ruled."""
+    _with_records(project, [{**GOOD_RECORD, "number": str(i), "queries": [
+        {"query": "SELECT length(string_agg(repeat(name, 3000000), '')) FROM spans", "read": 1}] * 3}
+        for i in range(1, 4)])
+    done = subprocess.run([str(CLI), "rule", "r-ok", "--json"], capture_output=True, text=True, timeout=300,
+                          stdin=subprocess.DEVNULL,
+                          env={**os.environ, "LLMS_BENCHMARK_ROOT": str(project), "LLMS_BENCHMARK_CACHE":
+                               str(project / "cache"), "LLMS_BENCHMARK_RULE_MEMORY": str(450 << 20)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    ruled = yaml.safe_load((project / "rulings" / "r-ok.yaml").read_text())
+    assert [f["number"] for f in ruled["findings"]] == ["1", "2", "3"]

@@ -79,7 +79,7 @@ MAX_CITED = 10  # cited queries re-run per finding; a finding citing more does n
 BYTE_CAP = 4_000_000  # bytes of one cited query's result read back; a larger result is not evidence
 FETCH_ROWS = 256  # rows fetched at a time, so that the byte cap is checked as the result comes
 _CONFIG = {"enable_external_access": False, "autoinstall_known_extensions": False,
-           "autoload_known_extensions": False, "memory_limit": "512MB", "threads": 2,
+           "autoload_known_extensions": False, "memory_limit": "160MB", "threads": 2,
            "lock_configuration": True}  # locked last: nothing a query does can turn these back
 
 

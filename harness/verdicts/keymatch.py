@@ -228,6 +228,11 @@ def _scope_extra(d: Defect) -> list[str]:
     return [module] if module else []
 
 
+def _defs_warm(sources: Path | None) -> None:
+    if sources is not None and Path(sources).is_dir():
+        ac._defs(Path(sources))
+
+
 def _accuses(accused: ac.Accused, d: Defect, sources: Path | None) -> bool:
     return accused.accuses(_relative(d.file), ac.location_functions(d.function, sources),
                            ac.location_is_module_level(d.function))
@@ -359,107 +364,117 @@ def draft_rulings(run_dir: Path, key_path: Path, sources: Path | None = None, co
         return RuledFinding(number=finding.number, text=finding.text, kind=finding.kind, verdict=NOT_HELD_UP,
                             reason=reason, evidence=own, ruled_by=RULED_BY, counts=extra.pop("counts", 1), **extra)
 
+    def rule_one(finding: Finding) -> RuledFinding:
+        """One finding's ruling, from its claim, its code and its cited queries."""
+        stated = stated_claim(finding, vocab)
+        if stated is None:  # no query is re-run for it: nothing it cites could credit it
+            return (not_held(finding, cm.AMBIGUOUS + (f" ({finding.problem})" if finding.problem else ""), []))
+        matched = [d for d in defects if cm.matches(stated, d.claims, d.scope)]
+        checks, own, citing = own_evidence(finding, store)
+        # One finding, one code location (issue 59): a record's by its fields alone; a markdown
+        # row's the first its Code column names, else the first its words name.
+        if finding.code_fields is not None:
+            accused = ac.record_code(finding.code_fields, sources)
+        else:
+            said = finding.code if finding.code.strip() else f"{finding.text} {finding.evidence}"
+            accused = ac.accused_code(said, sources, first_only=True)
+        # Of several defects with the same claim, the one whose code it accuses first.
+        matched.sort(key=lambda d: not _accuses(accused, d, sources))
+        general = general_problems(finding, checks, citing, accused)
+        flag = cm.contradiction(finding.text, finding.direction)
+        flagged = f" Note for the person ruling: {flag}." if flag else ""
+        if not matched:
+            return (not_held(finding, f"its stated claim ({stated.text()}) is not one the key states for any "
+                                           f"planted defect" + (f" ({general[0]})" if general else "") + "."
+                                  + flagged, own))
+        credited: list[tuple[Defect, int, str]] = []
+        first_problems: list[str] = []
+        free = set(range(len(checks)))
+        # First without any excuse; then with the other defects this claim matches at the code it
+        # accuses excusing a query that moves with their fixes too (no less evidence of what the
+        # finding states): the defect a query singles out on its own is the one it is credited with.
+        for excuse in ((False, True) if judge is not None else (False,)):
+            for d in matched:
+                if d.id in credited_by:
+                    continue  # shown by an earlier finding
+                same_claim = frozenset(o.id for o in matched if excuse and o.id != d.id
+                                       and _accuses(accused, o, sources))
+                if excuse and not same_claim:
+                    continue  # nothing to excuse: ruled as it was in the first pass
+                problems, used, note = defect_problems(d, checks, accused, sources, free, judge, finding, spent,
+                                                       by_id, same_claim)
+                if used is not None and not problems:
+                    taken = _observation(checks[used], judge) & set(spent)
+                    if taken:
+                        problems.append(f"its cited query is the observation finding {spent[next(iter(taken))]} "
+                                        "is evidence of already (one observation, one defect)")
+                if not general and not problems:
+                    holds, runs = key(d)
+                    if not holds:
+                        bad = [r for r in runs if not r.holds]
+                        problems.append("the key's evidence does not hold in this run's telemetry "
+                                        f"({_result_text(bad)})")
+                if general or problems:
+                    if not first_problems:
+                        first_problems = problems
+                    continue
+                credited.append((d, used, note))
+                free.discard(used)
+                for k in _observation(checks[used], judge):
+                    spent[k] = finding.number
+                break  # one record states one claim: it is credited with one defect at most
+            if credited:
+                break
+        if credited:
+            d, u, note = credited[0]
+            credited_by[d.id] = finding.number
+            named_by.setdefault(d.id, finding.number)
+            how = ("reads differently with that defect fixed, beyond the baselines' noise, and singles it out"
+                   if judge else "measures what that defect shows")
+            return (RuledFinding(
+                number=finding.number, text=finding.text, kind=vocab.kinds.get(stated.kind, finding.kind),
+                verdict=HELD_UP,
+                reason=(f"its stated claim ({stated.text()}) is one the key states for a planted defect, shown by "
+                        f"cited query {u + 1}" + (f" (it {note})" if note else "")
+                        + f": its cited queries re-ran to what it recorded, the query {how}, it accuses the "
+                        f"defect's code (file and function), and the key's evidence holds "
+                        f"({_result_text(key(d)[1])}).{flagged}"),
+                evidence=own, ruled_by=RULED_BY, defects=[label(d.id)], counts=1))
+        fresh = [d for d in matched if d.id not in credited_by and d.id not in named_by]
+        if not fresh:
+            order = {f.number: i for i, f in enumerate(ruled)}
+            first = min(matched, key=lambda d: order.get(credited_by.get(d.id) or named_by[d.id], 0))
+            earlier = credited_by.get(first.id) or named_by[first.id]
+            # Every row a report makes counts as reported (seed 000, issue 59): a restatement or an
+            # enumerated row costs accuracy like any false row.
+            return (not_held(finding, f"restates finding {earlier} (the same stated claim of the same "
+                                           f"planted defect): every row counts as reported", own, counts=1,
+                                  restates=earlier,
+                                  defects=[label(first.id)]))
+        named_by[fresh[0].id] = finding.number
+        problems = general + (first_problems if not general else [])
+        if not problems:
+            problems = ["the planted defect its claim matches is shown by an earlier finding"]
+        return (not_held(finding, f"its stated claim ({stated.text()}) matches a planted defect, but: "
+                                       f"{'; '.join(problems[:4])}.{flagged}", own,
+                              defects=[label(fresh[0].id)]))
+
+    _defs_warm(sources)  # what every finding's code is looked up in, read before any query can fill the memory
     try:
         for position, finding in enumerate(report.findings):
             if position >= MAX_RULED:  # read no further than its kind: the bound holds whatever follows
                 ruled.append(_unread(finding, finding.kind))
                 continue
-            stated = stated_claim(finding, vocab)
-            if stated is None:  # no query is re-run for it: nothing it cites could credit it
-                ruled.append(not_held(finding, cm.AMBIGUOUS + (f" ({finding.problem})" if finding.problem else ""), []))
-                continue
-            matched = [d for d in defects if cm.matches(stated, d.claims, d.scope)]
-            checks, own, citing = own_evidence(finding, store)
-            # One finding, one code location (issue 59): a record's by its fields alone; a markdown
-            # row's the first its Code column names, else the first its words name.
-            if finding.code_fields is not None:
-                accused = ac.record_code(finding.code_fields, sources)
-            else:
-                said = finding.code if finding.code.strip() else f"{finding.text} {finding.evidence}"
-                accused = ac.accused_code(said, sources, first_only=True)
-            # Of several defects with the same claim, the one whose code it accuses first.
-            matched.sort(key=lambda d: not _accuses(accused, d, sources))
-            general = general_problems(finding, checks, citing, accused)
-            flag = cm.contradiction(finding.text, finding.direction)
-            flagged = f" Note for the person ruling: {flag}." if flag else ""
-            if not matched:
-                ruled.append(not_held(finding, f"its stated claim ({stated.text()}) is not one the key states for any "
-                                               f"planted defect" + (f" ({general[0]})" if general else "") + "."
-                                      + flagged, own))
-                continue
-            credited: list[tuple[Defect, int, str]] = []
-            first_problems: list[str] = []
-            free = set(range(len(checks)))
-            # First without any excuse; then with the other defects this claim matches at the code it
-            # accuses excusing a query that moves with their fixes too (no less evidence of what the
-            # finding states): the defect a query singles out on its own is the one it is credited with.
-            for excuse in ((False, True) if judge is not None else (False,)):
-                for d in matched:
-                    if d.id in credited_by:
-                        continue  # shown by an earlier finding
-                    same_claim = frozenset(o.id for o in matched if excuse and o.id != d.id
-                                           and _accuses(accused, o, sources))
-                    if excuse and not same_claim:
-                        continue  # nothing to excuse: ruled as it was in the first pass
-                    problems, used, note = defect_problems(d, checks, accused, sources, free, judge, finding, spent,
-                                                           by_id, same_claim)
-                    if used is not None and not problems:
-                        taken = _observation(checks[used], judge) & set(spent)
-                        if taken:
-                            problems.append(f"its cited query is the observation finding {spent[next(iter(taken))]} "
-                                            "is evidence of already (one observation, one defect)")
-                    if not general and not problems:
-                        holds, runs = key(d)
-                        if not holds:
-                            bad = [r for r in runs if not r.holds]
-                            problems.append("the key's evidence does not hold in this run's telemetry "
-                                            f"({_result_text(bad)})")
-                    if general or problems:
-                        if not first_problems:
-                            first_problems = problems
-                        continue
-                    credited.append((d, used, note))
-                    free.discard(used)
-                    for k in _observation(checks[used], judge):
-                        spent[k] = finding.number
-                    break  # one record states one claim: it is credited with one defect at most
-                if credited:
-                    break
-            if credited:
-                d, u, note = credited[0]
-                credited_by[d.id] = finding.number
-                named_by.setdefault(d.id, finding.number)
-                how = ("reads differently with that defect fixed, beyond the baselines' noise, and singles it out"
-                       if judge else "measures what that defect shows")
-                ruled.append(RuledFinding(
-                    number=finding.number, text=finding.text, kind=vocab.kinds.get(stated.kind, finding.kind),
-                    verdict=HELD_UP,
-                    reason=(f"its stated claim ({stated.text()}) is one the key states for a planted defect, shown by "
-                            f"cited query {u + 1}" + (f" (it {note})" if note else "")
-                            + f": its cited queries re-ran to what it recorded, the query {how}, it accuses the "
-                            f"defect's code (file and function), and the key's evidence holds "
-                            f"({_result_text(key(d)[1])}).{flagged}"),
-                    evidence=own, ruled_by=RULED_BY, defects=[label(d.id)], counts=1))
-                continue
-            fresh = [d for d in matched if d.id not in credited_by and d.id not in named_by]
-            if not fresh:
-                order = {f.number: i for i, f in enumerate(ruled)}
-                first = min(matched, key=lambda d: order.get(credited_by.get(d.id) or named_by[d.id], 0))
-                earlier = credited_by.get(first.id) or named_by[first.id]
-                # Every row a report makes counts as reported (seed 000, issue 59): a restatement or an
-                # enumerated row costs accuracy like any false row.
-                ruled.append(not_held(finding, f"restates finding {earlier} (the same stated claim of the same "
-                                               f"planted defect): every row counts as reported", own, counts=1,
-                                      restates=earlier,
-                                      defects=[label(first.id)]))
-                continue
-            named_by[fresh[0].id] = finding.number
-            problems = general + (first_problems if not general else [])
-            if not problems:
-                problems = ["the planted defect its claim matches is shown by an earlier finding"]
-            ruled.append(not_held(finding, f"its stated claim ({stated.text()}) matches a planted defect, but: "
-                                           f"{'; '.join(problems[:4])}.{flagged}", own,
-                                  defects=[label(fresh[0].id)]))
+            try:
+                ruled.append(rule_one(finding))
+            except MemoryError:
+                # What one finding's queries took (a string of gigabytes held by DuckDB) ends that
+                # finding's ruling, never the rule's (issue 59: `rule` never exits 1 on what an agent wrote).
+                import gc
+
+                gc.collect()
+                ruled.append(not_held(finding, "ruling it ran out of the rule's memory (its cited queries hold more "
+                                               "than the rule may): not held up", []))
     finally:
         store.close()
         if controls:
