@@ -393,3 +393,53 @@ def test_the_hand_written_form_is_credited_as_its_records(run, tmp_path: Path):
     # The person ruling sees the claim each row states.
     assert all(f"({CLAIMS[d][0]}, {CLAIMS[d][1]}" in f.reason for f, (d, *_) in zip(hand.findings, HONEST_A))
     json.dumps([f.model_dump() for f in hand.findings], default=str)
+
+
+# --- issue 64, item 0: control stores that do not depend on the box ---------------------------------
+
+BUSY_BUILT = ("B01-order-ref-count-collision", "P01-client-constructed-per-call", "P04-stats-payload-rendered",
+              "T06-mcp-call-logs-unexported")
+
+
+def test_controls_built_beside_a_busy_process_give_the_honest_verdicts(tmp_path: Path, monkeypatch):
+    """The race (B01) and the sampled profiles (P01, P04) are what a busy box once flipped: built
+    beside a CPU-bound process, each store is checked against the key as it is built, and the
+    honest findings of those defects are credited on them."""
+    import subprocess
+    import sys
+
+    from observed_drive import cached_store
+    from test_claim_adversarial import stated
+
+    drive = {"duration": 10, "vus": 2}
+    store = cached_store(drive)  # the machine's cached run store, before the cache moves
+    monkeypatch.setenv("LLMS_BENCHMARK_CACHE", str(tmp_path / "cache"))
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        folder = ctl.build(MISSION, only=[*ctl.BASELINES, *BUSY_BUILT], say=lambda m: None)
+    finally:
+        hog.kill()
+        hog.wait()
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert set(manifest["stores"]) == {*ctl.BASELINES, *BUSY_BUILT}
+    for name, entry in manifest["stores"].items():
+        # How each was built is on record: the box's load, the tries, the key's check.
+        assert entry["check"] == ctl.CHECK_VERSION and entry["problems"] == [] and entry["box_before"]["cpus"]
+        assert all(shows for d, shows in entry["shows"].items() if d != name and d in BUSY_BUILT)
+    assert ctl.Controls.for_mission(MISSION) is not None
+    rows = "\n".join(f"| {i} | {text} {stated(d)} | {kind} | high | {ev} |"
+                     for i, (d, kind, text, ev) in enumerate(HONEST_A, 1) if d in BUSY_BUILT)
+    rulings = rule(store, drive, tmp_path, "busy", as_read(f"{HEAD}{rows}\n\n## Telemetry gaps\n", store))
+    assert [f.defects for f in rulings.findings if f.verdict == HELD_UP] == \
+        [[label(d)] for d, *_ in HONEST_A if d in BUSY_BUILT], [f.reason for f in rulings.findings]
+
+
+def test_a_set_not_checked_when_built_is_never_used(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("LLMS_BENCHMARK_CACHE", str(tmp_path / "cache"))
+    folder = ctl.controls_dir(MISSION)
+    folder.mkdir(parents=True)
+    fixes = ctl.load_fixes(MISSION)
+    for name in ctl.BASELINES:
+        (folder / ctl.store_name(name, fixes)).write_bytes(b"")
+    (folder / "manifest.json").write_text(json.dumps({"stores": {b: {"file": f"{b}.duckdb"} for b in ctl.BASELINES}}))
+    assert ctl.Controls.for_mission(MISSION) is None  # built before the check (or by hand): rebuilt, never trusted

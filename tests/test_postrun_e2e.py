@@ -170,6 +170,73 @@ def test_a_tool_cannot_write_into_opencodes_event_stream(launcher: Project):
     assert "FORGED" not in (run_dir / "opencode-stderr.log").read_text()
 
 
+# A tool that finds opencode among its ancestors and goes for it through /proc: its memory
+# (opened read-write: the write would patch its code and forge an event on its stdout), its
+# descriptors, a signal. Each attempt prints what the kernel answered.
+MEM = """import os, signal
+pid, opencode = os.getpid(), None
+while pid > 1:
+    stat = open(f"/proc/{pid}/stat").read()
+    comm, pid = stat[stat.index("(") + 1:stat.rindex(")")], int(stat[stat.rindex(")") + 2:].split()[1])
+    if "opencode" in comm:
+        opencode = pid
+        break
+if opencode is None:
+    opencode = os.getppid()
+print("opencode found" if opencode else "opencode not found")
+for name, mode in (("mem", "r+b"), ("mem", "rb"), ("fd/1", "wb"), ("fd/0", "rb")):
+    try:
+        with open(f"/proc/{opencode}/{name}", mode) as f:
+            if name == "mem":
+                f.seek(0x400000)
+                f.write(b"FORGED") if "+" in mode else f.read(1)
+        print(name, mode, "opened")
+    except OSError as exc:
+        print(name, mode, "refused", exc.strerror)
+try:
+    os.kill(opencode, signal.SIGSTOP)
+    print("signal delivered")
+    os.kill(opencode, signal.SIGCONT)
+except OSError as exc:
+    print("signal refused", exc.strerror)
+"""
+
+
+def _bash_outputs(events: Path) -> list[str]:
+    """What each bash tool call printed, from opencode's events (never the scripts' own text)."""
+    import json
+
+    out = []
+    for line in events.read_text().splitlines():
+        try:
+            part = json.loads(line).get("part") or {}
+        except ValueError:
+            continue
+        if part.get("tool") == "bash" and isinstance((part.get("state") or {}).get("output"), str):
+            out.append(part["state"]["output"])
+    return out
+
+
+@needs_bwrap
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_a_tool_cannot_reach_opencodes_memory_descriptors_or_signals(launcher: Project):
+    """Issue 60: as root and as a user, a tool opens /proc/<opencode>/mem read-write, its
+    descriptors, and signals it; the kernel (Landlock: the tools' domain is nested in opencode's)
+    refuses each, and the run's events are opencode's own."""
+    steps = [_write("mem.py", MEM), _bash("reach opencode", "python3 mem.py"),
+             _write("REPORT.md", "report\n"), {"text": "DONE"}]
+    code, out, err, run_dir, rec = _launch(launcher, "memory", steps)
+    assert code == 0, dump(out, err)
+    events = "\n".join(_bash_outputs(run_dir / "opencode-events.jsonl"))  # what the tool printed, not its source
+    assert "opencode found" in events, events[-3000:]
+    for attempt in ("mem r+b", "mem rb", "fd/1 wb", "fd/0 rb"):
+        assert f"{attempt} refused" in events and f"{attempt} opened" not in events, (attempt, events[-3000:])
+    assert "signal refused" in events and "signal delivered" not in events
+    assert "FORGED" not in (run_dir / "opencode-stderr.log").read_text()
+    assert rec["status"] == "ok", rec["reason"]
+
+
 MODEL_PORT = """import json, os, socket, urllib.request
 url = json.load(open(os.environ["OPENCODE_CONFIG"]))["provider"]["vot"]["options"]["baseURL"]
 port = int(url.split(":")[2].split("/")[0])

@@ -38,7 +38,7 @@ from harness.records.record import RowKey, RunRecord, SandboxFigures, Status, Ti
 from harness.sandbox import agentfs, diskimage
 from harness.sandbox.secret_forms import redact_text
 from harness.sandbox.secrets import scrub_files, scrub_tree
-from harness.sandbox.untrusted import escape_controls, escape_name
+from harness.sandbox.untrusted import escape_name
 from harness.serving.collect import gpu_cost
 from harness.stages import agent, collect, serving
 from harness.stages.agent import SmokeFailed
@@ -351,8 +351,9 @@ def launcher_peak_rss_mib() -> float:
 
 def _escaping(say: Say, secrets: Callable[[], list[str]]) -> Say:
     """Every line for the terminal: each form of a secret redacted (an error naming a file named
-    after the key), control characters escaped."""
-    return lambda message: say(escape_controls(redact_text(message, secrets())))
+    after the key), every control character escaped, newline included: one message, one line
+    (a name or an error with a newline in it would forge a line, issue 60)."""
+    return lambda message: say(escape_name(redact_text(message, secrets())))
 
 
 def trial_record(first: RunRecord, run_id: str, index: int) -> RunRecord:

@@ -26,7 +26,7 @@ def takes_reasoning_effort(reasoning_parser: str | None) -> bool:
 
 
 def provider_config(unit: Unit, *, reasoning_parser: str | None, steps: int | None = None,
-                    disabled_tools: list[str] | tuple[str, ...] = ()) -> dict:
+                    disabled_tools: list[str] | tuple[str, ...] = (), shell: str | None = None) -> dict:
     model: dict = {
         "name": unit.served_name,
         "tool_call": True,
@@ -67,6 +67,9 @@ def provider_config(unit: Unit, *, reasoning_parser: str | None, steps: int | No
         **({"agent": {"build": {"steps": steps}}} if steps else {}),
         # Tools the mission turns off are left out of every request (and of the prompt).
         **({"tools": {name: False for name in disabled_tools}} if disabled_tools else {}),
+        # The shell the bash tool runs commands with (sandboxed: one that puts each tool out of
+        # opencode's reach, sandbox/toolshell.py); opencode's default is /bin/sh.
+        **({"shell": shell} if shell else {}),
     }
 
 

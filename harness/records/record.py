@@ -10,9 +10,10 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_serializer, field_validator
 
 from harness.atomic import write_atomic
+from harness.escape import escape_name
 from harness.records.capacity import CapacityFigures
 from harness.records.drive import DriveFigures
 from harness.records.engine import EngineInfo
@@ -113,6 +114,11 @@ class RunOutcome(BaseModel):
 
     exit_code: int | None = None
     ended_by: str | None = None  # None: it ended on its own; else "watchdog: ..." / "time cap" / "interrupted"
+
+    # What ended it may quote the agent's side (a tool's name, opencode's error): one line, no raw
+    # control byte, whoever set it (issue 60).
+    _one_line = field_validator("ended_by", mode="after")(lambda v: escape_name(v) if isinstance(v, str) else v)
+    _one_line_out = field_serializer("ended_by")(lambda self, v: escape_name(v) if isinstance(v, str) else v)
     events: int = 0
     report_found: bool = False
     report_sha256: str | None = None  # the report as collected (for a stop after the report: as it stood then)
@@ -230,6 +236,15 @@ class RunRecord(BaseModel):
     unit_death: UnitDeath | None = None  # the unit died on its own: status, signal, cause, log tail
     probe: Probe | None = None
     smoke: str | None = None
+
+    # A reason quotes what the agent's side left (a file's name, opencode's error, a tool's name):
+    # escaped here, whoever composed it, so neither run.json nor the terminal that prints it ever
+    # carries a raw control byte or a forged line (issue 60).
+    _one_line = field_validator("reason", "stopped_at", "smoke", mode="after")(
+        lambda v: escape_name(v) if isinstance(v, str) else v)
+    # ... and again as it is written (a field set by assignment is not validated).
+    _one_line_out = field_serializer("reason", "stopped_at", "smoke")(
+        lambda self, v: escape_name(v) if isinstance(v, str) else v)
     run: RunOutcome | None = None
     session: SessionFigures | None = None
     wire: WireFigures | None = None  # None: no wire log (no sandbox bridge: --no-sandbox, macOS, a remote unit)

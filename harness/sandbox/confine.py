@@ -102,6 +102,16 @@ def detect(no_sandbox: bool, system: str | None = None) -> Sandbox:
                 fix="allow unprivileged user and network namespaces (sysctl kernel.unprivileged_userns_clone=1; "
                     "in a container, run it with namespaces allowed), or pass --no-sandbox (the run and its "
                     "row are then marked unsandboxed)")
+        from harness.sandbox import toolshell
+
+        if toolshell.abi() < 1:
+            raise PreflightError(
+                "this kernel offers no Landlock: the agent's tools could reach opencode's memory through "
+                "/proc and forge its events",
+                field="sandbox",
+                fix="run on a Linux kernel with Landlock enabled (5.13 or later, `landlock` in "
+                    "/sys/kernel/security/lsm or the lsm= boot parameter), or pass --no-sandbox (the run and "
+                    "its row are then marked unsandboxed)")
         return Sandbox("bwrap", tool)
     if system == "Darwin":
         if not Path(SANDBOX_EXEC).is_file():

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 import stat
 from pathlib import Path, PurePosixPath
 
@@ -24,31 +23,7 @@ class Refused(Exception):
     """The file is not what the harness may read; the message says why (for the record)."""
 
 
-# Control characters, and the lone surrogates Python decodes a non-UTF-8 name's bytes to
-# (they would crash the record's UTF-8 save: `post-run crashes, run.json still ok`).
-_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
-_NAME_CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff\u2028\u2029\u202a-\u202e\u2066-\u2069]")
-
-
-def _escaped(match: re.Match) -> str:
-    code = ord(match.group())
-    if 0xDC80 <= code <= 0xDCFF:  # a byte that was not UTF-8 (surrogateescape): shown as that byte
-        return f"\\x{code - 0xDC00:02x}"
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
-def escape_controls(text: str) -> str:
-    """`text` with every control character but newline and tab shown as an escape: a file name
-    or a model's text printed raw could retitle the terminal or write its clipboard (OSC 0/52);
-    a byte that was not UTF-8 shown as its escape, so the text always saves as UTF-8."""
-    return _CONTROLS.sub(_escaped, text)
-
-
-def escape_name(text: str) -> str:
-    """A name from the agent's side (a file, a folder, a path) as one printable line: every
-    control character escaped, newline and tab included (a name holding a newline forges a
-    line on the terminal), bidi overrides too, bytes that were not UTF-8 as their escapes."""
-    return _NAME_CONTROLS.sub(_escaped, text)
+from harness.escape import escape_controls, escape_name  # noqa: E402,F401 - one escape, used here and re-exported
 
 
 def relative_inside(relative: str) -> PurePosixPath:

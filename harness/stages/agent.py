@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shutil
+import sys
 from dataclasses import replace
 from pathlib import Path
 
-from harness.sandbox import untrusted
+from harness.sandbox import toolshell, untrusted
 from harness.errors import UserError
 from harness.load.metrics import generated_tokens
 from harness.mission import prepare_workspace
@@ -20,7 +22,7 @@ from harness.sandbox.wirelog import WIRE_LOG
 from harness.serving.pace import PaceMonitor
 from harness.serving.retune import Retuner
 from harness.serving.timeline import Sampler
-from harness.stages.context import LaunchContext
+from harness.stages.context import TOOL_SHELL, LaunchContext
 from harness.stages.report_stop import ENDED_PREFIX, ReportStop
 from harness.verdicts.findings import collect as collect_findings
 
@@ -74,9 +76,18 @@ def _smoke_fix(result, slow: bool) -> tuple[str, str]:
 
 def configure(rec: RunRecord, ctx: LaunchContext) -> None:
     pf, unit = ctx.pf, ctx.unit
+    shell = None
+    if ctx.sandbox.kind == "bwrap":
+        # The agent's tools in a Landlock domain of their own: none can reach opencode's memory,
+        # descriptors or signals (issue 60; sandbox/toolshell.py).
+        shell = ctx.paths.provider_file.with_name(TOOL_SHELL)
+        shell.parent.mkdir(parents=True, exist_ok=True)
+        shell.write_text(toolshell.script(os.path.realpath(sys.executable)))
+        shell.chmod(0o755)
     provider = oc_config.provider_config(unit, reasoning_parser=pf.preset.reasoning_parser,
                                          steps=pf.mission.manifest.agent_steps,
-                                         disabled_tools=pf.mission.manifest.disabled_tools)
+                                         disabled_tools=pf.mission.manifest.disabled_tools,
+                                         shell=str(shell) if shell else None)
     ctx.provider_file = oc_config.write_provider_file(provider, ctx.paths.provider_file)
     rec.artifacts.provider_file = str(ctx.provider_file)
     variant = oc_config.applied_effort(provider, unit.served_name, ctx.opts.effort)

@@ -23,6 +23,8 @@ from harness.sandbox.limits import cgroup_name
 from harness.sandbox.secret_forms import secrets_from
 from harness.sandbox.stay import AgentStay, StayPlan
 from harness.sandbox.untrusted import escape_controls, escape_name
+
+TOOL_SHELL = "toolshell"  # beside the provider file
 from harness.stacks.base import Unit
 from harness.stacks.local_process import AGENT_MARKER_VAR
 from harness.run.unitlog import UnitLogCollector
@@ -101,6 +103,12 @@ class LaunchContext:
         return secrets_from([self.api_key, *(os.environ.get(name) for name in self.secret_names),
                              *self.secret_values])
 
+    def tool_shell(self) -> list[Path]:
+        """The shell opencode runs the agent's tools with, when sandboxed (`sandbox.toolshell`):
+        beside the provider file, which names it."""
+        path = Path(self.provider_file).with_name(TOOL_SHELL) if self.provider_file else None
+        return [path] if path is not None and path.is_file() else []
+
     @contextlib.contextmanager
     def confined(self, record: RunRecord, workdir: Path, home: Path, urls: list[str],
                  wire_log: Path | None = None) -> Iterator[AgentStay]:
@@ -111,7 +119,7 @@ class LaunchContext:
         # in its bash tool's description, so a path of its own would split the prompt cache.
         mission = home == self.paths.opencode_home  # its store and files are read after the stay
         plan = StayPlan(sandbox=self.sandbox, opencode=self.pf.opencode, workdir=workdir, home=home,
-                        tmp=self.paths.agent_tmp, readable=[self.provider_file], urls=urls,
+                        tmp=self.paths.agent_tmp, readable=[self.provider_file, *self.tool_shell()], urls=urls,
                         cgroup_name=cgroup_name(self.paths.dir.name), wire_log=wire_log,
                         image_name=f"{self.paths.dir.name}-{'mission' if mission else 'smoke'}", keep_image=mission)
         stay = AgentStay(plan, record.sandbox)

@@ -94,6 +94,10 @@ def signals_from_log_text(text: str) -> list[str]:
     return [s for s in SIGNALS if s in found]
 
 
+INPUT_CAP = 4096  # characters of one tool call's input searched for the paths it reads
+MAX_FILES = 200  # paths kept
+
+
 def files_read_before(data_dir: Path, session_ids: list[str], before: datetime | None) -> list[str]:
     """Source files (under src/) the agent read with a tool before the drive started."""
     if before is None or not session_ids:
@@ -103,20 +107,22 @@ def files_read_before(data_dir: Path, session_ids: list[str], before: datetime |
     seen: list[str] = []
     with store_copy(data_dir) as conn:
         try:
+            # Row by row, each tool's input cut to what names a path (a write's whole content is never
+            # read): the store is the agent's to fill (issue 60).
             rows = conn.execute(
-                f"""SELECT json_extract(data, '$.tool') AS tool, json_extract(data, '$.state.input') AS input,
+                f"""SELECT json_extract(data, '$.tool') AS tool,
+                           substr(json_extract(data, '$.state.input'), 1, {INPUT_CAP}) AS input,
                            json_extract(data, '$.state.time.start') AS started
-                    FROM part WHERE session_id IN ({marks}) AND json_extract(data, '$.type') = 'tool'
-                    ORDER BY time_created""", session_ids).fetchall()
+                    FROM part WHERE session_id IN ({marks}) AND json_valid(data)
+                      AND json_extract(data, '$.type') = 'tool'
+                    ORDER BY id""", session_ids)
+            for row in rows:
+                if not isinstance(row["started"], (int, float)) or row["started"] >= cutoff:
+                    continue
+                for match in _PATH.finditer(str(row["input"] or "")):
+                    path = match.group(1).removeprefix("./")
+                    if path not in seen and len(seen) < MAX_FILES:
+                        seen.append(path)
         except sqlite3.Error:
-            return []
-    for row in rows:
-        if not row["started"] or row["started"] >= cutoff:
-            continue
-        args = json.loads(row["input"] or "{}")
-        text = " ".join(str(v) for v in args.values()) if isinstance(args, dict) else str(args)
-        for match in _PATH.finditer(text):
-            path = match.group(1).removeprefix("./")
-            if path not in seen:
-                seen.append(path)
+            return seen
     return seen
