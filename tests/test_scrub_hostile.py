@@ -290,3 +290,116 @@ def test_the_record_on_disk_says_void_until_the_post_run_finishes(tmp_path):
     assert (saved["status"], saved["stopped_at"]) == ("void", "post-run")
     assert saved["reason"] == "the post-run did not finish"
     assert record.status == Status.ok and record.reason is None  # in memory: as the launch left it
+
+
+# --- issue 60, item 4: the SQLite scrub complete and linear ------------------------------------------
+
+def _overflow_db(db: Path, key: str, rows: int = 40) -> int:
+    """A store of long values (each a chain of overflow pages) with the key in each; its page size."""
+    with sqlite3.connect(db) as con:
+        con.execute("PRAGMA page_size = 1024")
+        con.execute("CREATE TABLE part (id INTEGER PRIMARY KEY, data TEXT)")
+        con.executemany("INSERT INTO part (data) VALUES (?)", [(("y" * 3000) + key + ("z" * 3000),)
+                                                              for _ in range(rows)])
+    return 1024
+
+
+def _looping(db: Path, page_size: int) -> int:
+    """Every overflow page's next pointer bent back to the page itself's chain start: chains that loop.
+    The pages changed."""
+    import struct
+
+    raw = bytearray(db.read_bytes())
+    pages = len(raw) // page_size
+    bent = 0
+    for number in range(2, pages + 1):
+        base = (number - 1) * page_size
+        if raw[base] in (2, 5, 10, 13):  # a b-tree page
+            continue
+        nxt = struct.unpack(">I", raw[base:base + 4])[0]
+        if 0 < nxt <= pages:
+            raw[base:base + 4] = struct.pack(">I", number)  # a chain of one page, followed forever
+            bent += 1
+    db.write_bytes(bytes(raw))
+    return bent
+
+
+def test_looping_overflow_chains_are_walked_once_each_page(tmp_path, monkeypatch):
+    """Reads grow with the file, not with its square: twice the looping chains, about twice the
+    reads (a chain cut at the page count read pages x chains: 1,652 s for a 512 KiB file)."""
+    from harness.sandbox import sqlitebytes
+    from harness.sandbox.secret_forms import forms as encoded_forms, pattern_of
+
+    key = _key()
+    forms = encoded_forms([key])
+    real = os.pread
+    counts = {}
+    for rows in (100, 200):
+        db = tmp_path / f"loop-{rows}.db"
+        size = _overflow_db(db, key, rows=rows)
+        assert _looping(db, size) > rows
+        reads = []
+        monkeypatch.setattr(sqlitebytes.os, "pread", lambda fd, n, at, reads=reads: reads.append(n) or real(fd, n, at))
+        fd = os.open(db, os.O_RDWR)
+        try:
+            sqlitebytes.scrub(fd, forms, pattern_of(forms))
+            assert not sqlitebytes.holds(fd, forms, pattern_of(forms))
+        finally:
+            os.close(fd)
+            monkeypatch.setattr(sqlitebytes.os, "pread", real)
+        counts[rows] = len(reads)
+        assert key.encode() not in db.read_bytes()
+    assert counts[200] < 2.5 * counts[100], counts
+
+
+def test_a_wal_frame_far_past_the_file_is_refused_never_written(tmp_path):
+    import struct
+
+    key = _key()
+    agent = tmp_path / "agent"
+    agent.mkdir()
+    db = agent / "opencode.db"
+    with sqlite3.connect(db) as con:
+        con.execute("CREATE TABLE part (id INTEGER PRIMARY KEY, data TEXT)")
+        con.execute("INSERT INTO part (data) VALUES (?)", (f"the key {key}",))
+    page_size = 4096
+    header = struct.pack(">8I", 0x377F0682, 3007000, page_size, 0, 11, 22, 0, 0)
+    frame = struct.pack(">6I", 1 << 19, 1 << 19, 11, 22, 0, 0) + key.encode().ljust(page_size, b"\0")
+    (agent / "opencode.db-wal").write_bytes(header + frame * 18)  # 72 KiB claiming page 524288
+    changed, left = scrub_tree(agent, [key])
+    assert "opencode.db" in left  # named: the caller fails closed
+    assert db.stat().st_size < 1 << 20  # never a 2 GiB file of the agent's claimed size
+    assert not [p for p in agent.iterdir() if p.name.endswith(".scrub")]
+
+
+def test_the_key_in_a_deleted_rows_overflow_pages_is_found_and_scrubbed(tmp_path):
+    key = _key()
+    db = tmp_path / "opencode.db"
+    con = sqlite3.connect(db, isolation_level=None)
+    con.execute("PRAGMA page_size = 1024")
+    assert con.execute("PRAGMA secure_delete = 0").fetchall() == [(0,)]  # freed pages keep their bytes
+    con.execute("CREATE TABLE part (id INTEGER PRIMARY KEY, data TEXT)")
+    # Every offset of the key against the page edges: some copies are split between two overflow pages.
+    con.executemany("INSERT INTO part (data) VALUES (?)",
+                    [(("a" * (1500 + i)) + key + ("b" * 2500),) for i in range(0, 1020, 17)])
+    con.execute("INSERT INTO part (data) VALUES ('kept')")
+    con.execute("DELETE FROM part WHERE data <> 'kept'")  # the chains go to the freelist, their bytes left
+    con.close()
+    raw = db.read_bytes()
+    whole = raw.count(key.encode())
+    assert 0 < whole < 60  # a copy lies split across freed pages: no plain run of bytes
+    changed, left = scrub_tree(tmp_path, [key])
+    assert (changed, left) == (1, [])
+    from harness.sandbox import sqlitebytes
+    from harness.sandbox.secret_forms import forms as encoded_forms, pattern_of
+
+    forms = encoded_forms([key])
+    fd = os.open(db, os.O_RDONLY)
+    try:
+        assert not sqlitebytes.holds(fd, forms, pattern_of(forms))
+    finally:
+        os.close(fd)
+    # No split copy either: the freed pages' content read as their chains ran holds no piece pair of it.
+    with sqlite3.connect(db) as con:
+        assert con.execute("SELECT data FROM part").fetchall() == [("kept",)]
+        assert con.execute("PRAGMA integrity_check").fetchone() == ("ok",)
