@@ -372,6 +372,22 @@ def test_a_wal_frame_far_past_the_file_is_refused_never_written(tmp_path):
     assert not [p for p in agent.iterdir() if p.name.endswith(".scrub")]
 
 
+def _split_across_pages(raw: bytes, size: int, key: str) -> int:
+    """Copies of the key whose head ends one page and whose tail starts the page that page names as
+    its next (after the 4-byte pointer): what no plain scan of the bytes finds."""
+    import struct
+
+    pages, k, found = len(raw) // size, key.encode(), 0
+    for number in range(2, pages + 1):
+        page = raw[(number - 1) * size:number * size]
+        nxt = struct.unpack(">I", page[:4])[0]
+        if 1 < nxt <= pages:
+            following = raw[(nxt - 1) * size + 4:(nxt - 1) * size + 4 + len(k)]
+            joined = page[-(len(k) - 1):] + following[:len(k) - 1]
+            found += k in joined
+    return found
+
+
 def test_the_key_in_a_deleted_rows_overflow_pages_is_found_and_scrubbed(tmp_path):
     key = _key()
     db = tmp_path / "opencode.db"
@@ -381,13 +397,13 @@ def test_the_key_in_a_deleted_rows_overflow_pages_is_found_and_scrubbed(tmp_path
     con.execute("CREATE TABLE part (id INTEGER PRIMARY KEY, data TEXT)")
     # Every offset of the key against the page edges: some copies are split between two overflow pages.
     con.executemany("INSERT INTO part (data) VALUES (?)",
-                    [(("a" * (1500 + i)) + key + ("b" * 2500),) for i in range(0, 1020, 17)])
+                    [(("a" * 1500) + key + ("b" * (2500 + i)),) for i in range(0, 1020, 17)])
     con.execute("INSERT INTO part (data) VALUES ('kept')")
     con.execute("DELETE FROM part WHERE data <> 'kept'")  # the chains go to the freelist, their bytes left
     con.close()
     raw = db.read_bytes()
     whole = raw.count(key.encode())
-    assert 0 < whole < 60  # a copy lies split across freed pages: no plain run of bytes
+    assert 0 < whole < 60 and _split_across_pages(raw, 1024, key) > 0  # a copy split across freed pages
     changed, left = scrub_tree(tmp_path, [key])
     assert (changed, left) == (1, [])
     from harness.sandbox import sqlitebytes
@@ -400,6 +416,7 @@ def test_the_key_in_a_deleted_rows_overflow_pages_is_found_and_scrubbed(tmp_path
     finally:
         os.close(fd)
     # No split copy either: the freed pages' content read as their chains ran holds no piece pair of it.
+    assert _split_across_pages(db.read_bytes(), 1024, key) == 0
     with sqlite3.connect(db) as con:
         assert con.execute("SELECT data FROM part").fetchall() == [("kept",)]
         assert con.execute("PRAGMA integrity_check").fetchone() == ("ok",)
