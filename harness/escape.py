@@ -34,3 +34,12 @@ def escape_name(text: str) -> str:
     return _NAME_CONTROLS.sub(_escaped, text)
 
 
+
+
+_BREAKS = re.compile(r"[\t\n\v\f\r\u0085\u2028\u2029]+")
+
+
+def one_line(text: str) -> str:
+    """`text` as one printable line: each run of line breaks and tabs one space (a reason composed
+    over lines stays readable), every other control character escaped (`escape_name`)."""
+    return escape_name(_BREAKS.sub(" ", text))

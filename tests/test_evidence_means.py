@@ -224,7 +224,7 @@ def test_another_defects_evidence_and_the_drives_load_hold_nothing(run, tmp_path
 OPEN = [
     ("T02-rejections-answered-200", "errors", "lower", "shop-api:GET /stats", API, "place_order", T02_REJECTED),
     ("P01-client-constructed-per-call", "latency", "higher", "shop-mcp:tools/call search_products", MCP, "call",
-     "SELECT avg(duration_ms) FROM spans WHERE service = 'shop-mcp' AND kind = 'CLIENT'"),
+     "SELECT median(duration_ms) FROM spans WHERE service = 'shop-mcp' AND kind = 'CLIENT'"),
     ("P02-search-detail-fanout", "over-fetch", "higher", "shop-mcp:shop.order.quantity", SERVER, "search_products",
      P02_FANOUT),
     ("P03-stats-reads-whole-table", "latency", "higher", "shop-api:POST /orders", API, "stats",
@@ -332,7 +332,7 @@ REASONABLE = [
     ("P03-stats-reads-whole-table", "latency", "higher", "shop-api:GET /stats", API, "stats",
      "SELECT avg(duration_ms) FROM spans WHERE name = 'GET /stats'"),
     ("P01-client-constructed-per-call", "latency", "higher", "shop-mcp:CLIENT", MCP, "call",
-     "SELECT avg(duration_ms) FROM spans WHERE service = 'shop-mcp' AND kind = 'CLIENT'"),
+     "SELECT median(duration_ms) FROM spans WHERE service = 'shop-mcp' AND kind = 'CLIENT'"),
     ("T03-constant-category-label", "wrong-signal", "present", "shop-api:shop.orders.placed", API, "place_order",
      f"SELECT count(*) FROM metrics WHERE name = 'shop.orders.placed' AND {J.format('product.category')} = 'general'"),
     ("T07-output-tokens-mislabelled", "wrong-signal", "present", "shop-agent:chat", AGENT, "complete", T07_OUTPUT),

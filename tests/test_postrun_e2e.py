@@ -131,6 +131,13 @@ def test_links_deep_trees_and_escapes_left_by_the_agent_fail_closed(launcher: Pr
     assert not (run_dir / "workspace").exists()
     assert canary.read_text() == "print('the harness')\n"  # nothing outside the run folder changed
     assert "\x1b" not in out + err and "\x07" not in out + err
+    # Nor in the record (issue 60): every string of run.json, decoded, is free of raw control bytes.
+    import json as _json
+
+    def strings(v):
+        return [v] if isinstance(v, str) else [s for x in (v.values() if isinstance(v, dict) else v if
+                                                          isinstance(v, list) else []) for s in strings(x)]
+    assert not [t for t in strings(_json.loads((run_dir / "run.json").read_text())) if re.search(r"[\x00-\x1f\x7f-\x9f]", t)]
     events = (run_dir / "opencode-events.jsonl").read_text()
     assert "deep tree made" in events and "planted" in events  # the attacks ran
     for path in project.root.rglob("*"):

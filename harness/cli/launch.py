@@ -31,7 +31,7 @@ from harness.load.agents.slo import PRODUCT_MEASURE, PRODUCT_SLO
 from harness.mission import DEFAULT_MISSION
 from harness.run.inputs import ACCEPTED_EFFORTS, ANNOUNCE_VAR, check_launch_inputs
 from harness.records.paths import ProjectPaths
-from harness.escape import escape_name
+from harness.escape import one_line
 
 
 MAX_TRIALS = 20  # each trial is a whole mission run on the serve: bounded
@@ -229,7 +229,7 @@ def launch_local_cmd(
     for record in records:
         if record.reason:
             where = f" (trial {record.trial.index})" if record.trial else ""
-            err.print(f"[bold red]{record.status.value}{where}:[/bold red] {escape(escape_name(record.reason or ''))}",
+            err.print(f"[bold red]{record.status.value}{where}:[/bold red] {escape(one_line(record.reason or ''))}",
                       highlight=False)
     if moved is not None:
         say(f"nothing was served; the refused launch's record is kept out of git at {_rel(root, moved)}")

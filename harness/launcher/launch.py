@@ -38,6 +38,7 @@ from harness.records.record import RowKey, RunRecord, SandboxFigures, Status, Ti
 from harness.sandbox import agentfs, diskimage
 from harness.sandbox.secret_forms import redact_text
 from harness.sandbox.secrets import scrub_files, scrub_tree
+from harness.escape import one_line
 from harness.sandbox.untrusted import escape_name
 from harness.serving.collect import gpu_cost
 from harness.stages import agent, collect, serving
@@ -227,8 +228,12 @@ class Launch:
         for record in self.records:
             if life.destroy_error is None:
                 record.times.destroyed = life.destroyed_at
-            if record.times.serve_start and record.times.destroyed:
-                hours = (record.times.destroyed - record.times.serve_start).total_seconds() / 3600
+            record.create_retries = list(life.unit.extra.get("create_retries") or [])[:50]
+            start = billed_from(life.unit, record)
+            if start is None:  # the cloud holds no app: the create made nothing, it bills nothing
+                record.gpu_hours = 0.0
+            elif record.times.destroyed:
+                hours = max(0.0, (record.times.destroyed - start).total_seconds()) / 3600
                 record.gpu_hours = round(hours * (record.gpus or 0), 4)
 
     def _destroy_outcome(self) -> None:
@@ -341,6 +346,24 @@ def _save_pending(record: RunRecord, ctx: LaunchContext) -> None:
         record.status, record.stopped_at, record.reason = status, stopped_at, reason
 
 
+def billed_from(unit, record: RunRecord):
+    """When the serve began to bill (issue 61): the cloud's own creation time where the stack reads
+    one (Azure's systemData.createdAt, read at the destroy), never the request's (a create retried
+    for a minute bills from the app's creation); None where the cloud held no app at the destroy
+    (a create that made nothing); else the serve's start (a local process bills from its start)."""
+    from datetime import datetime
+
+    extra = unit.extra if unit is not None else {}
+    if extra.get("cloud_absent"):
+        return None
+    if extra.get("cloud_created_at"):
+        try:
+            return datetime.fromisoformat(str(extra["cloud_created_at"]))
+        except ValueError:
+            pass
+    return record.times.serve_start
+
+
 def launcher_peak_rss_mib() -> float:
     """This process's peak resident memory so far (the wire tap's buffers live here)."""
     import resource
@@ -353,7 +376,7 @@ def _escaping(say: Say, secrets: Callable[[], list[str]]) -> Say:
     """Every line for the terminal: each form of a secret redacted (an error naming a file named
     after the key), every control character escaped, newline included: one message, one line
     (a name or an error with a newline in it would forge a line, issue 60)."""
-    return lambda message: say(escape_name(redact_text(message, secrets())))
+    return lambda message: say(one_line(redact_text(message, secrets())))
 
 
 def trial_record(first: RunRecord, run_id: str, index: int) -> RunRecord:

@@ -61,7 +61,7 @@ class MatrixPlan(BaseModel):
     mission: str = DEFAULT_MISSION
     trials: int = Field(1, ge=1, le=20)
     parallel: int = Field(1, ge=1, le=MAX_PARALLEL)
-    budget_usd: float | None = Field(None, gt=0)
+    budget_usd: float | None = Field(None, gt=0, allow_inf_nan=False)  # `inf` is no budget: refused (issue 61)
     probe_long_tokens: int = Field(0, ge=0)
     no_sandbox: bool = False
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
@@ -92,7 +92,7 @@ def _error(exc: ValidationError, path: Path | None) -> UserError:
         "efforts": "a list of efforts (low, medium, high, max, default)",
         "trials": "a whole number from 1 to 20",
         "parallel": f"a whole number from 1 to {MAX_PARALLEL}",
-        "budget_usd": "a positive number of US dollars, or leave it out for no budget",
+        "budget_usd": "a positive, finite number of US dollars, or leave it out for no budget",
         "serve_costs": "seconds: cold_start_s, probe_s, smoke_s, destroy_s (each 0 or more)",
         "retry": "backoff_s, backoff_max_s, max_attempts, transient_attempts",
     }

@@ -13,7 +13,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field, field_serializer, field_validator
 
 from harness.atomic import write_atomic
-from harness.escape import escape_name
+from harness.escape import one_line
 from harness.records.capacity import CapacityFigures
 from harness.records.drive import DriveFigures
 from harness.records.engine import EngineInfo
@@ -117,8 +117,8 @@ class RunOutcome(BaseModel):
 
     # What ended it may quote the agent's side (a tool's name, opencode's error): one line, no raw
     # control byte, whoever set it (issue 60).
-    _one_line = field_validator("ended_by", mode="after")(lambda v: escape_name(v) if isinstance(v, str) else v)
-    _one_line_out = field_serializer("ended_by")(lambda self, v: escape_name(v) if isinstance(v, str) else v)
+    _one_line = field_validator("ended_by", mode="after")(lambda v: one_line(v) if isinstance(v, str) else v)
+    _one_line_out = field_serializer("ended_by")(lambda self, v: one_line(v) if isinstance(v, str) else v)
     events: int = 0
     report_found: bool = False
     report_sha256: str | None = None  # the report as collected (for a stop after the report: as it stood then)
@@ -236,15 +236,17 @@ class RunRecord(BaseModel):
     unit_death: UnitDeath | None = None  # the unit died on its own: status, signal, cause, log tail
     probe: Probe | None = None
     smoke: str | None = None
+    # The cloud SDK's own retries of the create (issue 61: "PUT 503" each), whatever came of it.
+    create_retries: list[str] = Field(default_factory=list)
 
     # A reason quotes what the agent's side left (a file's name, opencode's error, a tool's name):
     # escaped here, whoever composed it, so neither run.json nor the terminal that prints it ever
     # carries a raw control byte or a forged line (issue 60).
     _one_line = field_validator("reason", "stopped_at", "smoke", mode="after")(
-        lambda v: escape_name(v) if isinstance(v, str) else v)
+        lambda v: one_line(v) if isinstance(v, str) else v)
     # ... and again as it is written (a field set by assignment is not validated).
     _one_line_out = field_serializer("reason", "stopped_at", "smoke")(
-        lambda self, v: escape_name(v) if isinstance(v, str) else v)
+        lambda self, v: one_line(v) if isinstance(v, str) else v)
     run: RunOutcome | None = None
     session: SessionFigures | None = None
     wire: WireFigures | None = None  # None: no wire log (no sandbox bridge: --no-sandbox, macOS, a remote unit)

@@ -21,7 +21,7 @@ import ctypes
 import os
 import sys
 
-SHELL = "/bin/sh"  # what opencode runs without a `shell` setting
+SHELL = "/bin/sh"  # the last resort, as opencode's own
 _CREATE, _ADD_RULE, _RESTRICT = 444, 445, 446  # landlock_* syscall numbers (the same on x86_64 and aarch64)
 _VERSION = 1  # LANDLOCK_CREATE_RULESET_VERSION
 _MAKE_BLOCK = 1 << 11  # LANDLOCK_ACCESS_FS_MAKE_BLOCK, handled and granted nowhere
@@ -75,7 +75,17 @@ def main(argv: list[str]) -> None:
         # Fail closed: a tool never runs beside opencode unconfined.
         sys.stderr.write(f"llms-benchmark: the tool was not run: its sandbox refused it ({exc})\n")
         raise SystemExit(126) from None
-    os.execv(SHELL, [SHELL, *argv])
+    import shutil
+    import signal
+
+    # Python ignores SIGPIPE and SIGXFSZ, and an ignored signal stays ignored across exec: the tools
+    # get the dispositions a shell started by opencode gives them (a write past RLIMIT_FSIZE kills).
+    for name in ("SIGPIPE", "SIGXFSZ"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_DFL)
+    # The shell opencode picks without a `shell` setting: bash where there is one, else /bin/sh.
+    shell = shutil.which("bash") or SHELL
+    os.execv(shell, [shell, *argv])
 
 
 if __name__ == "__main__":

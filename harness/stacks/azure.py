@@ -312,6 +312,9 @@ class AzureStack:
         Path(unit.log_path).write_text("")
         arm = self._arm(t.subscription_id)
         deadline = time.monotonic() + self.settings.ready_timeout_s
+        retries = getattr(arm, "llms_retries", None)
+        before = len(retries.retried) if retries is not None else 0
+        unit.extra["create_retries"] = []
         try:
             # The key lives in this body only until the request is sent, then only in Azure.
             poller = arm.container_apps.begin_create_or_update(
@@ -319,6 +322,9 @@ class AzureStack:
                 polling_interval=self.settings.poll_s)
         except AzureError as exc:
             raise StackError(f"Azure refused to create {unit.name}: {describe(exc)}") from exc
+        finally:
+            if retries is not None:  # what the SDK retried of the create, whatever came of it
+                unit.extra["create_retries"] = retries.retried[before:]
         unit.extra["created_at"] = utcnow().isoformat()
         follower = LogFollower(azure_arm.client(self._credential(), t.subscription_id, self.settings),
                                t.resource_group, unit.name, t.subscription_id, Path(unit.log_path),
@@ -365,6 +371,7 @@ class AzureStack:
             try:
                 found = arm.container_apps.get(rg, app)
             except ResourceNotFoundError:
+                unit.extra["cloud_absent"] = True  # no app in the cloud: a create that made nothing bills nothing
                 return False
             except AzureError as exc:
                 raise StackError(f"could not look up {app} to delete it: {describe(exc)}") from exc
@@ -372,6 +379,8 @@ class AzureStack:
             created = getattr(getattr(found, "system_data", None), "created_at", None)
             if created is not None:
                 unit.extra["created_at"] = created.isoformat()
+                # The cloud's own clock: what the app bills from (issue 61), never our request's time.
+                unit.extra["cloud_created_at"] = created.isoformat()
             for _ in range(int(DESTROY_TIMEOUT_S / max(poll_s, 0.05)) + 1):
                 try:
                     _finish(arm.container_apps.begin_delete(rg, app, polling_interval=poll_s), deadline,

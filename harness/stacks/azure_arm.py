@@ -61,6 +61,17 @@ class CappedRetryPolicy(RetryPolicy):
     def __init__(self, cap_s: float = 120.0, **kwargs) -> None:
         super().__init__(**kwargs)
         self.cap_s = cap_s
+        self.retried: list[str] = []  # each retry the SDK made, "PUT 503" (issue 61: on the record)
+
+    def increment(self, settings, response=None, error=None) -> bool:
+        try:
+            request = (response.http_request if response is not None else None)
+            status = response.http_response.status_code if response is not None else type(error).__name__
+            self.retried.append(f"{getattr(request, 'method', '?')} {status}")
+            del self.retried[:-200]  # bounded
+        except Exception:  # noqa: BLE001 - a count never stands in the way of a retry
+            pass
+        return super().increment(settings, response=response, error=error)
 
     def get_retry_after(self, response) -> float | None:
         after = super().get_retry_after(response)
@@ -75,11 +86,13 @@ def client(cred, subscription_id: str, settings: AzureSettings) -> ContainerApps
     retry = CappedRetryPolicy(retry_total=settings.retries, retry_status=settings.retries,
                         retry_connect=3, retry_read=3, retry_backoff_factor=0.8, retry_backoff_max=30,
                         timeout=15 * 60)
-    return ContainerAppsAPIClient(
+    arm = ContainerAppsAPIClient(
         cred, subscription_id, base_url=settings.arm_endpoint,
         polling_interval=settings.poll_s, retry_policy=retry,
         connection_timeout=30, read_timeout=120,
     )
+    arm.llms_retries = retry  # the SDK's own retries, read by the stack for the record
+    return arm
 
 
 def get_json(arm: ContainerAppsAPIClient, path: str, api_version: str) -> dict | None:

@@ -81,6 +81,10 @@ def mint_key(rec: RunRecord, ctx: LaunchContext) -> None:
 
 def serve(rec: RunRecord, ctx: LaunchContext) -> None:
     rec.times.serve_start = utcnow()
+    # On disk before the create is asked for (issue 61): a matrix reads a serve's running cost from
+    # this record, and a create that takes minutes bills from its request, so no slow create can
+    # pass the budget unseen.
+    rec.save(ctx.paths.dir)
     mint_key(rec, ctx)
     unit = ctx.life.serve(ctx.pf)
     rec.unit, rec.scripted = unit.name, unit.scripted

@@ -278,10 +278,11 @@ class Judge:
         if not split and (abs(reference - control) < bar(reference, control) or (reference > control) != (mine > control)):
             return Outcome(False, note, "the named defect's fix does not move it against the unfixed controls "
                                         f"driven beside it: the run reads apart from all of them ({note})")
-        # The claimed direction (issue 59): a higher or lower claim reads higher or lower on the run
-        # than with the fix, or the thing switches off or on (a count of what lacks the thing reads
-        # high where the thing is absent); an absent or present claim may count either side.
-        if direction in ("higher", "lower") and not split and not cl.moved(direction, mine, control):
+        # The claimed direction (issue 59): the reading lies on the claimed side of the fixed one
+        # (higher or present: above it; lower or absent: below it), or the thing switches off or on
+        # (a count of what lacks the thing reads high where the thing is absent: either side).
+        side = {"present": "higher", "absent": "lower"}.get(direction or "", direction)
+        if side in ("higher", "lower") and not split and not cl.moved(side, mine, control):
             return Outcome(False, note, f"it reads the other way from the claim: the claim says {direction} than a "
                                         f"healthy system, but {note}")
         # Another fix is judged against the unfixed controls (the baselines' mean), driven as it was,

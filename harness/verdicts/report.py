@@ -100,7 +100,7 @@ _HIDING = re.compile(r"\bhidden\b|display\s*:\s*none|visibility\s*:\s*hidden|fon
                      r"|aria-hidden", re.IGNORECASE)
 _HIDDEN_TAGS = {"script", "style", "template", "noscript", "head", "title"}
 _LINK = re.compile(r"\[([^\[\]]{0,300})\]\([^()\s]{0,500}(?:\s{1,5}(?:\"[^\"]{0,300}\"|'[^']{0,300}'))?\)")
-VISIBLE_CAP = 20_000  # characters of one cell read for what it shows
+VISIBLE_CAP = 2_000_000  # characters of one cell read for what it shows (the report's own cap; linear)
 
 
 def _visible_html(text: str) -> str:
