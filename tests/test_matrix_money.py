@@ -259,3 +259,48 @@ def test_display_plain_prints_a_status_line_every_n_seconds(plan: Project, arm: 
     assert (datetime.now() - started).total_seconds() < 200
     code, _, err = plan.run_cli(["matrix", "four", "--display", "fancy"], timeout=60)
     assert code == 2 and "--display" in err and "auto, rich, plain" in err
+
+
+# --- issue 61: money from the cloud's own clock --------------------------------------------------
+
+@pytest.mark.timeout(300)
+def test_a_create_retried_by_the_sdk_bills_from_the_apps_creation(plan: Project, arm: FakeArm):  # noqa: F811
+    """Three 503s before the create takes: the SDK's retries (backoff ~3 s) bill nothing, the app's
+    life as the cloud reports it bills, and the record says what the SDK retried."""
+    write_plan(plan, presets=["mx-a"], trials=1)
+    arm.behaviour.create_unavailable = {"vot-mx-a": 3}
+    code, out, err = plan.run_cli(["matrix", "four", "--json"], timeout=180)
+    assert code == 0, dump(out, err)
+    state = json.loads(out)
+    (run,) = runs_of(plan, "mx-a")
+    assert run["create_retries"] == ["PUT 503"] * 3, run["create_retries"]
+    spent, cloud = records_spent(plan, state), cloud_spent(arm)
+    assert abs(spent - cloud) < 0.6, (spent, cloud)  # the app's life, not the request's: 3 s of retries unbilled
+    serve_s = (datetime.fromisoformat(run["times"]["destroyed"]) -
+               datetime.fromisoformat(run["times"]["serve_start"])).total_seconds()
+    assert spent < serve_s - 1.5, (spent, serve_s)
+    assert round(state_spent(state), 2) == round(spent, 2) == round(report_spent(plan), 2)
+    assert_no_app_left(plan, arm)
+
+
+@pytest.mark.timeout(300)
+def test_a_create_that_never_made_an_app_bills_nothing(plan: Project, arm: FakeArm):  # noqa: F811
+    write_plan(plan, presets=["mx-a"], trials=1,
+               retry={"backoff_s": 1, "backoff_max_s": 1, "max_attempts": 2, "transient_attempts": 1})
+    arm.behaviour.create_unavailable = {"vot-mx-a": 1000}
+    code, out, err = plan.run_cli(["matrix", "four", "--json"], timeout=240)
+    state = json.loads(out)
+    assert cloud_spent(arm) == 0 and arm.created == []
+    assert records_spent(plan, state) == 0 and state_spent(state) == 0 and report_spent(plan) == 0, dump(out, err)
+    for run in runs_of(plan, "mx-a"):
+        assert run["gpu_hours"] == 0 and run["create_retries"] and set(run["create_retries"]) == {"PUT 503"}
+
+
+def test_a_budget_that_is_not_finite_is_refused(plan: Project, arm: FakeArm):  # noqa: F811
+    for value in ("inf", "nan", "-inf"):
+        code, out, err = plan.run_cli(["matrix", "four", "--budget-usd", value], timeout=60)
+        assert code == 2 and "budget_usd" in err and "Traceback" not in err, dump(out, err)
+    write_plan(plan, budget_usd=float("inf"))
+    code, out, err = plan.run_cli(["matrix", "four"], timeout=60)
+    assert code == 2 and "budget_usd" in err and "Traceback" not in err, dump(out, err)
+    assert arm.created == []

@@ -171,7 +171,10 @@ def test_a_tool_cannot_write_into_opencodes_event_stream(launcher: Project):
     code, out, err, run_dir, rec = _launch(project, "forger", steps)
     assert code == 0, dump(out, err)
     events = (run_dir / "opencode-events.jsonl").read_text()
-    assert "1 refused No such device or address" in events and "2 refused" in events, events[-2000:]
+    # Refused by the kernel: its descriptors are out of a tool's reach (issue 60: Landlock denies the
+    # /proc walk into opencode, EACCES; before it, the sockets refused a reopen, ENXIO).
+    assert re.search(r"1 refused (Permission denied|No such device or address)", events), events[-2000:]
+    assert "2 refused" in events and "1 written" not in events and "2 written" not in events, events[-2000:]
     assert not any('"FORGED-EVENT"' in line and '"ses_forged"' in line and line.startswith('{"type":"text"')
                    for line in events.splitlines())
     assert "FORGED" not in (run_dir / "opencode-stderr.log").read_text()
@@ -585,7 +588,9 @@ for _ in range(16):  # opencode's own binary, from its process
     if b"opencode" in open(f"/proc/{pid}/cmdline", "rb").read():
         break
     pid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
-exe = os.readlink(f"/proc/{pid}/exe")
+# Its binary by the path it was started with (its argv[0], which /proc shows anyone): /proc/<pid>/exe
+# is a ptrace-checked link the tools' Landlock domain cannot follow into opencode's (issue 60).
+exe = open(f"/proc/{pid}/cmdline", "rb").read().split(bytes(1))[0].decode()
 if os.fork() == 0:  # daemonized: its own session, re-parented away from opencode
     os.setsid()
     if os.fork() == 0:
@@ -618,7 +623,7 @@ def test_a_daemonized_opencodes_session_is_foreign_and_adds_nothing_to_the_row(p
              _write("REPORT.md", "report\n"), {"text": "DONE"}]
     code, out, err, run_dir, rec = _launch(project, "daemon", steps)
     events = (run_dir / "opencode-events.jsonl").read_text()
-    assert "daemon done session" in events, events[-3000:]
+    assert "daemon done session" in events, _bash_outputs(run_dir / "opencode-events.jsonl")
     session = rec["session"]
     assert session["foreign_sessions"] >= 1, session
     turns = [x for x in project.served(run_dir, "hello") if x.get("status", 200) == 200 and x.get("usage")]

@@ -147,9 +147,12 @@ class Launch:
             self.record.status, self.record.reason, self.record.stopped_at = self.stopped
         self._destroy_outcome()
         rec, life = self.record, self.ctx.life
-        if life.late_signal is not None and rec.status in (Status.ok, Status.void):
-            rec.status, rec.stopped_at = Status.fault, "destroy"
-            rec.reason = f"interrupted by {life.late_signal} during destroy (the destroy finished first)"
+        if life.late_signal is not None:
+            # A signal that arrived during the destroy changes no trial's verdict (issue 61): the
+            # destroy finished first, and a trial whose mission finished and was collected is kept
+            # as it is, never served again by a resume.
+            self.ctx.say(f"{life.late_signal} arrived during the destroy: the destroy finished first; "
+                         f"{len(self.trials)} trial(s) keep their verdicts")
         rec.times.end = utcnow()
         peak = launcher_peak_rss_mib()
         for record, trial_ctx in self.trials:

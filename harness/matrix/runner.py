@@ -73,6 +73,8 @@ TRANSIENT_FAULT = re.compile(
     r"RemoteDisconnected|RemoteProtocolError|ReadTimeout|ConnectTimeout|ServiceRequestError|"
     r"ServiceResponseError|IncompleteRead)\b|connection (was )?(lost|reset|closed|aborted)", re.IGNORECASE)
 QUOTA_FULL = "queued: the GPU quota is full"
+# Serve-once refused the launch: another launch (another matrix) serves the same preset right now.
+HELD_ELSEWHERE = re.compile(r"is already served on \S+ .*never a second unit")
 
 
 def cell_bound_usd(plan: MatrixPlan, cap_minutes: float, price: float | None, gpus: int = 1) -> float:
@@ -427,6 +429,9 @@ class MatrixRun:
         elif rc == 3 and reason and TRANSIENT_FAULT.search(reason):
             self._retry(cell, attempt, reason)
             return
+        elif rc == 2 and reason and HELD_ELSEWHERE.search(reason):
+            self._held(cell, attempt, reason)
+            return
         elif rc < 0:  # the launch was killed (OOM killer, a stray kill): its unit is swept above
             self._retry(cell, attempt, f"the launch process was killed by {_signal_name(-rc)}")
             return
@@ -452,6 +457,26 @@ class MatrixRun:
         cell.status, cell.retry_at = CellStatus.queued, utcnow() + timedelta(seconds=wait)
         cell.reason = (f"queued: a transient fault ({reason}); launch {len(cell.attempts) + 1} in {wait:.0f}s "
                        f"(at most {most})")
+        self.say(f"{cell.id}: {cell.reason}")
+
+    def _held(self, cell: Cell, attempt: Attempt, reason: str) -> None:
+        """Another launch (another matrix, a hand-run `launch`) serves this preset now: serve-once
+        refused it, nothing was served. Queued until that serve ends (issue 61), bounded as a quota
+        refusal is; its refused folder goes where a refusal's goes."""
+        attempt.reason = f"held: {reason}"
+        for run_id in attempt.run_ids:
+            source = self.paths.run(run_id).dir
+            if source.is_dir():
+                self.paths.refused.mkdir(parents=True, exist_ok=True)
+                os.replace(source, self.paths.refused / run_id)
+        if cell.holds >= self.plan.retry.max_attempts:
+            cell.status, cell.retry_at = CellStatus.gave_up, None
+            cell.reason = f"its preset was served by another launch at each of {cell.holds} tries; last: {reason}"
+            self.say(f"{cell.id}: gave up — {cell.reason}")
+            return
+        wait = backoff_s(self.plan, cell.holds)
+        cell.status, cell.retry_at = CellStatus.queued, utcnow() + timedelta(seconds=wait)
+        cell.reason = f"queued: another launch serves its preset ({reason}); next try in {wait:.0f}s"
         self.say(f"{cell.id}: {cell.reason}")
 
     def _queue(self, cell: Cell, attempt: Attempt, reason: str) -> None:

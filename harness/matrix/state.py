@@ -75,6 +75,11 @@ class Cell(BaseModel):
         return sum(1 for a in self.attempts if a.reason and a.reason.startswith("quota:"))
 
     @property
+    def holds(self) -> int:
+        """Launches refused because another launch (another matrix) serves the same preset."""
+        return sum(1 for a in self.attempts if a.reason and a.reason.startswith("held:"))
+
+    @property
     def transient_faults(self) -> int:
         return sum(1 for a in self.attempts if a.reason and a.reason.startswith("transient:"))
 

@@ -91,6 +91,8 @@ class Behaviour:
     quota_refusals: dict[str, int] = field(default_factory=dict)  # app -> its next N creates refused for quota
     boot_by_app: dict[str, str] = field(default_factory=dict)  # app -> its own `boot` (the rest: `boot`)
     boot_sequence: dict[str, list[str]] = field(default_factory=dict)  # app -> `boot` of its next creates, in turn
+    # app -> its next N PUTs answered 503 before anything is made (the SDK retries each: issue 61)
+    create_unavailable: dict[str, int] = field(default_factory=dict)
 
 
 def gpu_environment(name: str = ENV_NAME, profiles: list[dict] | None = None, location: str = "Sweden Central") -> dict:
@@ -638,6 +640,9 @@ class _ArmHandler(BaseHTTPRequestHandler):
 
     def _put_app(self, arm, g, body):
         b = arm.behaviour
+        if b.create_unavailable.get(g["app"], 0) > 0:
+            b.create_unavailable[g["app"]] -= 1
+            return 503, _error("ServiceUnavailable", "The service is temporarily unavailable."), {"Retry-After": "1"}
         existing = arm.apps.get(g["app"])
         if existing is not None and existing.state in ("InProgress", "Deleting"):
             return 409, _error("ContainerAppOperationInProgress",
