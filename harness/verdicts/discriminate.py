@@ -182,6 +182,19 @@ class Judge:
             return run
         return run * theirs / ours
 
+    def prefetch(self, checks: list[ev.QueryCheck]) -> None:
+        """Every check's reading on every control store, store by store: each store opened once
+        (the connections are kept a few at a time), each query within its own budget as in `_read`."""
+        wanted = [(c, ev.reading(c)[1]) for c in checks if c.ok and (c.evidence or c.absence)
+                  and ev.reading(c)[0] is not None]
+        if not wanted:
+            return
+        for name in [*self.baselines, *self.others]:
+            if not self.controls.has(name):
+                continue
+            for check, mode in wanted:
+                self._read(name, check, mode)
+
     def readings(self, check: ev.QueryCheck) -> tuple | None:
         """What the query read on the run and on every control store read so far (None: none read):
         two queries reading alike on all of them are one observation."""
