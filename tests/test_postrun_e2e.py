@@ -16,6 +16,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -488,6 +489,59 @@ def test_a_trigger_sparse_files_xattrs_and_a_locked_folder_run_nothing_and_leave
         assert con.execute("SELECT count(*) FROM part WHERE data LIKE '%[redacted]%'").fetchone() == (30,)
     sparse = (run_dir / "workspace" / "sparse.db").stat()
     assert sparse.st_size == 900 << 20 and sparse.st_blocks * 512 < (1 << 20)  # holes stayed holes
+
+
+# Issue 60's SQLite attacks, from a tool: the key split across a deleted row's overflow pages (no
+# plain run of bytes), overflow chains bent into loops (a walk cut only at the page count was
+# quadratic), and a WAL whose commit claims a page far past the file (a fold would write GiBs).
+SQLITE_ATTACKS = """import os, sqlite3, struct
+key = os.environ["VOT_API_KEY"]
+con = sqlite3.connect("deleted.db", isolation_level=None)
+con.execute("PRAGMA page_size = 1024"); con.execute("PRAGMA secure_delete = 0")
+con.execute("CREATE TABLE part (id INTEGER PRIMARY KEY, data TEXT)")
+con.executemany("INSERT INTO part (data) VALUES (?)", [("a" * 1500 + key + "b" * (2500 + i),) for i in range(0, 1020, 17)])
+con.execute("INSERT INTO part (data) VALUES ('kept')"); con.execute("DELETE FROM part WHERE data <> 'kept'")
+con.close()
+con = sqlite3.connect("loops.db", isolation_level=None)
+con.execute("PRAGMA page_size = 1024")
+con.execute("CREATE TABLE part (id INTEGER PRIMARY KEY, data TEXT)")
+con.executemany("INSERT INTO part (data) VALUES (?)", [("y" * 3000 + key + "z" * 3000,) for _ in range(400)])
+con.close()
+raw = bytearray(open("loops.db", "rb").read())
+for n in range(2, len(raw) // 1024 + 1):
+    base = (n - 1) * 1024
+    if raw[base] not in (2, 5, 10, 13) and 0 < struct.unpack(">I", raw[base:base + 4])[0] <= len(raw) // 1024:
+        raw[base:base + 4] = struct.pack(">I", n)
+open("loops.db", "wb").write(bytes(raw))
+con = sqlite3.connect("walfar.db"); con.execute("CREATE TABLE t (x TEXT)"); con.execute("INSERT INTO t VALUES (?)", (key,)); con.commit(); con.close()
+head = struct.pack(">8I", 0x377F0682, 3007000, 4096, 0, 11, 22, 0, 0)
+frame = struct.pack(">6I", 1 << 19, 1 << 19, 11, 22, 0, 0) + key.encode().ljust(4096, b"\\0")
+open("walfar.db-wal", "wb").write(head + frame * 18)
+print("sqlite attacks made")
+"""
+
+
+@needs_bwrap
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_hostile_sqlite_files_are_scrubbed_or_named_in_bounded_time(launcher: Project):
+    """Issue 60, as root and as a user: the split key in freed pages is found and scrubbed, the looping
+    chains are walked once each page, the WAL past its file is refused (named: the run fails closed,
+    never a file of the agent's claimed size), and no raw key is left anywhere in the project."""
+    project = launcher
+    key = f"sk-unit-{secrets.token_hex(12)}"
+    project.env.update(VLLM_API_KEY=key)
+    steps = [_write("attack.py", SQLITE_ATTACKS), _bash("sqlite attacks", "python3 attack.py"),
+             _write("REPORT.md", "report\n"), {"text": "DONE"}]
+    started = time.monotonic()
+    code, out, err, run_dir, rec = _launch(project, "sqlite", steps, env=["VLLM_API_KEY"])
+    assert time.monotonic() - started < 300
+    assert "sqlite attacks made" in "\n".join(_bash_outputs(run_dir / "opencode-events.jsonl"))
+    # The WAL past its file cannot be folded: named, and the run fails closed with its workspace removed.
+    assert code == 1 and rec["status"] == "void" and "walfar.db" in rec["reason"], (dump(out, err), rec["reason"])
+    assert key not in out + err
+    assert _key_anywhere(project.root, key) == []
+    assert not [p for p in project.root.rglob("*") if p.is_file() and not p.is_symlink() and p.stat().st_size > 1 << 30]
 
 
 ODD_NAMES = """import os
