@@ -304,3 +304,37 @@ def test_a_budget_that_is_not_finite_is_refused(plan: Project, arm: FakeArm):  #
     code, out, err = plan.run_cli(["matrix", "four"], timeout=60)
     assert code == 2 and "budget_usd" in err and "Traceback" not in err, dump(out, err)
     assert arm.created == []
+
+
+@pytest.mark.timeout(300)
+def test_a_preset_another_launch_serves_queues_its_cell_until_it_is_free(plan: Project, arm: FakeArm):  # noqa: F811
+    """Issue 61: serve-once refuses the cell's launch while another (a hand `serve`, another matrix)
+    serves the preset: the cell is queued, never refused for good, and served once the unit is gone."""
+    write_plan(plan, presets=["mx-a"], trials=1,
+               retry={"backoff_s": 1, "backoff_max_s": 2, "max_attempts": 6})
+    code, out, err = plan.run_cli(["serve", "azure-sweden", "mx-a"], timeout=90)
+    assert code == 0, dump(out, err)
+    proc = plan.popen(["matrix", "four", "--json"])
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            try:
+                cell = state_of(plan)["cells"][0]
+            except (OSError, ValueError, KeyError, IndexError):
+                cell = {}
+            if (cell.get("reason") or "").startswith("queued: another launch serves its preset"):
+                break
+            time.sleep(0.3)
+        else:
+            raise AssertionError(f"the cell was never queued for the preset held elsewhere: {cell}")
+        code, dout, derr = plan.run_cli(["destroy", "azure-sweden", "mx-a"], timeout=90)
+        assert code == 0, dump(dout, derr)
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            stop(proc)
+    assert proc.returncode == 0, dump(out, err)
+    (cell,) = json.loads(out)["cells"]
+    assert cell["status"] == "done", cell
+    assert cell["attempts"][0]["reason"].startswith("held: "), cell["attempts"]
+    assert_no_app_left(plan, arm)

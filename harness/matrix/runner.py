@@ -74,7 +74,7 @@ TRANSIENT_FAULT = re.compile(
     r"ServiceResponseError|IncompleteRead)\b|connection (was )?(lost|reset|closed|aborted)", re.IGNORECASE)
 QUOTA_FULL = "queued: the GPU quota is full"
 # Serve-once refused the launch: another launch (another matrix) serves the same preset right now.
-HELD_ELSEWHERE = re.compile(r"is already served on \S+ .*never a second unit")
+HELD_ELSEWHERE = re.compile(r"(is already served on \S+|already exists in \S+ \(served, and billing\)).*never a second unit")
 
 
 def cell_bound_usd(plan: MatrixPlan, cap_minutes: float, price: float | None, gpus: int = 1) -> float:
