@@ -338,3 +338,22 @@ def test_a_preset_another_launch_serves_queues_its_cell_until_it_is_free(plan: P
     assert cell["status"] == "done", cell
     assert cell["attempts"][0]["reason"].startswith("held: "), cell["attempts"]
     assert_no_app_left(plan, arm)
+
+
+@pytest.mark.timeout(300)
+def test_a_launch_killed_during_its_destroy_is_collected_never_served_again(plan: Project, arm: FakeArm):  # noqa: F811
+    """Issue 61: SIGKILL lands in the destroy, both trials' missions done: the matrix sweeps the
+    app, collects both trials from what they left before the destroy, and serves nothing again."""
+    write_plan(plan, presets=["mx-a"], trials=2)
+    plan.env["LLMS_BENCHMARK_FAILPOINT"] = "destroy:sigkill"
+    code, out, err = plan.run_cli(["matrix", "four", "--json"], timeout=240)
+    assert code == 0, [(r["status"], r.get("reason")) for r in runs_of(plan, "mx-a")]
+    (cell,) = json.loads(out)["cells"]
+    assert cell["status"] == "done" and len(cell["attempts"]) == 1, cell
+    assert [c["status"] for c in arm.calls("PUT", "containerApps/vot-mx-a")] == [201]  # served once
+    runs = runs_of(plan, "mx-a")
+    assert len(runs) == 2 and {r["status"] for r in runs} == {"ok"}, [(r["status"], r.get("reason")) for r in runs]
+    state = json.loads(out)
+    assert round(records_spent(plan, state), 2) == round(report_spent(plan), 2)
+    assert abs(records_spent(plan, state) - cloud_spent(arm)) < 1.0
+    assert_no_app_left(plan, arm)

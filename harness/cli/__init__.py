@@ -25,7 +25,7 @@ VERBS = ("launch", "matrix", "wait", "stop", "mission", "score", "validate", "pr
 # command -> the module under harness/cli/ that registers it (tests/test_cli_commands.py checks
 # this against what each module registers).
 COMMANDS = {**{verb: verb for verb in VERBS if verb not in ("units", "load")},
-            "serve": "units", "destroy": "units", "units": "units",
+            "serve": "units", "destroy": "units", "units": "units", "collect-pending": "collect",
             "load": "load", "load-trace": "load", "load-agents": "load"}
 # name -> (module, attribute): typer apps owned by other packages.
 SUB_APPS = {"fitness": ("harness.fitness.cli", "fitness_app")}  # harness/fitness/cli.py

@@ -1,4 +1,6 @@
-"""`llms-benchmark collect`: read an opencode data directory's session figures."""
+"""`llms-benchmark collect`: read an opencode data directory's session figures.
+`llms-benchmark collect-pending RUN_ID`: run the collect of a trial whose launch died after its
+mission and before its collect (issue 61: nothing is served again)."""
 
 from __future__ import annotations
 
@@ -28,5 +30,20 @@ def collect(data_dir: Path,
     emit(data, as_json, table)
 
 
+@user_errors
+def collect_pending(run: Annotated[str, typer.Argument(help="The run id whose collect is pending.")],
+                    as_json: JsonOpt = False) -> None:
+    """Collect a trial whose launch died after its mission: its figures and verdict, nothing served."""
+    from harness.cli.common import project_root, say
+    from harness.launcher.pending import complete
+
+    record = complete(project_root(), run, say)
+    data = {"run_id": record.run_id, "status": record.status.value, "reason": record.reason}
+    table = Table("run", "status", "reason")
+    table.add_row(record.run_id, record.status.value, record.reason or "")
+    emit(data, as_json, table)
+
+
 def register(app: typer.Typer) -> None:
     app.command()(collect)
+    app.command("collect-pending")(collect_pending)

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Literal
 
 from harness.run import failpoint
+from harness.launcher import pending
 from harness.launcher.after_destroy import AfterStage, collect_all, mark_pending
 from harness.errors import FatalUnitLog, StackError, UserError
 from harness.records.paths import ProjectPaths
@@ -141,6 +142,13 @@ class Launch:
             except Exception as exc:  # a harness bug: keep the traceback next to the record
                 self.ctx.paths.fault.write_text(traceback.format_exc())
                 self._end(Status.fault, f"{type(exc).__name__}: {exc} (traceback in fault.txt)")
+            # Before the destroy: each finished trial's collect made durable (issue 61), so a launch
+            # killed during a destroy of minutes never has a resume serve that trial again.
+            for record, trial_ctx in self.due:
+                try:
+                    pending.keep(record, trial_ctx)
+                except Exception as exc:  # noqa: BLE001 - never between the unit and its destroy
+                    self.ctx.say(f"the pending collect of {record.run_id} could not be kept: {type(exc).__name__}")
         self._destroyed()
         collect_all(AFTER_DESTROY, self.due)  # the unit is down: nothing read from here on bills it
         if self.stopped is not None and self.stage == "capacity":  # a stop after its own stages stays its verdict
@@ -161,7 +169,9 @@ class Launch:
             _save_pending(record, trial_ctx)
         for record, trial_ctx in self.trials:
             try:
-                self._post_run(record, trial_ctx)  # run.json last: it was written above
+                post_run(record, trial_ctx)  # run.json last: it was written above
+                if not (record.status == Status.fault and record.stopped_at == "collect"):
+                    pending.discard(record.run_id, trial_ctx.paths.dir)  # collected: nothing is pending
             except Exception as exc:  # noqa: BLE001 - whatever stopped it, the record on disk says void
                 why = f"post-run: it could not finish ({type(exc).__name__})"
                 record.reason = ((record.reason + "; ") if record.reason else "") + why
@@ -260,67 +270,66 @@ class Launch:
             shutil.copy2(served, first_ctx.paths.served_log)
             first.artifacts.served_log = str(first_ctx.paths.served_log)
 
-    def _post_run(self, record: RunRecord, ctx: LaunchContext) -> None:
-        """The unit's key and the preset's env values out of everything the run left (the run
-        folder, run.json last, and the units' logs under .vot/run), failing closed: an agent
-        folder the hand-back or the scrub could not vouch for, or one still holding a secret,
-        is removed whole, and the run is void with the reason; never ok with a key left."""
-        secrets = ctx.secrets()
-        problems: list[str] = []
-        remove: set[Path] = set()
-        changed, left = 0, []
-        for stay in ctx.stays:  # the workspace and the store kept (an unclean one is removed below)
-            keep = tuple(f for f in (ctx.paths.workspace, ctx.paths.opencode_home) if f not in ctx.unclean)
-            problems += [f"the agent's disk image: {p}" for p in stay.release_image(keep)]
-        ctx.stays.clear()
-        for path in sorted(ctx.unclean):  # walked by nothing else: no scrub could vouch for it
-            problems += self._remove(path, ctx)
-        record_trajectory(record, ctx.paths.dir, ctx.say, secrets)  # before the scrub, which then covers it
-        deadline = time.monotonic() + POSTRUN_SCRUB_S
+def post_run(record: RunRecord, ctx: LaunchContext) -> None:
+    """The unit's key and the preset's env values out of everything the run left (the run
+    folder, run.json last, and the units' logs under .vot/run), failing closed: an agent
+    folder the hand-back or the scrub could not vouch for, or one still holding a secret,
+    is removed whole, and the run is void with the reason; never ok with a key left."""
+    secrets = ctx.secrets()
+    problems: list[str] = []
+    remove: set[Path] = set()
+    changed, left = 0, []
+    for stay in ctx.stays:  # the workspace and the store kept (an unclean one is removed below)
+        keep = tuple(f for f in (ctx.paths.workspace, ctx.paths.opencode_home) if f not in ctx.unclean)
+        problems += [f"the agent's disk image: {p}" for p in stay.release_image(keep)]
+    ctx.stays.clear()
+    for path in sorted(ctx.unclean):  # walked by nothing else: no scrub could vouch for it
+        problems += _remove(path, ctx)
+    record_trajectory(record, ctx.paths.dir, ctx.say, secrets)  # before the scrub, which then covers it
+    deadline = time.monotonic() + POSTRUN_SCRUB_S
+    try:
+        changed, left = scrub_files(sorted(ProjectPaths(ctx.root).unit_run_dir.glob("*.log")), secrets)
+        in_run, left_in_run = scrub_tree(ctx.paths.dir, secrets, deadline=deadline)
+        changed, left = changed + in_run, left + left_in_run
+    except Exception as exc:  # noqa: BLE001 - whatever stopped it, the run fails closed
+        problems.append(f"the post-run scrub could not finish ({_why(exc)})")
+        for path in ctx.agent_folders():  # then the harness's own files, bounded by their caps
+            if os.path.lexists(path):
+                problems += _remove(path, ctx)
         try:
-            changed, left = scrub_files(sorted(ProjectPaths(ctx.root).unit_run_dir.glob("*.log")), secrets)
-            in_run, left_in_run = scrub_tree(ctx.paths.dir, secrets, deadline=deadline)
-            changed, left = changed + in_run, left + left_in_run
-        except Exception as exc:  # noqa: BLE001 - whatever stopped it, the run fails closed
-            problems.append(f"the post-run scrub could not finish ({_why(exc)})")
-            for path in ctx.agent_folders():  # then the harness's own files, bounded by their caps
-                if os.path.lexists(path):
-                    problems += self._remove(path, ctx)
-            try:
-                in_run, left = scrub_tree(ctx.paths.dir, secrets)
-                changed += in_run
-            except Exception as again:  # noqa: BLE001
-                problems.append(f"the run folder's scrub could not finish ({_why(again)})")
-        for rel in left:  # relative to the run folder (a unit log: absolute)
-            path = ctx.paths.dir / rel
-            remove.add(next((f for f in ctx.agent_folders() if path == f or f in path.parents), path))
-        if left:
-            shown = ", ".join(escape_name(p) for p in left[:5]) + (f" and {len(left) - 5} more" if len(left) > 5 else "")
-            problems.append(f"a secret could not be redacted from {shown}")
-        for path in sorted(remove):
-            problems += self._remove(path, ctx)
-        if changed:
-            ctx.say(f"secrets redacted from {changed} file(s) of run {record.run_id}")
-        if problems:
-            why = redact_text("post-run: " + "; ".join(problems), secrets)
-            ctx.say(f"WARNING: {why}")
-            record.reason = ((record.reason + "; ") if record.reason else "") + why
-            if record.status == Status.ok:
-                record.status, record.stopped_at = Status.void, "post-run"
-        record.reason = redact_text(record.reason, secrets)
-        record.save(ctx.paths.dir)  # the record as the post-run leaves it (on disk it said void till now)
-        scrub_files([ctx.paths.record], secrets)
+            in_run, left = scrub_tree(ctx.paths.dir, secrets)
+            changed += in_run
+        except Exception as again:  # noqa: BLE001
+            problems.append(f"the run folder's scrub could not finish ({_why(again)})")
+    for rel in left:  # relative to the run folder (a unit log: absolute)
+        path = ctx.paths.dir / rel
+        remove.add(next((f for f in ctx.agent_folders() if path == f or f in path.parents), path))
+    if left:
+        shown = ", ".join(escape_name(p) for p in left[:5]) + (f" and {len(left) - 5} more" if len(left) > 5 else "")
+        problems.append(f"a secret could not be redacted from {shown}")
+    for path in sorted(remove):
+        problems += _remove(path, ctx)
+    if changed:
+        ctx.say(f"secrets redacted from {changed} file(s) of run {record.run_id}")
+    if problems:
+        why = redact_text("post-run: " + "; ".join(problems), secrets)
+        ctx.say(f"WARNING: {why}")
+        record.reason = ((record.reason + "; ") if record.reason else "") + why
+        if record.status == Status.ok:
+            record.status, record.stopped_at = Status.void, "post-run"
+    record.reason = redact_text(record.reason, secrets)
+    record.save(ctx.paths.dir)  # the record as the post-run leaves it (on disk it said void till now)
+    scrub_files([ctx.paths.record], secrets)
 
 
-    @staticmethod
-    def _remove(path: Path, ctx: LaunchContext) -> list[str]:
-        """An agent folder (or a file) the post-run cannot vouch for, removed whole: what to say of it."""
-        name = escape_name(os.path.relpath(path, ctx.paths.dir))
-        try:
-            agentfs.remove(path)
-        except OSError as exc:
-            return [f"{name} could not be removed ({exc.strerror})"]
-        return [f"{name} removed"]
+def _remove(path: Path, ctx: LaunchContext) -> list[str]:
+    """An agent folder (or a file) the post-run cannot vouch for, removed whole: what to say of it."""
+    name = escape_name(os.path.relpath(path, ctx.paths.dir))
+    try:
+        agentfs.remove(path)
+    except OSError as exc:
+        return [f"{name} could not be removed ({exc.strerror})"]
+    return [f"{name} removed"]
 
 
 POSTRUN_SCRUB_S = 300.0  # the post-run's scrub of one run folder: past it, fail closed (100,000 files once took 349 s)

@@ -46,7 +46,7 @@ from pathlib import Path
 from harness.matrix.bound import CellBound, estimate
 from harness.matrix.plan import MatrixPlan
 from harness.matrix.resume import records_of
-from harness.matrix.spend import is_finished, kept_trials, live_hours, load_records, serve_hours, settle_state
+from harness.matrix.spend import complete_pending, is_finished, kept_trials, live_hours, load_records, serve_hours, settle_state
 from harness.matrix.state import Attempt, Cell, CellStatus, MatrixState, StateFolder
 from harness.records.paths import ProjectPaths
 from harness.records.record import RunRecord, Status, utcnow
@@ -406,6 +406,8 @@ class MatrixRun:
             for name in destroy_leftovers(self.root, self.say):
                 self.say(f"{cell.id}: swept {name}, left by its launch (exit code {rc})")
             records = self._records(run, fresh=True)
+        # A trial that finished its mission before its launch died is collected now, never served again.
+        records = complete_pending(self.paths, records, self.say)
         if records:
             attempt.run_ids = [r.run_id for r in records]
             attempt.gpu_hours = serve_hours(records)

@@ -53,9 +53,39 @@ def live_hours(records: list[RunRecord]) -> float:
     return max(0.0, ((first.times.destroyed or utcnow()) - start).total_seconds()) / 3600 * gpus
 
 
+def complete_pending(paths: ProjectPaths, records: list[RunRecord], say=None) -> list[RunRecord]:
+    """Trials whose launch died after their mission and before their collect (issue 61): their
+    collect run now, nothing served (`llms-benchmark collect-pending`, in a process of its own,
+    as a cell's launch runs); the records as they then stand."""
+    import os
+    import subprocess
+    import sys
+
+    from harness.launcher import pending
+    from harness.records.record import COLLECT_PENDING
+
+    out = []
+    for rec in records:
+        if rec.reason == COLLECT_PENDING and rec.times.destroyed is not None and \
+                pending.is_pending(paths.run(rec.run_id).dir):
+            entry = os.environ.get("LLMS_BENCHMARK_MATRIX_CELL")  # the cells' own entry (runner.CELL_ENTRY_VAR)
+            argv = [sys.executable, *([entry] if entry else ["-m", "harness.cli"]), "collect-pending", rec.run_id]
+            try:
+                done = subprocess.run(argv, cwd=paths.root, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                      env={**os.environ, "LLMS_BENCHMARK_ROOT": str(paths.root)}, timeout=900)
+                if say is not None and done.returncode == 0:
+                    say(f"{rec.run_id}: its launch died after its mission; collected, nothing served again")
+            except subprocess.TimeoutExpired:
+                pass
+            reloaded = load_records(paths, [rec.run_id])
+            rec = reloaded[0] if reloaded else rec
+        out.append(rec)
+    return out
+
+
 def settle(paths: ProjectPaths, attempt: Attempt) -> list[RunRecord]:
     """The attempt's spending and finished trials copied from its records; returns them."""
-    records = load_records(paths, attempt.run_ids)
+    records = complete_pending(paths, load_records(paths, attempt.run_ids))
     attempt.gpu_hours = serve_hours(records)
     attempt.finished = [r.run_id for r in records if is_finished(r)]
     return records

@@ -116,6 +116,11 @@ class RunPaths:
         return self.dir / TRAJECTORY
 
     @property
+    def collect_pending(self) -> Path:
+        """What a trial's collect needs, kept before the destroy (harness/launcher/pending.py)."""
+        return self.dir / "collect-pending.json"
+
+    @property
     def stop_request(self) -> Path:
         """`llms-benchmark stop <run>` writes it; the running launch ends the run once its report is persisted."""
         return self.dir / "stop-request"

@@ -130,11 +130,13 @@ def _close_dead_record(unit: Unit) -> None:
             continue
         if paths.dir != first.dir and (rec.trial is None or rec.trial.group != first.dir.name):
             continue
-        if rec.times.end is None:
+        if rec.times.end is None and not paths.collect_pending.is_file():
             rec.status, rec.stopped_at = Status.fault, rec.stopped_at or "killed"
             rec.reason = ("the launch process died without finishing (SIGKILL or crash); a later command "
                           "destroyed its unit")
             rec.times.end = destroyed
+        # A trial whose mission finished keeps its pending collect (issue 61): `llms-benchmark collect`
+        # or a matrix's resume runs it; it is never served again.
         if rec.times.destroyed is None:
             rec.times.destroyed = destroyed
         if rec.gpu_hours is None:
