@@ -101,24 +101,25 @@ def test_a_crash_of_every_process_with_a_one_gpu_quota_is_swept_counted_and_resu
     flat = " ".join(err.split())
     assert "swept vot-mx-a before the matrix" in flat and "no A100 GPU free" not in flat, dump(out, err)
     assert flat.index("swept vot-mx-a") < flat.index("GPU quota:"), "the quota was read before the sweep"
-    # Trial 1 had run but not been collected: the collect reads the agent's leftovers only after
-    # the destroy (issue 53), and the launch died before its destroy. So no trial counts as
-    # finished and both run again (a trial collected before the crash would be kept).
-    assert "0 of 2 trial(s) finished, the rest run again" in flat, dump(out, err)
+    # Trial 1's mission had finished (trial 2's too, if the kill landed in the destroy): what its
+    # collect needs was on disk before the next trial (issue 61), so the resume collects it and
+    # serves only the trials whose missions had not finished.
+    done_before = int(re.search(r"(\d) of 2 trial\(s\) finished, the rest run again", flat).group(1))
+    assert done_before >= 1, dump(out, err)
     state = json.loads(out)
     a, b = cells(state)["mx-a"], cells(state)["mx-b"]
     assert a["status"] == b["status"] == "done", state
     ok = assert_trials_kept(plan, a)
     assert_trials_kept(plan, b)
-    # One serve per launch, and the resume served the trials not collected: both.
-    assert [c["status"] for c in arm.calls("PUT", "containerApps/vot-mx-a")] == [201, 201]
-    assert len(a["attempts"]) == 2 and len(a["attempts"][1]["run_ids"]) == 2, a["attempts"]
     assert len({r["run_id"] for r in ok}) == 2
-    # The leftover's record: closed by the sweep, its life counted from the cloud's createdAt.
+    # One serve per launch: a second only for a trial whose mission had not finished.
+    puts = [c["status"] for c in arm.calls("PUT", "containerApps/vot-mx-a")]
+    assert puts == [201] * (1 + (done_before < 2)), puts
+    assert len(runs_of(plan, "mx-a")) == 2 + (done_before < 2)  # never 4: no finished trial is run twice
+    # A trial killed in its mission: closed by the sweep, its life counted from the cloud's createdAt.
     killed = [r for r in runs_of(plan, "mx-a") if r["status"] == "fault"]
-    reasons = {r["trial"]["index"]: r["reason"] for r in killed}
-    assert sorted(reasons) == [1, 2], killed
-    assert "the collect did not finish" in reasons[1] and "died without finishing" in reasons[2], reasons
+    assert len(killed) == (done_before < 2), killed
+    assert all("died without finishing" in r["reason"] for r in killed)
     leftover_life = app_lives(arm, "vot-mx-a")[0]
     first_serve_s = a["attempts"][0]["gpu_hours"] * 3600
     assert first_serve_s >= leftover_life - 0.05, (first_serve_s, leftover_life)

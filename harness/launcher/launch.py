@@ -142,13 +142,6 @@ class Launch:
             except Exception as exc:  # a harness bug: keep the traceback next to the record
                 self.ctx.paths.fault.write_text(traceback.format_exc())
                 self._end(Status.fault, f"{type(exc).__name__}: {exc} (traceback in fault.txt)")
-            # Before the destroy: each finished trial's collect made durable (issue 61), so a launch
-            # killed during a destroy of minutes never has a resume serve that trial again.
-            for record, trial_ctx in self.due:
-                try:
-                    pending.keep(record, trial_ctx)
-                except Exception as exc:  # noqa: BLE001 - never between the unit and its destroy
-                    self.ctx.say(f"the pending collect of {record.run_id} could not be kept: {type(exc).__name__}")
         self._destroyed()
         collect_all(AFTER_DESTROY, self.due)  # the unit is down: nothing read from here on bills it
         if self.stopped is not None and self.stage == "capacity":  # a stop after its own stages stays its verdict
@@ -206,6 +199,12 @@ class Launch:
             if stage.failpoint == "end":
                 failpoint.hit(stage.name, index)
         self.due.append((rec, ctx))
+        # Its mission finished: what its collect needs is made durable now (issue 61), before the
+        # next trial and before the destroy, so a launch killed later never has a resume serve it again.
+        try:
+            pending.keep(rec, ctx)
+        except Exception as exc:  # noqa: BLE001 - never between the unit and its destroy
+            ctx.say(f"the pending collect of {rec.run_id} could not be kept: {type(exc).__name__}")
 
     def _next_trial(self, index: int) -> None:
         """The previous trial's mission is over (its collect, its destroy time and the shared
