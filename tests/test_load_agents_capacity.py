@@ -296,3 +296,19 @@ def test_a_level_that_failed_on_a_server_gone_quiet_is_invalid_not_overload() ->
     # the same timeouts with the server answering: overload, a fail that finds the limit
     out = sweep(lambda n: ok(n) if n == 1 else timed_out(n), [1, 2, 4], EASY, alive=lambda: None)
     assert [lv.verdict for lv in out.levels] == ["pass", "fail"] and out.limit_found and out.ended_by is None
+
+
+def test_rebuild_keeps_a_dead_servers_level_invalid() -> None:
+    """Issue 61: a level the sweep made invalid because the server no longer answered (its turns
+    alone read as overload: timeouts) is rebuilt invalid, never a fail that would read as a limit."""
+    from harness.load.agents.rebuild import levels
+
+    turns = [{"copy": c, "session": f"s{c}", "turn": 0, "ok": False, "error": "timeout", "repeat": 0} for c in range(2)]
+    record = {"levels": [{"copies": 2, "verdict": "invalid", "why": "invalid: the server no longer answers (x)"}],
+              "turns_by_level": {"2": turns}, "runs_by_level": {"2": [{"timed_out": True, "wall_s": 30.0}]}}
+    (rebuilt,) = levels(record)
+    assert rebuilt.verdict == "invalid" and not rebuilt.passed and "no longer answers" in rebuilt.why
+    # Without the sweep's word for it, the same turns are overload: a fail.
+    record["levels"][0]["verdict"] = "fail"
+    (rebuilt,) = levels(record)
+    assert rebuilt.verdict == "fail"

@@ -46,5 +46,10 @@ def levels(record: dict) -> list[LevelStats]:
             results[int(row.get("repeat", 0))].turns.append(TurnResult(**{k: v for k, v in row.items() if k in _TURN}))
         stats = LevelStats.of(results, slo).judge(slo)
         stats.server = saved.get("server")
+        if saved.get("verdict") == "invalid" and stats.verdict != "invalid":
+            # Invalid for what the turns cannot show (the server no longer answered after the level,
+            # asked by the sweep): it stays invalid, never a fail (issue 61).
+            stats.passed, stats.verdict = False, "invalid"
+            stats.why = str(saved.get("why") or "invalid: the sweep found the server gone after this level")
         out.append(stats)
     return out
