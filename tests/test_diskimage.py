@@ -145,3 +145,39 @@ def test_kept_folders_share_one_bound_and_holes_stay_holes(tmp_path: Path):
     assert len(kept) == 1 and not [f for f in (ws, home) if f not in kept and f.exists()]
     st = (kept[0] / "sparse.db").stat()
     assert st.st_size == apparent and st.st_blocks * 512 < MiB
+
+
+@needs_mount
+def test_a_crashed_launchs_pending_collect_gets_its_folders_back_from_the_sweep(tmp_path: Path):
+    """Issue 61: a launch SIGKILLed in its destroy left a trial whose mission finished: any later
+    command's sweep copies the folders its collect reads off the image before deleting it (and
+    only those: the agent's TMPDIR goes with the image). A pending file that is a link is not read."""
+    from harness.launcher import pending
+
+    runs = []
+    for name, link in (("kept", False), ("linked", True)):
+        run = tmp_path / name
+        run.mkdir()
+        folders = [run / "workspace", run / "opencode", run / "agent-tmp"]
+        listing = '{"kept": ["workspace", "opencode"]}'
+        if link:
+            (tmp_path / "elsewhere.json").write_text(listing)
+            (run / "collect-pending.json").symlink_to(tmp_path / "elsewhere.json")
+        else:
+            (run / "collect-pending.json").write_text(listing)
+        script = (
+            "from pathlib import Path; from harness.sandbox import diskimage\n"
+            f"d = diskimage.AgentDisk('test-pending-{name}-{tmp_path.name}', cap=16 << 20)\n"
+            f"folders = [Path(p) for p in {[str(f) for f in folders]!r}]\n"
+            "d.mount(folders)\n"
+            "for f in folders: (f / 'agent.txt').write_text('written on the image')\n")
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        runs.append((run, folders))
+    swept = diskimage.sweep(keep=pending.kept_folder)
+    assert {f"test-pending-kept-{tmp_path.name}", f"test-pending-linked-{tmp_path.name}"} <= set(swept)
+    (kept_run, (ws, home, tmp)), (_, linked) = runs
+    assert not any(os.path.ismount(f) for f in (ws, home, tmp, *linked))
+    assert (ws / "agent.txt").read_text() == "written on the image" and (home / "agent.txt").is_file()
+    assert not (tmp / "agent.txt").exists()
+    assert not any((f / "agent.txt").exists() for f in linked)  # a linked listing is never followed

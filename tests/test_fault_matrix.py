@@ -10,7 +10,7 @@ destroys it (and the orphaned agent) before serving anything."""
 from __future__ import annotations
 
 import json
-
+import os
 import subprocess
 import threading
 import time
@@ -20,6 +20,7 @@ import psutil
 import pytest
 
 from conftest import Project, stop
+from harness.sandbox import diskimage
 from test_launch_e2e import SMALL_PROBE, _agents_of, assert_destroyed, dump
 
 STAGES = ("preflight", "serve", "wait-ready", "probe", "configure", "smoke", "run", "destroy", "collect")
@@ -175,6 +176,9 @@ def test_sigkill_at_every_stage_leaves_an_orphan_the_next_command_destroys(proje
         # cloud's clock, and `collect-pending` completes it without serving anything.
         assert rec["stopped_at"] == "collect" and "the collect did not finish" in rec["reason"], rec
         assert rec["times"]["destroyed"] and rec["gpu_hours"] is not None, rec
+        if diskimage.available():  # as root the agent's folders were on a disk image: the sweep copied them back
+            assert f"swept a leftover agent disk image: {run_dir.name}-mission" in flat, err
+            assert (run_dir / "workspace").is_dir() and not os.path.ismount(run_dir / "workspace")
         code, out, err = project.run_cli(["destroy", "replay", "replay-hello"], timeout=60)
         assert code == 0 and project.ledger() == {}, dump(out, err)
         code, out, err = project.run_cli(["collect-pending", run_dir.name, "--json"], timeout=120)

@@ -18,8 +18,11 @@ def serve(environment: str, preset: str, as_json: JsonOpt = False) -> None:
     from harness.run.preflight import run_preflight
     from harness.run.units import UnitLife, claim, destroy_leftovers, lifetime
 
+    from harness.launcher.pending import sweep_disks
+
     root = project_root()
     destroy_leftovers(root, say)
+    sweep_disks(say)  # a dead launch's agent disks (a pending collect's folders copied back)
     pf = run_preflight(root, environment, preset, None, need_opencode=False)
     claim(root, pf)
     life = UnitLife(root, say, log_path=Path(os.devnull), owner=False)

@@ -36,7 +36,7 @@ from harness.launcher.after_destroy import AfterStage, collect_all, mark_pending
 from harness.errors import FatalUnitLog, StackError, UserError
 from harness.records.paths import ProjectPaths
 from harness.records.record import RowKey, RunRecord, SandboxFigures, Status, Timestamps, Trial, utcnow
-from harness.sandbox import agentfs, diskimage
+from harness.sandbox import agentfs
 from harness.sandbox.secret_forms import redact_text
 from harness.sandbox.secrets import scrub_files, scrub_tree
 from harness.escape import one_line
@@ -184,8 +184,7 @@ class Launch:
         ctx.say(f"run {rec.run_id}" + (f" (trial {index} of {rec.trial.of})" if rec.trial else ""))
         if index == 1:
             destroy_leftovers(ctx.root, ctx.say)
-            for name in diskimage.sweep():  # a crashed launch's bounded disks
-                ctx.say(f"swept a leftover agent disk image: {name}")
+            pending.sweep_disks(ctx.say)  # a crashed launch's bounded disks
             failpoint.check(FAILPOINT_STAGES, repeated=TRIAL_STAGES, trials=ctx.opts.trials)
         for stage in STAGES:
             if index > 1 and stage.name not in TRIAL_STAGES:

@@ -65,6 +65,11 @@ def keep(record: RunRecord, ctx) -> None:
         "drive": drive,
         "env": {k: ctx.env[k] for k in _KEPT_ENV if k in ctx.env},
         "workspace": os.path.relpath(ctx.workspace, run_dir) if ctx.workspace is not None else None,
+        # The agent's folders its collect reads, and those no hand-back vouched for (removed whole):
+        # a crash leaves them on a root launch's disk image, which the next sweep copies back.
+        "kept": [f.name for f in (ctx.paths.workspace, ctx.paths.opencode_home) if f not in ctx.unclean],
+        "unclean": sorted(os.path.relpath(f, run_dir) for f in ctx.unclean
+                          if Path(f).is_relative_to(run_dir)),
     }
     write_atomic(run_dir / PENDING_FILE, json.dumps(data, default=str))
     folder = secrets_dir()
@@ -79,6 +84,34 @@ def keep(record: RunRecord, ctx) -> None:
         record.save(run_dir)
     finally:
         record.status, record.stopped_at, record.reason = status
+
+
+def _read_pending(run_dir: Path) -> dict | None:
+    """The pending file of a run folder, read without following a link, bounded; None if absent."""
+    try:
+        fd = os.open(Path(run_dir) / PENDING_FILE, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        with os.fdopen(fd, "rb") as f:
+            data = json.loads(f.read(4_000_000))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def kept_folder(folder: Path) -> bool:
+    """For `diskimage.sweep`: a folder a pending collect reads (its run folder says so)."""
+    data = _read_pending(Path(folder).parent)
+    return data is not None and Path(folder).name in (data.get("kept") or [])
+
+
+def sweep_disks(say=print) -> None:
+    """A crashed launch's disk images released; a pending collect's folders copied back first."""
+    from harness.sandbox import diskimage
+
+    for name in diskimage.sweep(keep=kept_folder):
+        say(f"swept a leftover agent disk image: {name}")
 
 
 def discard(run_id: str, run_dir: Path) -> None:
@@ -116,8 +149,11 @@ def complete(root: Path, run_id: str, say=print) -> RunRecord:
     if record.times.destroyed is None and record.unit and Ledger(Path(root)).get(record.environment, record.unit):
         raise UserError(f"run {run_id}'s unit {record.unit} is still in the ledger", file=paths.record,
                         fix="its launch is still running, or left it: any command sweeps a dead launch's unit first")
+    sweep_disks(say)  # its folders, if a crash left them on a disk image, copied back first
     try:
-        data = json.loads(pending.read_text(encoding="utf-8")[:4_000_000])
+        data = _read_pending(paths.dir)
+        if data is None:
+            raise ValueError("not a JSON object")
         secrets = json.loads(_secrets_path(run_id).read_text())["secrets"]
     except (OSError, ValueError, KeyError) as exc:
         raise UserError(f"run {run_id}'s pending collect cannot be read ({exc})", file=pending,
@@ -136,6 +172,10 @@ def complete(root: Path, run_id: str, say=print) -> RunRecord:
     ctx.env = dict(data.get("env") or {})
     if data.get("workspace"):
         ctx.workspace = paths.dir / data["workspace"]
+    for rel in data.get("unclean") or []:  # removed whole by the post-run, as the launch would have
+        path = (paths.dir / str(rel))
+        if ".." not in Path(str(rel)).parts and not Path(str(rel)).is_absolute():
+            ctx.unclean.add(path)
     collect_all(AFTER_DESTROY, [(record, ctx)])
     if ctx.workspace is not None and not ctx.workspace.exists() and record.status == Status.ok:
         record.status, record.stopped_at = Status.void, "collect"

@@ -30,6 +30,7 @@
         wire.jsonl                    per model call, as the sandbox's bridge saw it (the run's figures)
         trajectory.json               the agent's steps in ATIF (harness/trajectory/atif_out.py)
         stop-request                  `llms-benchmark stop`: end the run once its report is persisted
+        collect-pending.json          a trial whose launch died after its mission: what its collect needs
 
 Frozen, one property per file (Harbor's `TrialPaths` is the model): a file moves here or nowhere.
 """

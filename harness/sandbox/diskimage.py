@@ -141,6 +141,9 @@ class AgentDisk:
         gone with it. What could not be done, for the record."""
         problems = []
         budget = self.size  # for every kept folder together (each had the image's size once: 4 GiB of a 2 GiB cap)
+        if self.home is not None and not self.cap:  # a swept image: its own size says
+            with contextlib.suppress(OSError):
+                budget = os.lstat(self.home / "disk.img").st_size
         for n, folder in reversed(list(enumerate(self.folders))):
             if _mounted(folder):
                 _run_quiet(["umount", str(folder)])
@@ -189,9 +192,11 @@ def _young(home: Path) -> bool:
         return False
 
 
-def sweep() -> list[str]:
+def sweep(keep=None) -> list[str]:
     """Images a crashed launch left (their owner process is gone): their folders unmounted, the
     image deleted. A parallel launch's images (owner alive) are left alone. What was swept.
+    `keep(folder)` says which bound folders are first copied back off the image (a trial whose
+    mission finished before its launch died: its collect is pending and reads them).
     Only what the harness itself made is acted on: IMAGES and each image's folder root's own,
     and a folder unmounted only where the kernel's mount table shows it bound from that
     image (never a mount point a listing names: the listing is a file anyone may have written)."""
@@ -213,6 +218,6 @@ def sweep() -> list[str]:
         disk = AgentDisk(home.name, 0, home=home)
         binds = _binds_of(home / "mnt")
         disk.folders = [Path(point) for point, _ in sorted(binds.items(), key=lambda item: item[1])]
-        disk.release()
+        disk.release(tuple(f for f in disk.folders if keep is not None and keep(f)))
         swept.append(home.name)
     return swept
