@@ -46,3 +46,16 @@ def test_no_command_or_an_unknown_one_gets_the_whole_app():
     assert set(get_command(cli.for_argv([])).commands) == set(get_command(cli.app).commands)
     result = CliRunner().invoke(cli.for_argv(["lanch"]), ["lanch"])
     assert result.exit_code == 2 and "No such command 'lanch'" in result.output
+
+
+def test_help_lists_every_command_in_its_panel_the_main_job_first():
+    """Issue 63: `launch` was 21st of 24. Each command sits in one panel (a new command not put
+    in PANELS would fall into an unnamed one), in the order PANELS gives, `launch` first."""
+    group = get_command(cli.app)
+    assert set(cli.ORDER) == set(group.commands) and len(cli.ORDER) == len(set(cli.ORDER))
+    assert group.list_commands(None) == cli.ORDER and cli.ORDER[0] == "launch"
+    out = CliRunner().invoke(cli.app, ["--help"], terminal_width=120).output
+    panels = [line for line in out.splitlines() if line.startswith("╭─")]
+    assert [p.strip("╭─╮ ") for p in panels] == ["Options", *cli.PANELS]
+    at = {name: out.index(f"│ {name} ") for name in cli.ORDER}
+    assert sorted(at, key=at.get) == cli.ORDER

@@ -17,6 +17,7 @@ import importlib
 import sys
 
 import typer
+from typer.core import TyperGroup
 
 HELP = "Serve a preset, run a coding agent on a mission against it, measure what holds up."
 # The order of `--help`.
@@ -29,11 +30,34 @@ COMMANDS = {**{verb: verb for verb in VERBS if verb not in ("units", "load")},
             "load": "load", "load-trace": "load", "load-agents": "load"}
 # name -> (module, attribute): typer apps owned by other packages.
 SUB_APPS = {"fitness": ("harness.fitness.cli", "fitness_app")}  # harness/fitness/cli.py
+# `--help` shows the commands in these panels, in this order: the main job first.
+PANELS = {
+    "Run the benchmark": ("launch", "wait", "stop", "matrix", "preflight", "validate", "mission", "collect-pending"),
+    "Results": ("rule", "render", "score", "inconclusive", "query", "export", "collect"),
+    "Serve by hand": ("serve", "destroy", "units", "probe", "metrics"),
+    "Load": ("load", "load-trace", "load-agents", "classroom"),
+    "Fitness": ("fitness",),
+}
+ORDER = [name for names in PANELS.values() for name in names]
+PANEL_OF = {name: panel for panel, names in PANELS.items() for name in names}
+
+
+class GroupedCommands(TyperGroup):
+    """The commands listed in ORDER (typer lists plain commands before sub-apps, which put
+    `launch` 21st of 24), each in its PANELS panel; a command not in ORDER comes last."""
+
+    def list_commands(self, ctx) -> list[str]:
+        names = super().list_commands(ctx)
+        for name in names:
+            if name in PANEL_OF:
+                self.commands[name].rich_help_panel = PANEL_OF[name]
+        return sorted(names, key=lambda n: ORDER.index(n) if n in ORDER else len(ORDER))
 
 
 def build(verbs: tuple[str, ...] = VERBS, sub_apps: tuple[str, ...] = tuple(SUB_APPS)) -> typer.Typer:
     """The app with the commands of `verbs` and the sub-apps named in `sub_apps`."""
-    app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, help=HELP)
+    app = typer.Typer(cls=GroupedCommands, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                      help=HELP)
     if len(verbs) + len(sub_apps) < len(VERBS) + len(SUB_APPS):
         # typer runs a lone command as the program itself; a callback keeps `<command>` a subcommand.
         app.callback()(lambda: None)

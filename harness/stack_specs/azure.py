@@ -16,12 +16,13 @@ LOCATIONS = ("australiaeast", "brazilsouth", "canadacentral", "eastus", "italyno
 SPEC = StackSpec(
     "azure", "harness.stacks.azure:AzureStack", default_port=VLLM_PORT, preset_override=True, aliases=("aca",),
     config=config_schema(
-        subscription={"type": "string", "minLength": 1},
+        subscription={"type": "string", "minLength": 1, "description": "The Azure subscription id the app bills to."},
         location={"enum": list(LOCATIONS), "description": "A region with serverless A100 GPUs."},
         resource_group={"type": "string", "minLength": 1,
                         "description": f"Default {DEFAULT_RESOURCE_GROUP}; dedicated to vllm-on-tap."},
-        image={"type": "string", "minLength": 1},
-        telemetry_enabled={"type": "boolean"},
+        image={"type": "string", "minLength": 1, "description": "The vLLM image the app runs (default: vllm-on-tap's)."},
+        telemetry_enabled={"type": "boolean", "description": "vllm-on-tap's OpenTelemetry collector app is deployed "
+                                                             "beside the model (read from its /vot-config)."},
         environment={"description": "Historic (before 0.2.1): ignored, the Container Apps environment is discovered."},
         storage={"description": "Historic (before 0.2.1): ignored, the cache storage is discovered."},
         api_key_env={"description": "Historic (0.1): ignored."},

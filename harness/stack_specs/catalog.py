@@ -40,7 +40,8 @@ LOCAL_VLLM_DOCKER = StackSpec("local-vllm-docker", "harness.stacks.local_vllm_do
 
 LLAMACPP = StackSpec("local-llamacpp", "harness.stacks.llamacpp:LlamaCppStack", default_port=0, config=config_schema(
     port=ANY_PORT_SCHEMA,
-    threads={"type": "integer", "minimum": 1},
+    threads={"type": "integer", "minimum": 1,
+             "description": "llama-server's threads (default: the cores free when the serve starts)."},
     server={"type": "string", "minLength": 1,
             "description": "A llama-server binary of your own (default: the portable one `make setup` builds)."},
 ))
