@@ -162,6 +162,31 @@ def test_add_checks_the_closed_claim_fields_against_the_mission_vocabulary(works
     assert not (workspace / "findings.json").exists()
 
 
+@pytest.mark.parametrize("file", ["../../../etc/passwd", "/etc/passwd", "src/../../../etc/passwd", "link.py"])
+def test_add_refuses_an_accused_file_outside_the_workspace(workspace: Path, capsys, file):
+    """Issue 63 item 5: the accused file is one of the workspace's, never a path out of it (a link
+    inside it that leads out included); refused before findings.json is written."""
+    (workspace / "link.py").symlink_to("/etc/passwd")
+    assert _add("--line", "1", "--file", file) == 1
+    err = capsys.readouterr().err
+    assert f"code.file {file}: not under this workspace" in err and "give the path relative to it (src/...)" in err
+    assert not (workspace / "findings.json").exists()
+
+
+@pytest.mark.parametrize(("extra", "fix"), [
+    (("--direction", "sideways"), "fix: give one of: higher, lower, absent, present"),
+    (("--severity", "huge"), "fix: give one of: low, medium, high"),
+    (("--line", "two"), "fix: see `obs finding add --help`"),
+])
+def test_an_option_obs_does_not_accept_is_refused_with_a_fix(workspace: Path, capsys, extra, fix):
+    with pytest.raises(SystemExit) as exited:
+        _add("--function", "place_order", *extra)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {extra[0]}:" in err and fix in err and "Traceback" not in err
+    assert not (workspace / "findings.json").exists()
+
+
 def test_add_without_the_vocabulary_says_where_it_comes_from(workspace: Path, capsys, monkeypatch):
     monkeypatch.delenv(ENV)
     assert _add("--function", "place_order") == 1

@@ -238,7 +238,10 @@ def test_an_invalid_verdict_is_sent_back_and_a_dead_endpoint_is_a_problem(run_di
     assert "verdict 'maybe' is not one of" in model.requests[1]["messages"][-1]["content"]
     dead = Grader(resolve("fake/judge", url=model.url), GraderTools(None, None))
     try:
-        assert dead.grade(FINDING, "report").problem.startswith("the grader failed")
+        outcome = dead.grade(FINDING, "report")
+        # A closed port: no grading happened at all, which `rule` says (and refuses) rather than
+        # keep the key-matcher's verdicts as if graded (tests/test_bad_input_more.py).
+        assert outcome.problem.startswith("the grader failed") and outcome.unreachable
     finally:
         dead.close()
 

@@ -244,6 +244,21 @@ def test_validate_refuses_unknown_kind(tmp_path):
     assert "preset" in info.value.fix and "environment" in info.value.fix and "mission" in info.value.fix
 
 
+def test_a_capped_read_reads_no_more_than_the_cap(tmp_path):
+    """Issue 63 item 5: a file over the cap is refused after reading cap + 1 bytes, never the whole
+    of it (an endless one such as /dev/zero too); a file at the cap is read as it is."""
+    from harness.vot.loader import read_bytes
+
+    with pytest.raises(UserError, match=r"is more than 1024 bytes, over the 1 KiB \(1024 bytes\) a preset may be") as info:
+        read_bytes(Path("/dev/zero"), cap=1024, kind="preset")
+    assert info.value.file == "/dev/zero" and "a few KB" in info.value.fix
+    exact = write(tmp_path, "x.yaml", "#" * 1023 + "\n")
+    assert read_bytes(exact, cap=1024) == exact.read_bytes()
+    with pytest.raises(UserError, match="file not found") as info:
+        read_bytes(tmp_path / "none.yaml", cap=1024)
+    assert info.value.fix.startswith("check the path")
+
+
 # --- merge ---------------------------------------------------------------------
 
 MERGE = """\

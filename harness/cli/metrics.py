@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Annotated
 
 import typer
@@ -29,8 +30,12 @@ def metrics_cmd(
     if not target or (url and base_url):
         raise UserError("give the server's URL once: as URL or as --base-url", field="URL",
                         fix="llms-benchmark metrics http://127.0.0.1:8000")
-    if watch < 0 or count < 0:
-        raise UserError("--watch and --count cannot be negative", field="--watch")
+    if not math.isfinite(watch) or watch < 0:
+        raise UserError(f"--watch is the seconds between two readings, not {watch:g}", field="--watch",
+                        fix="give --watch 5 to read every 5 seconds, or leave it out (0) to read once")
+    if count < 0:
+        raise UserError(f"--count is how many lines to print, not {count}", field="--count",
+                        fix="give --count 10 to stop after 10 lines, or leave it out (0) to read until Ctrl-C")
     api_key = api_key_from_env(api_key_env or None)
     if not watch:
         doc = read_once(target, api_key=api_key)

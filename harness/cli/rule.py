@@ -47,6 +47,12 @@ def rule_cmd(run_id: Annotated[str, typer.Argument(help="The run to rule (a fold
     from harness.errors import UserError
     from harness.verdicts import rule as rules
     if action is not None or final:
+        if grader or grader_url or grader_config is not None:  # it would be ignored: said, never dropped
+            which = "--final" if final else action
+            raise UserError(f"--grader drafts proposals; it does not go with {which} (no grader would run)",
+                            field="--grader",
+                            fix=f"grade the draft first (llms-benchmark rule {run_id} --grader PROVIDER/MODEL), "
+                                f"then `rule {run_id} {'--final' if final else action}` without --grader")
         if action is not None and action not in ACTIONS:
             raise UserError(f"'{action}' is not an action of rule", field="ACTION",
                             fix=f"use one of: {', '.join(ACTIONS)} (or none, to draft)")
@@ -80,6 +86,10 @@ def rule_cmd(run_id: Annotated[str, typer.Argument(help="The run to rule (a fold
     from harness.verdicts.rule import VERDICT_CHOICES, edited, rule
 
     endpoint = None
+    if not grader and (grader_url or grader_key_env or grader_config is not None):
+        given = "--grader-url" if grader_url else "--grader-key-env" if grader_key_env else "--grader-config"
+        raise UserError(f"{given} is given without --grader: no grader would run", field="--grader",
+                        fix=f"name the grader's model too: --grader PROVIDER/MODEL {given} ...")
     if grader:
         from harness.grader.provider import resolve
 

@@ -55,7 +55,8 @@ def validate_path(root: Path, path: Path) -> str:
     try:
         here = path.exists()
     except OSError as exc:  # a name the OS refuses (too long, ...)
-        raise UserError(f"cannot be read: {exc.strerror or exc}", file=path) from None
+        raise UserError(f"cannot be read: {exc.strerror or exc}", file=path,
+                        fix="give the path of a preset, an environment or a mission folder") from None
     if not path.is_absolute() and not here:
         path = Path(root) / path  # relative to the current folder first, else to the project
     folder = path.parent

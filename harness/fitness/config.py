@@ -267,10 +267,24 @@ def refuse_nothing_to_measure(cfg: FitnessConfig) -> None:
                         "measure nothing", field="--phases", fix=f"set those in --config, or {fix}")
 
 
+def _require_config_file(path: Path) -> None:
+    """--config names a file that is there: said with the option and the way out."""
+    try:
+        found, folder = path.is_file(), path.is_dir()
+    except OSError:  # a name the OS refuses (too long, ...)
+        found = folder = False
+    if not found:
+        raise UserError("is a folder, not a fitness YAML" if folder else "no fitness config at this path",
+                        file=path, field="--config",
+                        fix="give the path of a fitness YAML (harness/fitness/fitness.example.yaml shows every "
+                            "setting), or leave --config out to run with the defaults")
+
+
 def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> FitnessConfig:
     """The file's settings (if any) with `overrides` (dotted keys: `throughput.contexts`) on top."""
     data: dict[str, Any] = {}
     if path is not None:
+        _require_config_file(Path(path))
         raw = load_yaml(Path(path))
         if raw is None:
             raw = {}
@@ -294,7 +308,8 @@ def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> F
         for key in parents:
             node = node.setdefault(key, {})
             if not isinstance(node, dict):
-                raise UserError(f"'{key}' must be a mapping", file=path, field=key)
+                raise UserError(f"'{key}' must be a mapping", file=path or "(command line)", field=key,
+                                fix="see harness/fitness/fitness.example.yaml for every setting")
         node[leaf] = value
     try:
         return FitnessConfig.model_validate(data)

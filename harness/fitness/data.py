@@ -149,6 +149,6 @@ def read_jsonl(path: Path, *, field: str, what: str, file_fix: str, line_fix: st
             raise UserError(f"line {n} is not a {what}", file=path, field=field, fix=line_fix)
         rows.append(row)
     if not rows:
-        raise UserError(f"no {what} in the file", file=path, field=field)
+        raise UserError(f"no {what} in the file", file=path, field=field, fix=line_fix)
     return rows
 

@@ -194,7 +194,8 @@ def discover(base_url: str, model: str | None, api_key: str | None, timeout_s: f
         listing = resp.json()
         entries = {m["id"]: m for m in listing.get("data", [])}
     except (ValueError, AttributeError, KeyError, TypeError):
-        raise UserError(f"{root}/v1/models did not answer with a model list", field="base URL") from None
+        raise UserError(f"{root}/v1/models did not answer with a model list", field="base URL",
+                        fix="give the base URL of an OpenAI-compatible server (it must answer GET /v1/models)") from None
     chosen = model or next(iter(entries), None)
     if chosen is None or chosen not in entries:
         raise UserError(f"the server does not serve model '{chosen}' (it lists: {', '.join(entries) or 'none'})",

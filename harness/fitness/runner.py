@@ -429,7 +429,8 @@ def _load_baseline(path: Path | None) -> dict[str, Any] | None:
         raise UserError("baseline file not found", file=path, field="--baseline",
                         fix="give a results.json of an earlier fitness run") from None
     except ValueError:
-        raise UserError("not a results.json (not JSON)", file=path, field="--baseline") from None
+        raise UserError("not a results.json (not JSON)", file=path, field="--baseline",
+                        fix="give a results.json of an earlier fitness run") from None
 
 
 def _compare(base: dict[str, Any] | None, results: list[PhaseResult]) -> dict[str, Any]:

@@ -81,7 +81,8 @@ def load_thresholds(path: Path) -> Thresholds:
                 raise UserError(f"unknown bar {bar!r}", file=path, field=f"{key}.{bar}",
                                 fix=f"use {', '.join(BARS)}")
             if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise UserError(f"must be a number (got {value!r})", file=path, field=f"{key}.{bar}")
+                raise UserError(f"must be a number (got {value!r})", file=path, field=f"{key}.{bar}",
+                                fix=f"e.g. `{key}: {{{bar}: 0.8}}`")
             values[bar] = float(value)
         lo = (values.get("fail_below"), values.get("warn_below"))
         hi = (values.get("fail_above"), values.get("warn_above"))

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.errors import UserError
 from harness.grader.session import Grader, workspace_and_store
 from harness.grader.tools import GraderTools
 from harness.verdicts.rule import rulings_report, ruled_findings, run_folder, with_recall
@@ -27,6 +28,9 @@ class GraderNotes:
 # A grader is a model reading text the agent wrote: it may be talked into a verdict. It can
 # therefore only move a finding down; up takes discriminating evidence, which only the
 # mechanical check (or a person, with `rule set`) establishes.
+GRADER_FIX = ("start the grader, or give the URL it answers on (--grader-url, or the provider's baseURL in "
+              "--grader-config); or rule without --grader to take the key-matcher's proposals")
+
 UP_REFUSED = ("the grader would hold it up, but the mechanical check found no discriminating evidence for it; "
               "a grader can only move a finding down")
 
@@ -45,6 +49,8 @@ def grade(root: Path, run_id: str, rulings: Rulings, endpoint, say: Callable[[st
     grader = Grader(endpoint, GraderTools(*workspace_and_store(folder, rec, root)))
     notes = notes if notes is not None else GraderNotes()
     findings = []
+    graded = proposed = 0
+    failed: dict[str, str] = {}
     try:
         for ruled in rulings.findings:
             finding = by_number.get(ruled.number)
@@ -53,10 +59,16 @@ def grade(root: Path, run_id: str, rulings: Rulings, endpoint, say: Callable[[st
                 continue
             say(f"grading finding {ruled.number} with {endpoint.label}")
             outcome = grader.grade(finding, report_text)
+            graded += 1
+            if outcome.unreachable:  # nothing is graded, so nothing is claimed as graded (or saved)
+                raise UserError(f"the grader {endpoint.label} could not be reached at {endpoint.base_url} "
+                                f"({outcome.problem}); nothing was ruled or written", field="--grader",
+                                fix=GRADER_FIX)
             if outcome.proposal is None:
-                notes.failed[ruled.number] = outcome.problem or "no proposal"
+                failed[ruled.number] = notes.failed[ruled.number] = outcome.problem or "no proposal"
                 findings.append(ruled)
                 continue
+            proposed += 1
             p = outcome.proposal
             kind = p.kind or ruled.kind
             if p.verdict == HELD_UP and kind is None:
@@ -74,4 +86,9 @@ def grade(root: Path, run_id: str, rulings: Rulings, endpoint, say: Callable[[st
                 "ruled_by": f"grader:{endpoint.label}"}))
     finally:
         grader.close()
+    if graded and not proposed:  # asked for every finding and proposed for none: not graded
+        first = next(iter(failed.items()))
+        raise UserError(f"the grader {endpoint.label} gave no proposal for any of the {graded} finding(s) it was "
+                        f"asked to rule (finding {first[0]}: {first[1]}); nothing was ruled or written",
+                        field="--grader", fix=GRADER_FIX)
     return with_recall(rulings.model_copy(update={"findings": findings})), notes

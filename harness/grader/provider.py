@@ -72,7 +72,8 @@ def _read_config(path: Path) -> dict:
     except ValueError as exc:
         raise UserError(f"not valid JSON(C): {exc}", file=path, fix="fix the opencode config") from None
     if not isinstance(data, dict):
-        raise UserError("an opencode config is a JSON object", file=path)
+        raise UserError("an opencode config is a JSON object", file=path,
+                        fix='give an opencode config: {"provider": {"NAME": {"options": {"baseURL": ...}}}}')
     return data
 
 

@@ -71,6 +71,7 @@ class Outcome:
     problem: str | None = None
     rounds: int = 0
     tool_calls: int = 0
+    unreachable: bool = False  # no connection to the grader at all (down, wrong URL): no grading happened
 
 
 def schema_text() -> str:
@@ -147,6 +148,7 @@ class Grader:
                 message = self._complete(messages)
             except (httpx.HTTPError, ValueError) as exc:
                 outcome.problem = f"the grader failed: {exc}".splitlines()[0]
+                outcome.unreachable = isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout))
                 return outcome
             outcome.rounds += 1
             calls = message.get("tool_calls") or []

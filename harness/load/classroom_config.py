@@ -106,30 +106,39 @@ class ClassroomConfig:
 
     def check(self) -> None:
         """Refuse impossible settings, naming the option."""
-        def need(ok: bool, option: str, message: str, fix: str | None = None) -> None:
+        def need(ok: bool, option: str, message: str, fix: str) -> None:
             if not ok:
                 raise UserError(message, field=option, fix=fix)
 
         normalize_base_url(self.base_url)
-        need(self.users >= 1, "--users", "at least one user is needed")
+        need(self.users >= 1, "--users", f"at least one user is needed, not {self.users}",
+             "give --users 1 or more (the default is 40)")
         need(self.scenario in SCENARIO_CHOICES, "--scenario", f"unknown scenario {self.scenario!r}",
              f"use one of {', '.join(SCENARIO_CHOICES)}")
-        need(self.duration_s > 0, "--duration", "the duration must be positive")
-        need(self.ramp_up_s >= 0 and self.grace_s >= 0, "--ramp-up/--grace", "ramp-up and grace cannot be negative")
+        need(self.duration_s > 0, "--duration", "the duration must be positive",
+             "give the real seconds students start requests in, e.g. --duration 900")
+        need(self.ramp_up_s >= 0 and self.grace_s >= 0, "--ramp-up/--grace", "ramp-up and grace cannot be negative",
+             "give 0 or more seconds, e.g. --ramp-up 120 --grace 300")
         for option, (low, high) in (("--think-min/--think-max", self.think_s), ("--tool-min/--tool-max", self.tool_s)):
             need(0 <= low <= high, option, f"the range {low}..{high} is empty or negative",
                  "give min <= max, both >= 0")
-        need(0 <= self.test_fail_rate <= 1, "--test-fail-rate", "a rate must lie between 0 and 1")
+        need(0 <= self.test_fail_rate <= 1, "--test-fail-rate", "a rate must lie between 0 and 1",
+             "give a fraction, e.g. --test-fail-rate 0.3")
         need(1 <= self.max_turns <= 1 + len(FOLLOW_UPS), "--max-turns",
-             f"a session has 1 to {1 + len(FOLLOW_UPS)} requests (the exercise and its follow-ups)")
-        need(self.max_steps >= 1, "--max-steps", "at least one step per request is needed")
-        need(self.max_output >= 1, "--max-output", "max output must be at least 1 token")
+             f"a session has 1 to {1 + len(FOLLOW_UPS)} requests (the exercise and its follow-ups)",
+             f"give --max-turns between 1 and {1 + len(FOLLOW_UPS)}")
+        need(self.max_steps >= 1, "--max-steps", "at least one step per request is needed",
+             "give --max-steps 1 or more (the default is 40)")
+        need(self.max_output >= 1, "--max-output", "max output must be at least 1 token",
+             "give --max-output 1 or more tokens (the default is 8192)")
         need(self.compact_at > 0, "--context-limit",
              f"the context limit {self.context_limit} leaves no room once {self.max_output} output tokens are reserved",
              "raise --context-limit or lower --max-output")
-        need(self.max_retries >= 0 and self.max_retry_after_s >= 0, "--max-retries", "retries cannot be negative")
+        need(self.max_retries >= 0 and self.max_retry_after_s >= 0, "--max-retries", "retries cannot be negative",
+             "give --max-retries 0 or more (the default is 5)")
         need(self.time_scale > 0, "--time-scale", "the time scale must be positive", "use 1.0 for real seconds")
-        need(self.read_timeout_s > 0, "--timeout", "the read timeout must be positive")
+        need(self.read_timeout_s > 0, "--timeout", "the read timeout must be positive",
+             "give seconds, e.g. --timeout 600")
 
 
 def normalize_base_url(url: str) -> str:
@@ -158,7 +167,8 @@ def load_keys(path: Path) -> list[ApiKey]:
         raise UserError("no such keys file", file=path, field="--api-keys-file",
                         fix="give the file of API keys (one a line, or user_id,api_key)") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"cannot read the keys file: {exc}", file=path, field="--api-keys-file") from None
+        raise UserError(f"cannot read the keys file: {exc}", file=path, field="--api-keys-file",
+                        fix="give a readable UTF-8 text file of API keys (one a line, or user_id,api_key)") from None
     while lines and not lines[-1].strip():
         lines.pop()
     keys: list[ApiKey] = []
@@ -210,12 +220,14 @@ def load_prompt_file(path: Path) -> AgentPrompt:
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise UserError("no such prompt file", file=path, field="--prompt-file") from None
+        raise UserError("no such prompt file", file=path, field="--prompt-file",
+                        fix="give a captured opencode {system, tools} JSON, or leave --prompt-file out for the built-in one") from None
     except json.JSONDecodeError as exc:
         raise UserError(f"not valid JSON: {exc.msg}", file=path, line=exc.lineno,
                         fix="give {\"system\": ..., \"tools\": [...]} captured from an opencode session") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"cannot read the prompt file: {exc}", file=path) from None
+        raise UserError(f"cannot read the prompt file: {exc}", file=path, field="--prompt-file",
+                        fix="give a readable UTF-8 JSON file") from None
     if not isinstance(data, dict):
         raise UserError("the prompt file must hold a JSON object", file=path,
                         fix="{\"system\": \"...\", \"tools\": [...]}")
@@ -231,10 +243,12 @@ def load_prompt_file(path: Path) -> AgentPrompt:
         system = [message_text(m.get("content")) for m in messages if isinstance(m, dict) and m.get("role") == "system"]
         where = "messages"
     if not isinstance(system, list) or not system or not all(isinstance(s, str) and s.strip() for s in system):
-        raise UserError("the system prompt must be a non-empty string or list of strings", file=path, field=where)
+        raise UserError("the system prompt must be a non-empty string or list of strings", file=path, field=where,
+                        fix="give {\"system\": \"...\", \"tools\": [...]}")
     raw_tools = data.get("tools")
     if not isinstance(raw_tools, list) or not raw_tools:
-        raise UserError("the tool list must be a non-empty list", file=path, field="tools")
+        raise UserError("the tool list must be a non-empty list", file=path, field="tools",
+                        fix="tools in the OpenAI format: [{\"type\": \"function\", \"function\": {\"name\": ...}}]")
     tools = []
     for i, tool in enumerate(raw_tools):
         if isinstance(tool, dict) and "function" not in tool and "name" in tool:

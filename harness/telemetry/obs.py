@@ -302,8 +302,27 @@ def parse_query(argv: list[str]) -> argparse.Namespace | None:
     return None if args.func is drive_cmd or getattr(args, "signal", "") == "finding" else args
 
 
+def usage_fix(prog: str, message: str) -> str:
+    """The fix line under argparse's message: the values a closed option takes, else where the help is."""
+    choices = re.search(r"invalid choice: .*\(choose from (.*)\)\s*$", message)
+    if choices:
+        values = ", ".join(v.strip().strip("'\"") for v in choices.group(1).split(","))
+        return f"give one of: {values}"
+    if "arguments are required" in message:
+        return f"add them (`{prog} --help` says what each one is)"
+    return f"see `{prog} --help`"
+
+
+class ObsParser(argparse.ArgumentParser):
+    """argparse, with a fix line under each refusal (exit 2, nothing written)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {message}\n  fix: {usage_fix(self.prog, message)}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="obs", description="Query the telemetry store (traces, metrics, logs, "
+    parser = ObsParser(prog="obs", description="Query the telemetry store (traces, metrics, logs, "
                                      "profiles). Store URL from OBS_URL. Tables: see `obs sql \"SHOW TABLES\"`.")
     sub = parser.add_subparsers(dest="signal", required=True)
 

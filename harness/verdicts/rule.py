@@ -134,6 +134,11 @@ def rule(root: Path, run_id: str, *, ask: Ask | None, accept: bool,
     if is_file(path):
         existing = load_rulings(path)
         if existing.final:
+            if grade is not None:  # never "graded" when no grader was asked: a final ruling is not re-ruled
+                raise UserError("these rulings are final: the grader was not run and nothing was changed",
+                                file=path, field="--grader",
+                                fix="a final ruling is changed only by hand, in review (set `final: false` in it to "
+                                    "reopen it, then grade again); or leave --grader out to show it")
             return existing, path
     rulings = draft(root, run_id)
     if existing is not None:  # a draft a person has edited (`rule RUN set N ...`): their rulings stand

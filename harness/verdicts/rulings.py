@@ -203,7 +203,8 @@ def load_rulings(path: Path, report: Path | Report | None = None) -> Rulings:
         raise UserError("no rulings file", file=path, fix="draft one with the key-matcher, or write it")
     raw = parse_yaml(read_bytes(path), path)  # unreadable, not UTF-8, not YAML: one UserError
     if not isinstance(raw, dict):
-        raise UserError("a rulings file is a mapping (run_id, report, ruled_at, findings, recall, final)", file=path)
+        raise UserError("a rulings file is a mapping (run_id, report, ruled_at, findings, recall, final)", file=path,
+                        fix="restore it from git, or correct it by hand (`llms-benchmark rule RUN check` checks it)")
     try:
         rulings = Rulings.model_validate(raw)
     except ValidationError as exc:

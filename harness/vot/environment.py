@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.vot.loader import available, check, check_name_matches_file, load_yaml, named_file
+from harness.vot.loader import VOT_FILE_CAP, available, check, check_name_matches_file, load_yaml, named_file
 
 ENVIRONMENTS_DIR = Path(".vot") / "environments"
 
@@ -39,7 +39,7 @@ class Environment(BaseModel):
 
 def load_environment_file(path: Path) -> Environment:
     path = Path(path)
-    data = load_yaml(path)
+    data = load_yaml(path, cap=VOT_FILE_CAP, kind="environment")  # a huge file refused unparsed
     check(data, "environment", path)
     check_name_matches_file(data, path)
     from harness.stack_specs.catalog import get_spec

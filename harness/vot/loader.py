@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,17 +29,42 @@ SCHEMA_DIR = Path(__file__).parent / "schema"
 PLANNED_STACKS = ("kubernetes", "aws", "gcp")
 
 
-def read_bytes(path: Path) -> bytes:
-    """The bytes of a file the user wrote; a missing, unreadable file or a folder is a UserError."""
+# The most a preset or an environment may hold. Real ones are a few KB (the largest shipped, 2 KB);
+# a 20 MB one took 58 s to parse and check, so a larger file is refused before it is parsed.
+VOT_FILE_CAP = 256 * 1024
+
+
+def _size_text(n: int) -> str:
+    return f"{n / 1024 / 1024:.1f} MiB" if n >= 1024 * 1024 else f"{n / 1024:.0f} KiB" if n >= 1024 else f"{n} bytes"
+
+
+def read_bytes(path: Path, *, cap: int | None = None, kind: str = "file") -> bytes:
+    """The bytes of a file the user wrote; a missing, unreadable file or a folder is a UserError,
+    and so is one over `cap` bytes (found by reading at most cap + 1 bytes, never the whole file)."""
     path = Path(path)
     try:
-        return path.read_bytes()
+        with path.open("rb") as fh:
+            if cap is None:
+                return fh.read()
+            raw = fh.read(cap + 1)
+            if len(raw) <= cap:
+                return raw
+            try:
+                size = os.fstat(fh.fileno()).st_size
+            except OSError:
+                size = 0
     except FileNotFoundError:
-        raise UserError("file not found", file=path) from None
+        raise UserError("file not found", file=path,
+                        fix=f"check the path (a relative one is read from {Path.cwd()})") from None
     except IsADirectoryError:
-        raise UserError("is a folder, not a YAML file", file=path) from None
+        raise UserError("is a folder, not a YAML file", file=path, fix="name the YAML file inside it") from None
     except OSError as exc:
-        raise UserError(f"cannot be read: {exc.strerror or exc}", file=path) from None
+        raise UserError(f"cannot be read: {exc.strerror or exc}", file=path,
+                        fix="check the path and that you may read the file") from None
+    big = f"{_size_text(size)} ({size} bytes)" if size > cap else f"more than {cap} bytes"  # a pipe: no size
+    raise UserError(f"is {big}, over the {_size_text(cap)} ({cap} bytes) a {kind} may be (nothing was parsed)",
+                    file=path, fix=f"a {kind} is a few KB of YAML: remove what was pasted into it, or check "
+                                   "that this is the file you meant")
 
 
 def parse_yaml(raw: bytes, path: Path) -> Any:
@@ -66,10 +92,11 @@ def parse_yaml(raw: bytes, path: Path) -> Any:
         ) from None
 
 
-def load_yaml_bytes(path: Path) -> tuple[dict[str, Any], bytes]:
-    """The mapping in `path` and the file's bytes (so callers can hash what they read)."""
+def load_yaml_bytes(path: Path, *, cap: int | None = None, kind: str = "file") -> tuple[dict[str, Any], bytes]:
+    """The mapping in `path` and the file's bytes (so callers can hash what they read); a file
+    over `cap` bytes is refused unparsed."""
     path = Path(path)
-    raw = read_bytes(path)
+    raw = read_bytes(path, cap=cap, kind=kind)
     data = parse_yaml(raw, path)
     if not isinstance(data, dict):
         kind = "empty" if data is None else _yaml_type(data)
@@ -82,9 +109,9 @@ def load_yaml_bytes(path: Path) -> tuple[dict[str, Any], bytes]:
     return data, raw
 
 
-def load_yaml(path: Path) -> dict[str, Any]:
+def load_yaml(path: Path, *, cap: int | None = None, kind: str = "file") -> dict[str, Any]:
     """The top-level mapping in a YAML file; any problem is a UserError."""
-    return load_yaml_bytes(path)[0]
+    return load_yaml_bytes(path, cap=cap, kind=kind)[0]
 
 
 def load_schema(schema_name: str) -> dict[str, Any]:
@@ -147,6 +174,7 @@ def check(instance: Any, schema_name: str, path: Path) -> None:
     if not errors:
         return
     field, message, fix, parts = _explain(errors[0])
+    fix = fix or f"correct {field or 'the file'} as harness/vot/schema/{schema_name}.schema.json describes it"
     raise UserError(message, file=path, field=field or None, fix=fix, line=_line_of(path, parts))
 
 
@@ -205,11 +233,16 @@ def _explain(error: ValidationError) -> tuple[str, str, str | None, list[Any]]:
             parts,
         )
     if kind == "exclusiveMinimum":
-        return field, f"must be greater than {error.validator_value}, not {value}", _gpu_fix(leaf), parts
+        return (field, f"must be greater than {error.validator_value}, not {value}",
+                _gpu_fix(leaf) or f"set {field} above {error.validator_value}", parts)
     if kind == "minimum":
-        return field, f"must be at least {error.validator_value}, not {value}", None, parts
+        fix = f"set {field} to {error.validator_value} or more"
+        if parts == ["config", "threads"]:
+            fix += ", or remove it: llama.cpp's threads are then chosen from the cores free at each start"
+        return field, f"must be at least {error.validator_value}, not {value}", fix, parts
     if kind == "maximum":
-        return field, f"must be at most {error.validator_value}, not {value}", None, parts
+        return (field, f"must be at most {error.validator_value}, not {value}",
+                f"set {field} to {error.validator_value} or less", parts)
     if kind == "minLength":
         return field, "must not be empty", f"give '{leaf}' a value or remove the key", parts
     if kind == "enum":
@@ -228,7 +261,7 @@ def _explain(error: ValidationError) -> tuple[str, str, str | None, list[Any]]:
         if isinstance(value, str) and {"number", "integer"} & set(wanted) and _is_number(value):
             fix = f"write {value} without quotes"
         names = " or ".join(_JSON_TYPES.get(w, w) for w in wanted)
-        return field, f"must be {names}, not {_yaml_type(value)}", fix, parts
+        return field, f"must be {names}, not {_yaml_type(value)}", fix or f"write {field or 'it'} as {names}", parts
     return field, error.message, None, parts
 
 

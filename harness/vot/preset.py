@@ -15,7 +15,9 @@ from typing import Union
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness.errors import UserError
-from harness.vot.loader import available, check, check_name_matches_file, load_yaml_bytes, named_file
+from harness.vot.loader import (
+    VOT_FILE_CAP, available, check, check_name_matches_file, load_yaml_bytes, named_file,
+)
 
 # bool first: YAML `true` must stay a bool (a bare flag), never become 1 or "True".
 ArgValue = Union[bool, int, float, str]
@@ -155,7 +157,7 @@ def check_integer_args(preset: Preset) -> None:
 
 def load_preset_file(path: Path) -> Preset:
     path = Path(path)
-    data, raw = load_yaml_bytes(path)
+    data, raw = load_yaml_bytes(path, cap=VOT_FILE_CAP, kind="preset")  # a huge file refused unparsed
     check(data, "preset", path)
     check_name_matches_file(data, path)
     preset = Preset(**data, path=path, sha256=hashlib.sha256(raw).hexdigest())

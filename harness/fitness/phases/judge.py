@@ -76,7 +76,8 @@ def check_offline(cfg: FitnessConfig) -> str:
             raise UserError("a judge needs url, model and key_env together", field=name,
                             fix=f"set {name}.url, {name}.model and {name}.key_env (or none of them)")
         if not ep.url.startswith(("http://", "https://")):
-            raise UserError(f"'{ep.url}' is not an http(s) URL", field=f"{name}.url")
+            raise UserError(f"'{ep.url}' is not an http(s) URL", field=f"{name}.url",
+                            fix=f"set {name}.url to the judge's base URL, e.g. https://api.openai.com/v1")
         if not os.environ.get(ep.key_env):
             raise UserError(f"${ep.key_env} is not set", field=f"{name}.key_env",
                             fix=f"export {ep.key_env}=<the judge's key> (the config names the variable, never the key)")

@@ -53,7 +53,8 @@ def check_offline(cfg: FitnessConfig) -> str:
     if not k.configured():
         return "no reference configured (kl.reference.url): the phase will be skipped"
     if not k.reference.url.startswith(("http://", "https://")):
-        raise UserError(f"'{k.reference.url}' is not an http(s) URL", field="kl.reference.url")
+        raise UserError(f"'{k.reference.url}' is not an http(s) URL", field="kl.reference.url",
+                        fix="set kl.reference.url to the reference server's base URL, e.g. http://127.0.0.1:8001")
     if k.reference.key_env and not os.environ.get(k.reference.key_env):
         raise UserError(f"${k.reference.key_env} is not set", field="kl.reference.key_env",
                         fix=f"export {k.reference.key_env}=<the reference's key>, or drop key_env")

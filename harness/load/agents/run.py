@@ -22,21 +22,58 @@ from harness.wire.openai import bearer, model_ids, models_url, root_url
 from harness.wire.tls import tls
 
 
+def _check_writable(path: Path, field: str, what: str) -> None:
+    """A file the command will write: refused before anything is read or written when its folder
+    is missing (a typo is likelier than a wish for new folders) or when it names a folder."""
+    path = Path(path)
+    folder = path.parent
+    try:
+        is_dir, folder_ok = path.is_dir(), folder.is_dir()
+    except OSError as exc:  # a name the OS refuses (too long, ...)
+        raise UserError(f"cannot write {what} here: {exc.strerror or exc}", file=path, field=field,
+                        fix="give a shorter path, in a folder that exists") from None
+    if is_dir:
+        raise UserError(f"is a folder, not a file to write {what} into", file=path, field=field,
+                        fix=f"name a file inside it, e.g. {field} {path / ('NAME' + _suffix(field))}")
+    if not folder_ok:
+        raise UserError(f"the folder {folder} does not exist, so {what} cannot be written there", file=path,
+                        field=field, fix=f"create it first (mkdir -p {folder}), or name a file in a folder that exists")
+
+
+def _suffix(field: str) -> str:
+    return ".trace.jsonl" if field == "--out" else ".jsonl"
+
+
+def _writing(path: Path, field: str, write: Callable[[], object]) -> None:
+    """Run `write`; a failure of the OS to write (no space, no permission) is one UserError."""
+    try:
+        write()
+    except OSError as exc:
+        raise UserError(f"could not be written: {exc.strerror or exc}", file=path, field=field,
+                        fix="check that you may write there and the disk has room") from None
+
+
 def make_trace(source: Path, out: Path, *, block_size: int, mooncake: Path | None = None,
                weka_dir: Path | None = None) -> AgentTrace:
     """A run folder, its wire.jsonl or an ATIF trajectory (any agent's, told by its content) -> our
-    trace file, and AIPerf's Mooncake / Weka files if asked."""
+    trace file, and AIPerf's Mooncake / Weka files if asked. Where they go is checked first."""
+    _check_writable(out, "--out", "the trace")
+    if mooncake is not None:
+        _check_writable(mooncake, "--mooncake", "the Mooncake trace")
+    if weka_dir is not None and weka_dir.exists() and not weka_dir.is_dir():
+        raise UserError("is a file, not the folder the Weka traces are written into", file=weka_dir,
+                        field="--weka", fix="name a folder (it is created when missing)")
     if source.is_dir():  # a run folder: its session tree from opencode's store when it keeps one
         trace = from_run(source, block_size=block_size)
     elif atif_in.sniff(source):
         trace = atif_in.convert(source, block_size=block_size)
     else:
         trace = from_wire(source, block_size=block_size, source=str(source))
-    dump(trace, out)
+    _writing(out, "--out", lambda: dump(trace, out))
     if mooncake is not None:
-        aiperf.export(trace, mooncake)
+        _writing(mooncake, "--mooncake", lambda: aiperf.export(trace, mooncake))
     if weka_dir is not None:
-        weka.export(trace, weka_dir)
+        _writing(weka_dir, "--weka", lambda: weka.export(trace, weka_dir))
     return trace
 
 
