@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -83,3 +85,35 @@ def test_a_busy_process_is_seen_and_our_own_is_not():
     assert ran >= 0.2, f"the spinning child ran {ran:.2f} of a core: the box gave it no time to measure"
     assert counted >= 0.8 * ran, (counted, ran)
     assert counted - excluded >= 0.7 * ran - 0.05, (counted, excluded, ran)
+
+
+@pytest.mark.skipif(not cpu_threads.demand_readable(), reason="the run queue is not this process's to read here")
+def test_a_process_our_spinning_threads_starve_still_counts_whole():
+    """Issue 62: with as many spinning threads of ours as cores, a CPU-bound process started
+    beside them *consumes* about cores/(cores+1) of a core but *wants* a whole one: the reading
+    is demand, so the threads are chosen down. Ours are excluded (named) and never counted."""
+    cores = len(os.sched_getaffinity(0))
+    spin = f"{sys.executable} -c 'while True: pass'"
+    ours = subprocess.Popen(["sh", "-c", " & ".join([spin] * cores) + " & wait"], start_new_session=True)
+    other = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.5)
+        assert cpu_threads.runnable_threads(cpu_threads._tree_pids((ours.pid,))) >= 1
+        wanted = cpu_threads.busy_cores(2.0, exclude=(ours.pid,))
+    finally:
+        os.killpg(ours.pid, signal.SIGKILL)
+        other.kill()
+        for proc in (ours, other):
+            proc.wait()
+    assert wanted >= 0.85, f"a busy loop beside {cores} threads of ours read as {wanted:.2f} cores wanted"
+
+
+def test_runnable_threads_reads_the_state_after_the_last_parenthesis(tmp_path):
+    """A command name may hold spaces and ')' (the agent names its processes): the state is read
+    after the last one."""
+    task = tmp_path / "42" / "task"
+    for tid, comm, state in (("42", "llama-server", "R"), ("43", "a) S (b", "R"), ("44", "x", "S")):
+        (task / tid).mkdir(parents=True)
+        (task / tid / "stat").write_text(f"{tid} ({comm}) {state} 1 2 3\n")
+    assert cpu_threads.runnable_threads([42], proc=tmp_path) == 2
+    assert cpu_threads.runnable_threads([7], proc=tmp_path) == 0  # gone: nothing, never an error

@@ -236,3 +236,80 @@ def test_real_llama_server_served_again_with_new_threads_keeps_its_cache_and_log
     assert processes_with_marker(unit.extra["marker"]) == []
     log = Path(unit.log_path).read_text()
     assert log.count("llama_server: listening on") == 2, log[-2000:]  # both starts, from the unit's creation
+
+
+@pytest.mark.slow
+def test_real_llama_server_retuned_mid_request_cuts_it_and_keeps_its_cache(tmp_path):
+    """Issue 62: the box got busy while a request decodes. The retune does not wait for it to
+    end: the bridge cuts it (llama.cpp cancels it at its next token), its slot's cache is saved,
+    the server is served again with fewer threads, restored, and the call sent again through the
+    bridge is answered from that cache (nothing prefilled again but the tail)."""
+    import socket
+    import threading
+    import time
+
+    import httpx
+
+    from harness.load.metrics import running_requests
+    from harness.sandbox.net import Bridge
+    from harness.sandbox.wirelog import WireLog, figures, read_log
+    from harness.serving.pace import Reading
+    from harness.serving.retune import Retuner
+    from harness.stacks.cpu_threads import ThreadChoice, usable_cores
+
+    env = cpu_environment()
+    env.config.pop("threads", None)
+    preset = load_preset(ROOT, "cpu-smollm2-135m").resolve(env.stack)
+    stack = LlamaCppStack(tmp_path)
+    unit = stack.serve(stack.plan(env, preset), env, preset)
+    collector = UnitLogCollector(stack, unit, tmp_path / "unit.log")
+    collector.start()
+    port = int(unit.base_url.rsplit(":", 1)[1])
+    bridge = Bridge([port], wire=(port, WireLog(tmp_path / "wire.jsonl")))
+    listener = socket.create_server(("127.0.0.1", 0))
+    bridge.adopt(listener, port)
+    through = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    chat = {"model": preset.served_name, "max_tokens": 20000, "stream": True, "ignore_eos": True,
+            "messages": [{"role": "user", "content": "river stone " * 700 + "tell a very long story"}]}
+    got: dict = {}
+
+    def ask() -> None:
+        try:
+            with httpx.Client(timeout=300) as c, c.stream("POST", f"{through}/v1/chat/completions", json=chat) as r:
+                got["bytes"] = b"".join(r.iter_bytes())
+        except httpx.HTTPError as exc:
+            got["error"] = exc
+
+    try:
+        wait_ready(unit, stack.ready_timeout_s, collector)
+        cores = max(2, int(usable_cores()[0]))
+        # Whatever the box chose, the retuner sees `cores` threads serving and others wanting them all.
+        stack.threads_now = ThreadChoice(cores, cores, 0.0, "test", "as if chosen on an idle box")
+        asking = threading.Thread(target=ask)
+        asking.start()
+        deadline = time.monotonic() + 120
+        while running_requests(unit.base_url) != 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(2)  # past its prefill: decoding
+        assert running_requests(unit.base_url) == 1, "the request is not decoding"
+        pid = unit.pid
+        retuner = Retuner(stack, unit, env, preset, print, net=bridge,
+                          running=lambda: running_requests(unit.base_url))
+        busy = Reading(time.monotonic(), 0, 0, 1, 0, None, float(cores))
+        retuner(busy)
+        retuner(busy)
+        asking.join(60)
+        assert not asking.is_alive() and "[DONE]" not in str(got.get("bytes", b""))  # cut, never finished
+        assert retuner.cuts == 1 and len(retuner.done) == 1 and unit.pid != pid
+        assert stack.threads_now.threads == 1
+        collector.drain()
+        assert not collector.problem.is_set(), collector.reason  # a restart is not a death
+        again = dict(chat, stream=False, max_tokens=2)
+        usage = httpx.post(f"{through}/v1/chat/completions", json=again, timeout=300).json()["usage"]
+        assert usage["prompt_tokens_details"]["cached_tokens"] >= usage["prompt_tokens"] - 8, usage
+    finally:
+        bridge.close()
+        collector.stop()
+        stack.destroy(unit)
+    entries = read_log(tmp_path / "wire.jsonl")
+    assert [bool(e.get("cut")) for e in entries] == [True, False] and figures(entries)["turns"] == 1

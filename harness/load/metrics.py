@@ -144,6 +144,12 @@ def generated_tokens(base_url: str, *, api_key: str | None = None) -> float | No
     return None if snap is None else snap.generation_tokens_total
 
 
+def running_requests(base_url: str, *, api_key: str | None = None) -> float | None:
+    """Requests the server holds now (running or waiting); None if unreadable."""
+    snap = scrape(base_url, api_key=api_key, timeout=5.0)
+    return None if snap is None else snap.busy
+
+
 def delta(before: MetricsSnapshot | None, after: MetricsSnapshot | None, figure: str) -> float | None:
     """How much a counter grew between two snapshots (None if either lacks it; a reset reads as None)."""
     if before is None or after is None:

@@ -26,6 +26,7 @@
         report.md                     the agent's report, copied out without following links
         telemetry.duckdb              the mission's telemetry store
         serving-timeline.jsonl        /metrics readings of the run window
+        pace.jsonl                    the server's pace while the mission ran: each reading, each retune
         serving.jsonl                 per model call: store tokens joined with server figures
         wire.jsonl                    per model call, as the sandbox's bridge saw it (the run's figures)
         trajectory.json               the agent's steps in ATIF (harness/trajectory/atif_out.py)
@@ -99,6 +100,10 @@ class RunPaths:
     @property
     def telemetry(self) -> Path:
         return self.dir / "telemetry.duckdb"
+
+    @property
+    def pace_timeline(self) -> Path:
+        return self.dir / "pace.jsonl"
 
     @property
     def serving_timeline(self) -> Path:

@@ -117,8 +117,11 @@ class RunOutcome(BaseModel):
 
     # What ended it may quote the agent's side (a tool's name, opencode's error): one line, no raw
     # control byte, whoever set it (issue 60).
-    _one_line = field_validator("ended_by", mode="after")(lambda v: one_line(v) if isinstance(v, str) else v)
-    _one_line_out = field_serializer("ended_by")(lambda self, v: one_line(v) if isinstance(v, str) else v)
+    _one_line = field_validator("ended_by", "pace", mode="after")(lambda v: one_line(v) if isinstance(v, str) else v)
+    _one_line_out = field_serializer("ended_by", "pace")(lambda self, v: one_line(v) if isinstance(v, str) else v)
+    # The decode's fall while it ran, from the pace timeline (issue 62): "decode fell from 15.4 to
+    # 0.4 tok/s at 10:14:30 UTC while other processes wanted 1.0 core; threads 2 kept". None: it held.
+    pace: str | None = None
     events: int = 0
     report_found: bool = False
     report_sha256: str | None = None  # the report as collected (for a stop after the report: as it stood then)
@@ -183,6 +186,7 @@ class Artifacts(BaseModel):
     signal_log: str | None = None
     telemetry: str | None = None  # the run's own telemetry store (kept for rulings)
     serving_timeline: str | None = None  # /metrics readings of the run window (serving-timeline.jsonl)
+    pace_timeline: str | None = None  # the server's pace, others' CPU demand and the threads, each retune (pace.jsonl)
     serving_table: str | None = None  # per model call: store tokens joined with the server's figures
     wire_log: str | None = None  # per model call as the sandbox's bridge saw it (wire.jsonl)
     trajectory: str | None = None  # the agent's steps in ATIF (trajectory.json), validated when written

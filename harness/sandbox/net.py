@@ -64,6 +64,7 @@ def is_loopback_url(url: str) -> bool:
         return False
 
 
+HOLD_S = 180.0  # the longest a new connection waits while the model's server is served again
 MAX_CONNECTIONS = 64  # open at once through the bridge; opencode keeps a handful alive
 CHUNK = 65536  # forwarded as soon as read: a streamed (SSE) answer is never held back
 
@@ -115,6 +116,9 @@ class Bridge:
         self._lock = threading.Lock()
         self._listeners: list[socket.socket] = []
         self._relays: list[threading.Thread] = []
+        self._live: dict[int, set[tuple[socket.socket, socket.socket, Tap | None]]] = {}  # per port: open relays
+        self._gate = threading.Event()  # cleared by `hold`: new connections wait for `release`
+        self._gate.set()
         self._control = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._control.bind(str(self.folder / CONTROL))
         self._control.listen(1)
@@ -182,28 +186,60 @@ class Bridge:
             self._relays.append(relay_thread)
 
     def _serve(self, conn: socket.socket, port: int) -> None:
+        live = None
         try:
+            if self.wire is not None and self.wire[0] == port:
+                self._gate.wait(HOLD_S)  # the model's server is being served again: wait, then go on
             try:
                 upstream = socket.create_connection(("127.0.0.1", port), timeout=10)
             except OSError:
                 conn.close()
                 return
             upstream.settimeout(None)
-            if self.wire is None or self.wire[0] != port:
-                relay(conn, upstream)
-                return
-            tap = self.wire[1].tap(self.origin(conn) if self.origin is not None else None)
+            tap = None
+            if self.wire is not None and self.wire[0] == port:
+                tap = self.wire[1].tap(self.origin(conn) if self.origin is not None else None)
+            live = (conn, upstream, tap)
+            with self._lock:
+                self._live.setdefault(port, set()).add(live)
             try:
                 relay(conn, upstream, tap)
             finally:
-                tap.close()
+                if tap is not None:
+                    tap.close()
         finally:
             with self._lock:
                 self._open -= 1
+                if live is not None:
+                    self._live.get(port, set()).discard(live)
+
+    # -- a retune (harness/serving/retune.py): the model's server served again mid-request
+    def hold(self) -> None:
+        """New connections to the model wait (up to HOLD_S) until `release`."""
+        self._gate.clear()
+
+    def release(self) -> None:
+        self._gate.set()
+
+    def cut(self, port: int | None = None) -> int:
+        """End every connection open to the model's port now, both sides: its in-flight answer
+        ends as a dropped stream (opencode sends the call again on its own), marked `cut` in the
+        wire log (no turn). How many were cut."""
+        port = self.wire[0] if port is None and self.wire is not None else port
+        with self._lock:
+            live = list(self._live.get(port, ()))
+        for conn, upstream, tap in live:
+            if tap is not None:
+                tap.cut = True
+            for sock in (upstream, conn):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+        return len(live)
 
     def close(self, grace_s: float = 5.0) -> None:
         """Stop accepting; give the connections still open `grace_s` to finish (their last
         exchange reaches the wire log), then leave them to die with the sandbox."""
+        self._gate.set()  # a connection held for a retune goes on (or fails) now
         for sock in (*self._listeners, self._control):
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)

@@ -194,6 +194,7 @@ class Tap:
         self.pending: list[_Exchange] = []
         self.current: _Exchange | None = None
         self.dead = False
+        self.cut = False  # the harness ended this connection itself (a retune): its open exchange is no turn
 
     def up(self, data: bytes) -> bool:
         """The agent's bytes, read before they are forwarded: False ends the connection."""
@@ -207,7 +208,8 @@ class Tap:
             for ex in [*self.pending, *([self.current] if self.current else [])]:
                 if ex.status is not None or ex.request_ended:
                     ex.finish()
-                    self.log.write({**ex.record(), "incomplete": True, **self._origin()})
+                    self.log.write({**ex.record(), "incomplete": True, **({"cut": True} if self.cut else {}),
+                                    **self._origin()})
                 ex.release(self.log)
             self.pending, self.current = [], None
 
@@ -306,7 +308,9 @@ def figures(entries: list[dict]) -> dict:
     turns; the calls a tool made on the model's port are counted apart (`tool_requests`)."""
     by_tool = [e for e in entries if e.get("origin") == TOOL_ORIGIN]
     entries = [e for e in entries if e.get("origin") != TOOL_ORIGIN]
-    turns = [e for e in entries if str(e.get("path", "")).split("?")[0].endswith(CHAT_PATH) and e.get("status") == 200]
+    # A call the harness cut mid-answer (a retune serving again: opencode sends it again) is no turn.
+    turns = [e for e in entries if str(e.get("path", "")).split("?")[0].endswith(CHAT_PATH) and e.get("status") == 200
+             and not e.get("cut")]
     usage = [e.get("usage") or {} for e in turns]
     prompt = sum(u.get("prompt_tokens", 0) for u in usage)
     completion = sum(u.get("completion_tokens", 0) for u in usage)
@@ -316,7 +320,7 @@ def figures(entries: list[dict]) -> dict:
     for e in turns:
         for name in e.get("tool_calls") or []:
             calls[name] = calls.get(name, 0) + 1
-    return {"requests": len(entries), "turns": len(turns), "failed": sum(1 for e in entries if (e.get("status") or 0) >= 400),
+    return {"requests": len(entries), "turns": len(turns), "cut": sum(1 for e in entries if e.get("cut")), "failed": sum(1 for e in entries if (e.get("status") or 0) >= 400),
             "without_usage": sum(1 for e in turns if not e.get("usage")),
             "tokens": {"input": prompt, "output": completion, "cache": cached,
                        "reasoning": sum(u.get("reasoning_tokens", 0) for u in usage)},

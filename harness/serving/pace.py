@@ -8,7 +8,14 @@ requests running), the prompt-processing progress llama.cpp logs at trace verbos
 the log), and how many cores other processes kept busy. `explain()` turns the readings of
 the last window into one sentence and a cause.
 
-The thread is bounded: one reading every `interval_s`, at most `max_readings` kept.
+Every reading (and every retune, `note`) is also a line of the run's pace timeline
+(`pace.jsonl`): when, the decode and prefill pace since the reading before, requests running,
+the cores others wanted, the threads serving. `fall()` reads it back as the sentence a failed
+run's reason carries (issue 62): "decode fell from 15.4 to 0.4 tok/s at 10:14:30 while other
+processes wanted 1.0 core; threads 2 kept".
+
+The thread is bounded: one reading every `interval_s`, at most `max_readings` kept (and
+written).
 """
 
 from __future__ import annotations
@@ -33,6 +40,8 @@ from harness.stacks.cpu_threads import FREE_SHARE
 _PROGRESS = re.compile(rb"prompt processing(?: progress)?, (?:n_past = \d+, )?n_tokens = +(\d+)[^\n]{0,80}?progress = ([0-9.]+)")
 LOG_READ_CAP = 4 << 20  # bytes read from the log per reading
 SLOW_SHARE = 0.25  # below a quarter of the pace the probe measured: the box, not the model
+FALL_SHARE = 0.5  # a decode below half the reference, held FALL_READINGS readings in a row, fell
+FALL_READINGS = 3
 
 
 @dataclass
@@ -44,6 +53,9 @@ class Reading:
     prefilled: int  # prompt tokens llama.cpp logged as processed so far (0 elsewhere)
     prefill_progress: float | None  # the last progress fraction logged, None if none yet
     busy_others: float | None
+    wall: float = 0.0  # time.time() of the reading
+    threads: int | None = None  # the server's threads then (llama.cpp)
+    decode_tps: float | None = None  # tokens generated per second since the reading before
 
 
 @dataclass
@@ -61,12 +73,15 @@ class PaceMonitor:
                  probe: Probe | None = None, reference: Probe | None = None,
                  server_pid: Callable[[], int | None] = lambda: None,
                  interval_s: float = 5.0, max_readings: int = 2000,
-                 on_reading: Callable[[Reading], None] | None = None) -> None:
+                 on_reading: Callable[[Reading], None] | None = None,
+                 timeline: Path | None = None, threads: Callable[[], int | None] = lambda: None) -> None:
         self.base_url, self.api_key, self.log_path = base_url, api_key, log_path
         self.probe, self.reference, self.server_pid = probe, reference, server_pid
         self.interval_s = interval_s
         self.readings: deque[Reading] = deque(maxlen=max_readings)
         self.on_reading = on_reading
+        self.timeline, self.threads, self.max_readings, self._written = timeline, threads, max_readings, 0
+        self.notes: list[dict] = []  # retunes, as `note` was told them
         self._offset = log_path.stat().st_size if log_path and log_path.is_file() else 0
         self._prefilled, self._last_n, self._progress = 0, 0, None
         self._stop = threading.Event()
@@ -120,13 +135,72 @@ class PaceMonitor:
             busy = cpu_threads.busy_cores(0.5, exclude=(os.getpid(), *((pid,) if pid else ())))
         except OSError:
             pass
+        try:
+            threads = self.threads()
+        except Exception:  # noqa: BLE001 - a stack that cannot say
+            threads = None
         with self._lock:
             self._read_log()
             reading = Reading(time.monotonic(), snap.prompt_tokens_total if snap else None,
                               snap.generation_tokens_total if snap else None, snap.busy if snap else None,
-                              self._prefilled, self._progress, busy)
+                              self._prefilled, self._progress, busy, wall=time.time(), threads=threads)
+            before = self.readings[-1] if self.readings else None
+            if before is not None and (grown := _grew(before.generated_total, reading.generated_total)) is not None:
+                reading.decode_tps = round(grown / max(reading.t - before.t, 1e-3), 3)
             self.readings.append(reading)
+            self._write({"at": _clock(reading.wall, full=True), "decode_tps": reading.decode_tps,
+                         "generated_total": reading.generated_total, "prompt_total": reading.prompt_total,
+                         "running": reading.running, "others_want_cores": busy, "threads": threads})
         return reading
+
+    def note(self, event: dict) -> None:
+        """A retune (or a retune held back), on the timeline beside the readings."""
+        with self._lock:
+            self.notes.append({"at_wall": time.time(), **event})
+            self._write({"at": _clock(time.time(), full=True), **event})
+
+    def _write(self, line: dict) -> None:
+        if self.timeline is None or self._written >= self.max_readings + 50:
+            return
+        try:
+            with open(self.timeline, "a", encoding="utf-8") as f:
+                f.write(json.dumps(line) + "\n")
+            self._written += 1
+        except OSError:
+            self.timeline = None  # a timeline that cannot be written never ends the run
+
+    def fall(self) -> str | None:
+        """The decode's fall, if it fell: below FALL_SHARE of the reference (the best of the probe
+        and this machine's best probe of the preset) for FALL_READINGS readings in a row while a
+        request ran; when, to what, what others wanted then, and what the threads did."""
+        ref = max((v for v in self._ref("decode_short_tps") if v), default=None)
+        with self._lock:
+            readings, notes = list(self.readings), list(self.notes)
+        if not ref:
+            return None
+        run: list[Reading] = []
+        for reading in readings:
+            slow = (reading.running or 0) > 0 and reading.decode_tps is not None and reading.decode_tps < FALL_SHARE * ref
+            run = [*run, reading] if slow else []
+            if len(run) >= FALL_READINGS:
+                break
+        else:
+            return None
+        first = run[0]
+        held = [r for r in readings if r.t >= first.t and (r.running or 0) > 0 and r.decode_tps is not None]
+        low = min(r.decode_tps for r in held[:20])
+        wanted = [r.busy_others for r in run if r.busy_others is not None]
+        text = f"decode fell from {ref:g} to {low:.2f} tok/s at {_clock(first.wall)}"
+        if wanted:
+            cores = sum(wanted) / len(wanted)
+            text += f" while other processes wanted {cores:.1f} core{'s' if round(cores, 1) != 1 else ''}"
+        retunes = [n for n in notes if n.get("retune") and n["at_wall"] >= first.wall]
+        if retunes:
+            text += "; " + ", ".join(f"threads {n['retune']} at {_clock(n['at_wall'])}" for n in retunes[:4])
+        elif first.threads is not None:
+            held_back = [n for n in notes if n.get("held") and n["at_wall"] >= first.wall]
+            text += f"; threads {first.threads} kept" + (f" ({held_back[-1]['held']})" if held_back else "")
+        return text
 
     # -- what the last window shows -------------------------------------------------------
     def explain(self, window_s: float, fresh: bool = True) -> Diagnosis:
@@ -176,6 +250,14 @@ class PaceMonitor:
         if best and rate < SLOW_SHARE * best:
             return Diagnosis("slow", f"{what}; {load}: the machine is too busy or too slow for this preset")
         return Diagnosis(cause, f"{what}; {load}")
+
+
+def _clock(wall: float, full: bool = False) -> str:
+    """UTC, as the run's other times are: HH:MM:SS in a sentence, ISO on the timeline."""
+    from datetime import UTC, datetime
+
+    moment = datetime.fromtimestamp(wall, UTC)
+    return moment.isoformat(timespec="seconds") if full else moment.strftime("%H:%M:%S UTC")
 
 
 def _grew(a: float | None, b: float | None) -> float | None:

@@ -8,9 +8,15 @@ against 7.2-11.4 with `--threads 1`. So the server gets the cores that nobody el
 never fewer than one, and the choice and its reason go on the run record.
 
 Cores usable by this process: its CPU affinity, capped by a cgroup CPU quota (v2 `cpu.max`,
-v1 `cpu.cfs_quota_us`) where one is set. Cores busy with others: the usable CPUs' busy time
-over a short window (/proc/stat, or the cgroup's own usage under a quota), less what the
-processes we name (our own server, the launcher) used in the same window.
+v1 `cpu.cfs_quota_us`) where one is set. Cores others want: the larger of
+- their *demand*: the tasks runnable on the box (`procs_running` in /proc/stat, sampled every
+  50 ms over the window) less ours (the threads of the processes we name in state R): a
+  process that waits for a core our spinning threads hold counts whole (issue 62: a busy
+  loop started mid-mission *consumed* 0.2 of a core while it wanted 1.0, and the server
+  kept 2 threads at 0.03 of its idle decode). Where the box's run queue is not ours alone to
+  read (an affinity narrower than the machine, a cgroup quota) it is not used;
+- their *consumption*: the usable CPUs' busy time over the window (/proc/stat, or the cgroup's
+  own usage under a quota), less what the processes we name used in the same window.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import psutil
 # half the time already makes the barrier wait (the collapse above).
 FREE_SHARE = 0.75
 SAMPLE_S = 1.0
+DEMAND_EVERY_S = 0.05  # run-queue samples: 20 a second
 CGROUP = Path("/sys/fs/cgroup")
 
 
@@ -110,10 +117,60 @@ def cgroup_usage_s(cgroup: Path = CGROUP) -> float | None:
         return None
 
 
+def procs_running(stat: Path = Path("/proc/stat")) -> int | None:
+    """Tasks runnable on the whole machine now (running or waiting for a CPU)."""
+    try:
+        for line in stat.read_text().splitlines():
+            if line.startswith("procs_running "):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _tree_pids(pids: tuple[int, ...]) -> list[int]:
+    found = []
+    for pid in pids:
+        try:
+            root = psutil.Process(pid)
+            found += [root.pid, *(c.pid for c in root.children(recursive=True))]
+        except psutil.Error:
+            continue
+    return found
+
+
+def runnable_threads(pids: list[int], proc: Path = Path("/proc")) -> int:
+    """Threads of these processes in state R (running or runnable) now."""
+    count = 0
+    for pid in pids:
+        try:
+            tasks = os.listdir(proc / str(pid) / "task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                stat = (proc / str(pid) / "task" / tid / "stat").read_bytes()
+            except OSError:
+                continue
+            # pid (comm) S ...: the command may hold spaces and parentheses; the state follows the last ')'
+            state = stat[stat.rfind(b")") + 2:stat.rfind(b")") + 3]
+            count += state == b"R"
+    return count
+
+
+def demand_readable(cgroup: Path = CGROUP) -> bool:
+    """procs_running counts the whole machine: ours to read only where this process may use
+    every CPU and no quota shares them out."""
+    if not hasattr(os, "sched_getaffinity") or cgroup_quota(cgroup) is not None:
+        return False
+    return len(os.sched_getaffinity(0)) >= (os.cpu_count() or 0) and procs_running() is not None
+
+
 def busy_cores(window_s: float = SAMPLE_S, exclude: tuple[int, ...] = (), cgroup: Path = CGROUP) -> float:
-    """Cores that processes other than `exclude` (and their children) kept busy over the window:
-    under a CPU quota the cgroup's own usage (the host's other tenants do not share our quota),
-    else the busy time of the CPUs in our affinity."""
+    """Cores that processes other than `exclude` (and their children) want over the window: the
+    larger of their run-queue demand (where readable) and their consumption (under a CPU quota
+    the cgroup's own usage, the host's other tenants not sharing it; else the busy time of the
+    CPUs in our affinity)."""
     cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
     quota = cgroup_quota(cgroup) is not None and cgroup_usage_s(cgroup) is not None
 
@@ -122,11 +179,23 @@ def busy_cores(window_s: float = SAMPLE_S, exclude: tuple[int, ...] = (), cgroup
             return cgroup_usage_s(cgroup) or 0.0
         return _cpu_busy_ticks(cpus) / os.sysconf("SC_CLK_TCK")
 
+    demand = demand_readable(cgroup)
+    ours = _tree_pids(exclude) if demand else []
+    samples: list[int] = []
     ours0, used0, t0 = _tree_cpu_s(exclude), used(), time.monotonic()
-    time.sleep(window_s)
+    deadline = t0 + window_s
+    while (now := time.monotonic()) < deadline:
+        if demand:
+            total = procs_running()
+            if total is not None:
+                # less ours, and less this sampling thread itself (runnable while it reads)
+                samples.append(max(0, total - runnable_threads(ours) - (0 if os.getpid() in ours else 1)))
+        time.sleep(min(DEMAND_EVERY_S, max(0.0, deadline - now)))
     ours1, used1, t1 = _tree_cpu_s(exclude), used(), time.monotonic()
     elapsed = max(t1 - t0, 1e-3)
-    return max(0.0, (used1 - used0 - (ours1 - ours0)) / elapsed)
+    consumed = max(0.0, (used1 - used0 - (ours1 - ours0)) / elapsed)
+    wanted = sum(samples) / len(samples) if samples else 0.0
+    return max(consumed, wanted)
 
 
 def choose(usable: float, busy: float, source: str) -> ThreadChoice:

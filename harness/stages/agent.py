@@ -12,7 +12,7 @@ from pathlib import Path
 
 from harness.sandbox import toolshell, untrusted
 from harness.errors import UserError
-from harness.load.metrics import generated_tokens
+from harness.load.metrics import generated_tokens, running_requests
 from harness.mission import prepare_workspace
 from harness.mission_services import merge_env, start_services
 from harness.opencode import config as oc_config
@@ -48,13 +48,20 @@ def paced(limits: Limits, ctx: LaunchContext) -> Limits:
     return replace(limits, stall_s=min(floor, limits.time_cap_s))
 
 
-def pace_monitor(rec: RunRecord, ctx: LaunchContext, on_reading=None) -> PaceMonitor:
-    """The server's pace while opencode runs (what a stall's reason says)."""
-    unit = ctx.unit
+def pace_monitor(rec: RunRecord, ctx: LaunchContext, on_reading=None, timeline: Path | None = None) -> PaceMonitor:
+    """The server's pace while opencode runs (what a stall's reason says; the mission's also
+    on its timeline, with the threads serving)."""
+    unit, stack = ctx.unit, ctx.pf.stack
     own_log = Path(unit.log_path) if unit.log_path else None
     log = own_log if own_log is not None and own_log.is_file() else ctx.paths.unit_log
+
+    def threads() -> int | None:
+        now = getattr(stack, "threads_now", None)
+        return now.threads if now is not None else None
+
     return PaceMonitor(unit.base_url, api_key=ctx.api_key, log_path=log, probe=rec.probe,
-                       reference=ctx.pace_reference, server_pid=lambda: unit.pid, on_reading=on_reading)
+                       reference=ctx.pace_reference, server_pid=lambda: unit.pid, on_reading=on_reading,
+                       timeline=timeline, threads=threads)
 
 
 def _smoke_fix(result, slow: bool) -> tuple[str, str]:
@@ -177,9 +184,15 @@ def run_mission(rec: RunRecord, ctx: LaunchContext) -> None:
         sampler = Sampler(unit.base_url, paths.serving_timeline, api_key=ctx.api_key).start()
         rec.artifacts.serving_timeline = str(sampler.path)
         # The server's pace: a stall's cause, and (llama.cpp) threads chosen again if the box changes.
-        retuner = Retuner(ctx.pf.stack, unit, ctx.pf.env, ctx.pf.preset, ctx.say) \
+        # Going down mid-request, the bridge cuts the call in flight (opencode sends it again).
+        retuner = Retuner(ctx.pf.stack, unit, ctx.pf.env, ctx.pf.preset, ctx.say, net=box.net,
+                          running=lambda: running_requests(unit.base_url, api_key=ctx.api_key)) \
             if hasattr(ctx.pf.stack, "retune") else None
-        pace = pace_monitor(rec, ctx, on_reading=retuner).start()
+        pace = pace_monitor(rec, ctx, on_reading=retuner, timeline=paths.pace_timeline)
+        rec.artifacts.pace_timeline = str(paths.pace_timeline)
+        if retuner is not None:
+            retuner.pace = pace
+        pace.start()
         stop = ReportStop(workspace, mission.manifest.report, paths.stop_request, ctx.opts.stop_after_report)
 
         def on_event(event: dict) -> None:
@@ -208,7 +221,7 @@ def run_mission(rec: RunRecord, ctx: LaunchContext) -> None:
     # left never bills the unit); the report as it stood at the harness's stop is kept here.
     ctx.report_snapshot = stop.snapshot if stopped else None
     rec.run = RunOutcome(exit_code=result.exit_code, ended_by=result.ended_by, events=result.events,
-                         stopped_after_report=stopped.split(": ", 1)[1] if stopped else None)
+                         stopped_after_report=stopped.split(": ", 1)[1] if stopped else None, pace=pace.fall())
 
 
 def collect_outputs(rec: RunRecord, ctx: LaunchContext) -> None:

@@ -135,6 +135,8 @@ def _judge(rec: RunRecord, ctx: LaunchContext) -> None:
     if rec.sandbox is not None and ctx.untrusted:  # each refusal a denial on the record too
         rec.sandbox.denied += [f"harness: {why}" for why in ctx.untrusted]
         rec.sandbox.denials = len(rec.sandbox.denied)
+    if reasons and rec.run is not None and rec.run.pace:
+        reasons.append(rec.run.pace)  # why it ran out of time, when the box took its decode (issue 62)
     if reasons:
         rec.status, rec.reason, rec.stopped_at = Status.void, "; ".join(reasons), "run"
     else:
