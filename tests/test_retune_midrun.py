@@ -212,3 +212,67 @@ def test_the_timeline_is_bounded(tmp_path: Path):
             monitor.note({"retune": f"{n}"})
     assert len((tmp_path / "pace.jsonl").read_text().splitlines()) == 5 + 50
     assert os.path.getsize(tmp_path / "pace.jsonl") < 64 << 10
+
+
+# -- the real opencode sends a cut call again ------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_the_real_opencode_sends_a_call_the_bridge_cut_again_and_finishes(tmp_path: Path):
+    """What the mid-request retune stands on: opencode (the pinned CLI, headless) meets a stream
+    the bridge cut and sends the call again on its own, and its run ends ok on the answer."""
+    import subprocess
+
+    from conftest import OPENCODE
+    from harness.opencode.config import isolated_env, provider_config, write_provider_file
+    from harness.stacks.base import Unit
+
+    cut_sent = threading.Event()
+
+    def reply(body: dict) -> Answer:
+        if not cut_sent.is_set():
+            return Answer(stall=True)  # the first call decodes "forever": the retune cuts it
+        return Answer(text="Done after the retune.", completion_tokens=5)
+
+    with FakeOpenAI(reply=reply) as fake:
+        port = urlsplit(fake.url).port
+        bridge = Bridge([port], wire=(port, WireLog(tmp_path / "wire.jsonl")))
+        through = _entry(bridge, port)
+        unit = Unit("vot-test", "replay", "test", "test", through, "fake-model", 65536)
+        config = provider_config(unit, reasoning_parser=None)
+        config["provider"]["vot"]["models"] = {"fake-model": config["provider"]["vot"]["models"].pop("fake-model")}
+        provider = write_provider_file(config, tmp_path / "provider.json")
+        env = isolated_env(tmp_path / "home", provider, None)
+        work = tmp_path / "work"
+        work.mkdir()
+        proc = subprocess.Popen([str(OPENCODE), "run", "--model", "vot/fake-model", "--format", "json",
+                                 "say done"], cwd=work, env=env, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 120
+            while not any(s.body.get("stream") for s in fake.seen) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            time.sleep(1.0)
+            cut_sent.set()
+            stalled = [s for s in fake.seen if s.body.get("stream")]
+            bridge.hold()
+            assert bridge.cut() >= 1
+            time.sleep(1.0)  # the server "restarts"
+            bridge.release()
+            out, err = proc.communicate(timeout=150)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            bridge.close()
+    chats = [s for s in fake.seen if s.body.get("stream")]
+    assert proc.returncode == 0, err[-3000:]
+    # The agent's call in flight when the bridge cut (its tools sent; opencode's title call may
+    # have been cut beside it, and is not sent again: a title is best-effort) is sent again.
+    agent = [c for c in stalled if c.body.get("tools")]
+    assert len(agent) == 1, [sorted(c.body) for c in stalled]
+    again = [c for c in chats if c not in stalled and c.messages == agent[0].messages]
+    assert len(again) == 1, [len(c.messages) for c in chats]
+    assert "Done after the retune." in out.replace("\\n", " ") or "retune" in out, out[-2000:]
+    entries = read_log(tmp_path / "wire.jsonl")
+    assert sum(1 for e in entries if e.get("cut")) == len(stalled)  # every call cut is marked, none a turn
+    assert figures(entries)["turns"] == len(chats) - len(stalled)
