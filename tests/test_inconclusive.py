@@ -84,3 +84,53 @@ def test_what_cannot_be_entered_is_refused_and_nothing_moves(project: Project, c
     assert code == 2 and said in " ".join(err.split()) and "Traceback" not in err, out + err
     assert (project.root / ".llms-benchmark" / "non-conclusive.yaml").read_bytes() == before
     assert (project.root / ".llms-benchmark" / "runs" / RUN / "run.json").is_file()
+
+
+# --- issue 63, item 4f ------------------------------------------------------------------------
+
+def test_a_scripted_launch_refused_before_serving_is_no_entry(project: Project):
+    """A replay preset refused at preflight has no `scripted` on its record (that is set at the
+    serve) and no stack yet: its environment's stack says it played a script; no entry."""
+    launch = datetime(2026, 12, 5, 10, tzinfo=UTC)
+    RunRecord(run_id=RUN, key=RowKey(preset="replay-hello", effort="medium", effort_requested="medium", gpu="unknown"),
+              environment="replay", stack="unknown", mission="observability", status=Status.refused,
+              reason=f"{project.root}/.vot/presets/replay-hello.yaml: field 'model': no scenario matches",
+              stopped_at="preflight", times=Timestamps(launch=launch, end=launch + timedelta(seconds=2))
+              ).save(project.root / ".llms-benchmark" / "refused" / RUN)
+    before = _page(project)
+    code, out, err = project.run_cli(["inconclusive", RUN, "--json"], timeout=60)
+    assert code == 2 and "scripted trajectory: no row" in " ".join(err.split()), out + err
+    assert (project.root / ".llms-benchmark" / "non-conclusive.yaml").read_bytes() == before
+    assert (project.root / ".llms-benchmark" / "refused" / RUN / "run.json").is_file()
+
+
+def test_a_committed_run_is_refused_and_keeps_its_files(project: Project):
+    import subprocess
+
+    _record(project, Status.void)
+    (project.root / ".llms-benchmark" / "runs" / RUN / "report.md").write_text("no findings\n")
+    before = _page(project)
+    for args in (["init", "-q", "."], ["add", "-A"],
+                 ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "a committed run"]):
+        subprocess.run(["git", *args], cwd=project.root, check=True, capture_output=True)
+    code, out, err = project.run_cli(["inconclusive", RUN], timeout=60)
+    assert code == 2 and "is committed" in " ".join(err.split()) and "Traceback" not in err, out + err
+    assert (project.root / ".llms-benchmark" / "non-conclusive.yaml").read_bytes() == before
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=project.root, capture_output=True, text=True)
+    assert status.stdout == "", status.stdout  # nothing tracked was moved or deleted
+
+
+def test_the_entry_names_no_host_path(project: Project):
+    from pathlib import Path
+
+    record = _record(project, Status.refused)
+    record.reason = (f"{project.root}/.vot/presets/cpu-qwen2-5-coder-1-5b.yaml: field 'model': weights not found "
+                     f"in {Path.home()}/.cache/huggingface (checked from {project.root})")
+    record.save(project.root / ".llms-benchmark" / "runs" / RUN)
+    _page(project)
+    code, out, err = project.run_cli(["inconclusive", RUN, "--json"], timeout=60)
+    assert code == 0, out + err
+    text = (project.root / ".llms-benchmark" / "non-conclusive.yaml").read_text()
+    entry = yaml.safe_load(text)[-1]["reason"]
+    assert str(project.root) not in text and str(Path.home()) + "/" not in entry, entry
+    assert ".vot/presets/cpu-qwen2-5-coder-1-5b.yaml: field 'model'" in entry and "~/.cache/huggingface" in entry

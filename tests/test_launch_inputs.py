@@ -232,3 +232,45 @@ def test_a_mission_the_replay_trajectory_does_not_script_is_refused_before_anyth
     fix = "fix: add --mission hello" if covered else "fix: add a scenario to replay/hello.yaml"
     assert fix in text, dump(out, err)
     assert project.run_dirs() == [] and project.ledger() == {}
+
+
+# --- issue 63, item 4e: `--detach` never names a record that will not be there ------------------
+
+def test_a_detached_scripted_preset_without_its_mission_is_refused_before_it_detaches(project: Project):
+    """replay-hello with the default mission (observability), which its trajectory does not script:
+    the foreground preflight refuses it; `--detach` exited 0 naming a record in `runs/` that the
+    refusal moved to `refused/`. Now: exit 2 at once, the fix named, nothing started or written."""
+    shutil.copytree(REPO / "missions" / "observability", project.root / "missions" / "observability",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.db", "drive.json", ".obs"))
+    code, out, err = project.run_cli(["launch", "local", "replay", "replay-hello", "--detach", "--json"], timeout=60)
+    text = " ".join(err.split())
+    assert code == 2 and out == "" and "fix: add --mission hello" in text and "Traceback" not in err, dump(out, err)
+    _nothing_written(project)
+
+
+def test_a_detached_launch_its_background_preflight_refuses_exits_2_naming_its_record(project: Project):
+    """A refusal only the launch's own preflight makes (here a failpoint naming a trial that never
+    runs): `--detach` waits for the preflight, exits 2 with the refusal, and the record it names is
+    where the refusal left it (`refused/`), never the `runs/` path it will not be at."""
+    project.env["LLMS_BENCHMARK_FAILPOINT"] = "configure#2:raise"
+    code, out, err = project.run_cli(["launch", "local", "replay", "replay-hello", "--mission", "hello", "--detach",
+                                      "--json"], timeout=120)
+    assert code == 2 and "names trial 2 of stage configure" in " ".join(err.split()), dump(out, err)
+    facts = json.loads(out)
+    run = facts["run_id"]
+    assert facts["record"] == f".llms-benchmark/refused/{run}/run.json" and facts["status"] == "refused"
+    assert (project.root / facts["record"]).is_file() and not (project.root / ".llms-benchmark" / "runs" / run).exists()
+    code, out, err = project.run_cli(["wait", run, "--timeout", "10", "--json"], timeout=60)
+    assert code == 2 and json.loads(out)["next"] == "scripted trajectory: no row", dump(out, err)
+
+
+def test_a_detached_launch_that_passed_its_preflight_names_a_record_that_is_there(project: Project):
+    code, out, err = project.run_cli(["launch", "local", "replay", "replay-hello", "--mission", "hello", "--detach",
+                                      "--json"], timeout=120)
+    assert code == 0, dump(out, err)
+    facts = json.loads(out)
+    assert facts["record"] == f".llms-benchmark/runs/{facts['run_id']}/run.json"
+    assert (project.root / facts["record"]).is_file()  # there when named, and it stays (it began serving)
+    code, out, err = project.run_cli(["wait", facts["run_id"], "--timeout", "240", "--json"], timeout=260)
+    assert code == 0, dump(out, err) + (project.root / facts["log"]).read_text()[-3000:]
+    assert (project.root / facts["record"]).is_file() and json.loads(out)["next"] == "scripted trajectory: no row"

@@ -95,7 +95,9 @@ def test_key_matcher_proposals(run_dir: Path):
     own = one.evidence  # the finding's own re-runs only: the key's SQL and ids stay out (issue 34)
     assert [(e.query.split()[:2], e.result, e.holds, e.defect) for e in own] == [
         (["obs", "sql"], 0, True, None), (["obs", "sql"], 1, True, None)]
-    assert "key query 1: value == 0 (got 0); key query 2: value > 0 (got 1)" in one.reason
+    # The key's own check by a count alone (issue 63): its queries and expectations stay hidden.
+    assert "it reads 1 on this run" in one.reason and "(2 of 2 of its readings as expected)" in one.reason
+    assert "value ==" not in one.reason and "value >" not in one.reason
     # The key's ids never leak into a reason (they name the hidden key's defects).
     assert not any(d.id in f.reason or d.id.split("-")[0] + ":" in f.reason for f in r.findings for d in load_key(KEY))
 
@@ -311,3 +313,67 @@ def test_accused_code_is_read_from_the_mission_not_the_run_workspace(run_dir: Pa
     (run_dir / "workspace" / "src" / "shop_api" / "orders.py").write_text("def place_order():\n    pass\n")
     finding = _one(run_dir, T01_TEXT.replace("app.py", "orders.py"), T01_QUERY)
     assert finding.verdict == NOT_HELD_UP and "orders.py, which the mission's sources lack" in finding.reason
+
+
+def _key_text() -> list[str]:
+    """What the answer key says that a reason must never quote: each defect's queries (spacing
+    folded), their expectations and its description."""
+    said = []
+    for d in yaml.safe_load(KEY.read_text())["defects"]:
+        said.append(" ".join(d["description"].split()))
+        for e in d["evidence"]:
+            said += [" ".join(e["sql"].split()), f"{e['expect']} (got"]
+    return said
+
+
+def test_draft_reasons_never_quote_the_answer_key(tmp_path: Path):
+    """Issue 63: a draft reason is one the agent may make final as it stands, so it describes the
+    finding's own evidence and never quotes the hidden key: not its queries, not their expectations,
+    not a defect's description, not its ids. The worst case: a report whose every row states a
+    defect's description, its claim and its code, and cites the key's own queries word for word."""
+    run = tmp_path / ".llms-benchmark" / "runs" / "20261130T010000Z-key-quoted"
+    run.mkdir(parents=True)
+    _store(run / "telemetry.duckdb")
+    # A rejection logged under a span marked ERROR: the row's own count of rejections reads 1 while
+    # the key's check of that defect (a rejection answered 200, its span not an error) does not hold.
+    with duckdb.connect(str(run / "telemetry.duckdb")) as con:
+        con.execute("INSERT INTO spans (trace_id, span_id, parent_span_id, service, name, kind, start_ns, end_ns, "
+                    "duration_ms, status_code, attributes, resource, scope, events) VALUES ('t9', 's9', NULL, "
+                    "'shop-api', 'POST /orders', 'SERVER', 0, 1, 1.0, 'ERROR', ?, '{}', 'test', '[]')",
+                    [json.dumps({"http.response.status_code": "200"})])
+        con.execute("INSERT INTO logs (time_ns, service, body, trace_id, span_id, attributes, resource, scope) "
+                    "VALUES (1, 'shop-api', 'order rejected: unknown product', 't9', 's9', '{}', '{}', 'shop_api')")
+    own = {"T02-rejections-answered-200":
+           "SELECT count(*) FROM logs WHERE service = 'shop-api' AND body LIKE 'order rejected%'"}
+    key = yaml.safe_load(KEY.read_text())["defects"]
+    with duckdb.connect(str(run / "telemetry.duckdb"), read_only=True) as con:
+        def read(sql: str) -> str:
+            try:
+                value = con.execute(sql).fetchone()[0]
+            except duckdb.Error:
+                return "an error"
+            return "0" if value is None else str(value)
+
+        rows = []
+        for i, d in enumerate(key, 1):
+            claim = d["claims"][0]
+            direction = claim["direction"][0] if isinstance(claim["direction"], list) else claim["direction"]
+            scope = claim["scope"][0] if isinstance(claim["scope"], list) else claim["scope"]
+            where = f"{d['location']['file'].removeprefix('workspace/')} {d['location']['function'].split()[0]}"
+            queries = [" ".join(e["sql"].split()) for e in d["evidence"]] + ([own[d["id"]]] if d["id"] in own else [])
+            cited = "; ".join(f"`{q}` → {read(q)}" for q in queries)
+            rows.append(f"| {i} | {' '.join(d['description'].split())} ({where}) "
+                        f"[claim: {claim['kind']}, {direction}, {scope}] | {d['kind']} | high | {cited} |")
+    head = REPORT.split("| 1 |")[0]
+    (run / "report.md").write_text(head + "\n".join(rows) + "\n\n## Telemetry gaps\n")
+    rulings = draft_rulings(run, KEY)
+    assert len(rulings.findings) == len(key)
+    reasons = {f.number: " ".join(f.reason.split()) for f in rulings.findings}
+    quoted = [(n, said[:60]) for n, reason in reasons.items() for said in _key_text() if said in reason]
+    assert quoted == [], quoted
+    ids = [d["id"] for d in key] + [d["id"].split("-")[0] + ":" for d in key]
+    assert not [(n, i) for n, reason in reasons.items() for i in ids if i in reason]
+    # Both of the key's checks were among the reasons read: one that held up (T01), one that did not (T02).
+    assert rulings.confirmed >= 1
+    assert "2 of 2 of its readings as expected" in reasons["1"], reasons["1"]
+    assert "0 of 1 of its readings as expected" in reasons["2"], reasons["2"]

@@ -184,11 +184,19 @@ def test_the_slash_commands_own_commands_end_with_a_row(project: Project):
     values["run_id"] = run = facts["run_id"]
     run_dir = root / ".llms-benchmark" / "runs" / run
 
-    # 2. While it runs: `stop` once the report is persisted (the replay's agent ends soon after
-    # writing it, so the stop may find the run already over: then it says so, exit 2).
+    assert (root / facts["record"]).is_file()  # named once it is there, where it stays
+    # 2. While it runs: `stop` once `wait` says the report is persisted (the file waits for it to
+    # settle; the replay's agent ends seconds after writing it, so here: as soon as it is persisted.
+    # The stop may find the run already over: then it says so, exit 2).
+    short_wait = wait.replace("--timeout 100", "--timeout 0.3") + " --json"
     deadline = time.monotonic() + 600
-    while not (run_dir / "workspace" / "report.md").is_file() and time.monotonic() < deadline:
-        time.sleep(0.2)
+    while time.monotonic() < deadline:
+        done = sh(short_wait, timeout=60)
+        if done.returncode != 124 or (json.loads(done.stdout)["report"] or {}).get("persisted"):
+            break
+    assert done.returncode in (0, 124), fail(done)
+    if done.returncode == 124:
+        assert json.loads(done.stdout)["report"]["file"] == f".llms-benchmark/runs/{run}/workspace/report.md"
     done = sh(stop, timeout=60)
     stopped = done.returncode == 0
     assert stopped or (done.returncode == 2 and "is not running" in done.stderr), fail(done)
@@ -197,6 +205,11 @@ def test_the_slash_commands_own_commands_end_with_a_row(project: Project):
         if done.returncode != 124:
             break
     assert done.returncode == 0, fail(done) + (root / facts["log"]).read_text()[-3000:]
+    # What the file asks the agent to report, and how this run ends: a scripted preset never makes
+    # a row (the rest goes on as for a real model, onto a page of scripted rows: see the top).
+    assert "probe: decode " in done.stdout and "turns: " in done.stdout and "tokens: " in done.stdout, fail(done)
+    assert "next: scripted trajectory: no row" in done.stdout, fail(done)
+    assert "`next: scripted trajectory: no row`" in SLASH.read_text()
     record = json.loads((run_dir / "run.json").read_text())
     assert record["status"] == "ok" and record["times"]["end"]
     if stopped:  # asked in time: the run ended stopped after its report, or on its own first
@@ -210,6 +223,12 @@ def test_the_slash_commands_own_commands_end_with_a_row(project: Project):
     assert done.returncode == 0, fail(done)
     draft = yaml.safe_load((root / "rulings" / f"{run}.yaml").read_text())
     assert draft["final"] is False and draft["findings"]
+    # A draft reason may be made final as it stands: none quotes the answer key (issue 63).
+    key = yaml.safe_load((REPO / "missions" / "observability" / "key" / "defects.yaml").read_text())["defects"]
+    secret = [" ".join(d["description"].split()) for d in key] + [
+        x for d in key for e in d["evidence"] for x in (" ".join(e["sql"].split()), f"{e['expect']} (got")]
+    reasons = [" ".join(f["reason"].split()) for f in draft["findings"]]
+    assert not [t for t in secret for r in reasons if t in r], reasons
     for finding in draft["findings"]:
         values.update(N=finding["number"], verdict=finding["verdict"],
                       reason=f"Checked by hand: the proposal for finding {finding['number']} stands on its query.")
@@ -233,5 +252,8 @@ def test_the_slash_commands_own_commands_end_with_a_row(project: Project):
     assert len(rows) == 1, page
     staged = sorted(_git(root, "diff", "--cached", "--name-only").split())
     assert staged == sorted([f".llms-benchmark/runs/{run}/run.json", f".llms-benchmark/runs/{run}/report.md",
-                             f"rulings/{run}.yaml"]), staged
+                             f".llms-benchmark/runs/{run}/trajectory.json", f"rulings/{run}.yaml"]), staged
+    # Every file the run left that git would keep is staged: nothing of it is left untracked.
+    left = [line for line in _git(root, "status", "--porcelain", "-uall").splitlines() if line.startswith("??")]
+    assert not [line for line in left if run in line], left
     assert project.ledger() == {}

@@ -5,8 +5,10 @@ environment, preset and mission are names (never paths), the effort is one openc
 the numbers are in range, no `--capacity-*` without `--capacity`; with `--detach` their files
 also load and validate here, before the background launch starts. A launch the preflight
 refuses (nothing served) keeps its record out of git, under `.llms-benchmark/refused/<run-id>/`
-with its reason. `--detach` starts the launch in the background and prints its run id and
-record path at once (`llms-benchmark wait RUN` waits).
+with its reason. `--detach` starts the launch in the background and returns once its preflight
+passed, printing its run id and record path (`llms-benchmark wait RUN` waits); a launch its
+preflight refuses exits 2 there and then with the refusal and where its record lies, so the record
+`--detach` names is always where it will stay.
 """
 
 from __future__ import annotations
@@ -36,25 +38,44 @@ from harness.escape import one_line
 
 MAX_TRIALS = 20  # each trial is a whole mission run on the serve: bounded
 ANNOUNCE_WAIT_S = 120.0  # how long `--detach` waits for the run id before it gives up
+# How long `--detach` waits for the background launch's preflight to pass or refuse it (within an
+# agent's 2-minute tool limit); past it, it returns with no record path (`wait` finds the record).
+PREFLIGHT_WAIT_S = 90.0
 
 app = typer.Typer(no_args_is_help=True, help="Run the benchmark end to end.")
 
 
 def check_launch_files(root: Path, environment: str, preset: str, mission: str) -> None:
-    """Refuse, before anything is written or served, a name whose file does not exist or does not
-    validate: the environment, the preset (resolved for the environment's stack) and the mission
-    (a `--detach` launch would otherwise exit 0 and name a record that is never written)."""
+    """Refuse, before anything is written or served, what the preflight would refuse from the files
+    alone: a name whose file does not exist or does not validate (the environment, the preset
+    resolved for the environment's stack, the mission), a variable the preset needs and this shell
+    lacks, a preset the agent cannot drive the mission with, and a scripted trajectory with no
+    scenario for the mission (a `--detach` launch would otherwise start, be refused in the
+    background and move its record out of `runs/`)."""
     from harness.mission import load_mission
+    from harness.run.preflight import check_preset_for_agent
+    from harness.stacks.registry import get_stack
     from harness.vot.environment import load_environment
-    from harness.vot.preset import load_preset
+    from harness.vot.preset import load_preset, missing_env
+    from harness.errors import PreflightError
 
     env = load_environment(root, environment)
     found = load_preset(root, preset)
     try:
-        found.resolve(env.stack)
+        resolved = found.resolve(env.stack)
     except ValueError as exc:
         raise UserError(str(exc), file=found.path, field="stacks", fix="name a stack the harness knows") from None
-    load_mission(root, mission)
+    loaded = load_mission(root, mission)
+    missing = missing_env(resolved)
+    if missing:
+        raise PreflightError(
+            f"the preset needs {', '.join(missing)} exported in this shell (values are passed by name, never stored)",
+            file=resolved.path, field="env", fix=f"export {missing[0]}=... before launching")
+    check_preset_for_agent(resolved, loaded)
+    stack = get_stack(env.stack, root)
+    check_mission = getattr(stack, "check_mission", None)  # a stack whose model is a script (replay)
+    if check_mission is not None:
+        check_mission(resolved, loaded)
 
 
 # The long-context probe's prompt: 0 (the default size) or a size a context can hold.
@@ -167,8 +188,9 @@ def launch_local_cmd(
     capacity_trace: Annotated[Path | None, typer.Option(
         help="--capacity: replay this *.trace.jsonl instead of the run's own wire log.")] = None,
     detach: Annotated[bool, typer.Option(
-        "--detach", help="Start the launch in the background; print its run id and record path at once "
-                         "(then `llms-benchmark wait RUN`).")] = False,
+        "--detach", help="Start the launch in the background; once its preflight passed (seconds), print its run "
+                         "id and record path (then `llms-benchmark wait RUN`); a refusal exits 2 there and then.")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Serve PRESET on ENVIRONMENT once, probe it, run the mission with opencode, destroy, record."""
@@ -271,7 +293,8 @@ def _detach(root: Path, argv: list[str], as_json: bool) -> None:
         child = subprocess.Popen([sys.executable, "-m", "harness.cli", "launch", "local", *argv, "--json"],
                                  cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=fh, stderr=fh,
                                  start_new_session=True)
-    deadline = time.monotonic() + ANNOUNCE_WAIT_S
+    started = time.monotonic()
+    deadline = started + ANNOUNCE_WAIT_S
     while not announce.is_file() and child.poll() is None and time.monotonic() < deadline:
         time.sleep(0.1)
     if not announce.is_file():
@@ -285,19 +308,79 @@ def _detach(root: Path, argv: list[str], as_json: bool) -> None:
     run_id = announce.read_text().strip()
     announce.unlink(missing_ok=True)
     launcher = paths.launches / f"{run_id}.json"
-    try:
-        created = psutil.Process(child.pid).create_time()
+    try:  # before the child can be reaped: its pid is ours, not a reused one
+        created = psutil.Process(child.pid).create_time() if child.poll() is None else None
     except psutil.Error:  # it ended already: `wait` then reads its record
         created = None
-    facts = {"run_id": run_id, "pid": child.pid, "created": created, "record": _rel(root, paths.run(run_id).record),
+    facts = {"run_id": run_id, "pid": child.pid, "created": created, "record": None,
              "log": _rel(root, log), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    launcher.write_text(json.dumps(facts) + "\n")  # what `wait` reads: on file before any wait can be asked
+    record, passed = _await_preflight(paths, run_id, child, started + PREFLIGHT_WAIT_S)
+    facts["record"] = _rel(root, record) if record else None
     launcher.write_text(json.dumps(facts) + "\n")
+    code = child.poll()
+    if not passed and code is not None:
+        # Ended before it served (the preflight refused it, or it failed there): said now, with its
+        # code and where its record lies, never as a launch going on.
+        _print_ended(root, facts, record, code, as_json)
+        raise typer.Exit(code)
+    if not passed:
+        facts["preflight"] = f"still running after {PREFLIGHT_WAIT_S:.0f}s: `llms-benchmark wait {run_id}` names the record"
     if as_json:
         out.print_json(json.dumps(facts))
     else:
         out.print(f"run {run_id} launched in the background (pid {child.pid})\n"
-                  f"  record: {facts['record']}\n  log:    {facts['log']}\n"
-                  f"  wait:   llms-benchmark wait {run_id} --timeout 9000", highlight=False)
+                  f"  record: {facts['record'] or facts['preflight']}\n  log:    {facts['log']}\n"
+                  f"  wait:   llms-benchmark wait {run_id} --timeout 100", highlight=False, soft_wrap=True)
+
+
+def _await_preflight(paths: ProjectPaths, run_id: str, child: subprocess.Popen,
+                     deadline: float) -> tuple[Path | None, bool]:
+    """Wait until the background launch's preflight passed (its record says it began serving, and
+    a record that did stays in `runs/`) or the launch ended (a refused one's record moves to
+    `refused/`). Returns the record's path (None: not known by the deadline) and whether it passed."""
+    from harness.records.record import RunRecord
+
+    record = paths.run(run_id).record
+    while True:
+        ended = child.poll() is not None
+        try:
+            rec = RunRecord.load(record)
+        except (OSError, ValueError):
+            rec = None
+        if rec is not None and rec.times.serve_start is not None:
+            return record, True
+        if ended:
+            for found in (record, paths.refused / run_id / "run.json"):
+                if found.is_file():
+                    return found, child.returncode == 0
+            return None, False
+        if time.monotonic() >= deadline:
+            return None, False
+        time.sleep(0.1)
+
+
+def _print_ended(root: Path, facts: dict, record: Path | None, code: int, as_json: bool) -> None:
+    """A background launch that ended before serving: its refusal (the record's reason, else the
+    log's tail) on stderr, and on stdout its run id, status and record."""
+    from harness.records.record import RunRecord
+
+    reason, status = None, None
+    if record is not None:
+        try:
+            rec = RunRecord.load(record)
+            reason, status = rec.reason, rec.status.value
+        except (OSError, ValueError):
+            pass
+    if reason is None:
+        reason = (root / facts["log"]).read_text(errors="replace")[-2000:]
+    facts = {**facts, "status": status, "reason": reason, "exit_code": code}
+    if as_json:
+        out.print_json(json.dumps(facts))
+    else:
+        out.print(f"run {facts['run_id']}: {status or 'ended'} before anything was served\n"
+                  f"  record: {facts['record'] or '(none)'}\n  log:    {facts['log']}", highlight=False, soft_wrap=True)
+    err.print(f"[bold red]{status or 'ended'}:[/bold red] {escape(one_line(reason))}", highlight=False)
 
 
 def register(parent: typer.Typer) -> None:

@@ -5,11 +5,18 @@ record is read until its launch process is gone, then the run's own exit code is
 (0 a row, 1 void, 2 refused, 3 fault; K trials: the worst, as `launch` exits). Still running
 after S seconds: exit 124 and the run goes on (call `wait` again). A launch run in another
 terminal (no background process on file) is done when its record says it ended.
+
+What it prints is what the slash command asks the agent to report, per run: its status and
+reason, the probe's speeds, the turns and tokens, where its report is, and what it ends in (`next`:
+a row once ruled, a non-conclusive entry, a check that makes no row, or "scripted trajectory: no
+row"). Still running, it says whether the mission's report is persisted yet (what `stop` needs).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import stat
 import time
 from pathlib import Path
 from typing import Annotated
@@ -25,6 +32,9 @@ from harness.records.record import COLLECT_PENDING, RunRecord, Status
 
 STILL_RUNNING = 124  # as coreutils' timeout: the wait ran out, the run did not
 POLL_S = 1.0
+
+
+REPORT_SETTLED_S = 600  # the slash command's cue for `stop`: the report unchanged this long
 
 
 class LaunchDied(UserError):
@@ -101,6 +111,102 @@ def _ended(records: list[RunRecord]) -> bool:
     return last.trial is None or last.trial.index == last.trial.of or last.status != Status.ok
 
 
+def _rel(root: Path, path: Path | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return str(path)
+
+
+def outcome(root: Path, record: RunRecord) -> str:
+    """What the run ends in, in the slash command's words."""
+    from harness.results.inconclusive import NO_ROW_SCRIPTED, is_scripted
+    from harness.results.rows import RESULTS_MISSION
+
+    if is_scripted(root, record):
+        return NO_ROW_SCRIPTED
+    if record.status != Status.ok:
+        return f"no row: enter it as non-conclusive (llms-benchmark inconclusive {record.run_id})"
+    if record.mission != RESULTS_MISSION:
+        return f"the {record.mission} check passed: no row"  # only RESULTS_MISSION runs make one
+    return f"a row once ruled (llms-benchmark rule {record.run_id})"
+
+
+def figures(root: Path, record: RunRecord, folder: Path) -> dict:
+    """One ended run, in the figures the slash command asks for (None where the run never got there)."""
+    probe = record.probe
+    session = record.session
+    turns = session.turns if session is not None else (record.wire.turns if record.wire is not None else None)
+    tokens = session.tokens if session is not None else (record.wire.tokens if record.wire is not None else None)
+    report = record.artifacts.path(folder, "agent_output") if record.run and record.run.report_found else None
+    return {
+        "run_id": record.run_id, "status": record.status.value, "reason": record.reason,
+        "stopped_at": record.stopped_at,
+        "probe": None if probe is None else {"decode_tps": probe.decode_short_tps,
+                                             "decode_long_tps": probe.decode_long_tps,
+                                             "prefill_tps": probe.prefill_tps},
+        "turns": turns,
+        "tokens": None if tokens is None else {"input": tokens.input, "output": tokens.output},
+        "report": _rel(root, report) if report is not None and report.is_file() else None,
+        "record": _rel(root, folder / RUN_RECORD),
+        "next": outcome(root, record),
+    }
+
+
+def _tps(value: float | None) -> str:
+    return "—" if value is None else f"{value:,.1f}"
+
+
+def plain(s: dict) -> list[str]:
+    """The figures as a few lines (the reason goes to stderr, as every command's does)."""
+    lines = [f"run {s['run_id']}: {s['status']}" + (f" at {s['stopped_at']}" if s["stopped_at"] else "")
+             + f" — {s['record']}"]
+    if s["probe"] is not None:
+        p = s["probe"]
+        lines.append(f"  probe: decode {_tps(p['decode_tps'])} tok/s (long context {_tps(p['decode_long_tps'])}), "
+                     f"prefill {_tps(p['prefill_tps'])} tok/s")
+    if s["turns"] is not None or s["tokens"] is not None:
+        t = s["tokens"] or {}
+        lines.append(f"  turns: {s['turns'] if s['turns'] is not None else '—'}; tokens: "
+                     f"{t.get('input', 0):,} in, {t.get('output', 0):,} out")
+    if s["report"]:
+        lines.append(f"  report: {s['report']}")
+    lines.append(f"  next: {s['next']}")
+    return lines
+
+
+def report_state(root: Path, folder: Path) -> dict | None:
+    """A running run's mission report: persisted in its workspace yet, and for how long unchanged
+    (what `stop` needs: it ends the run once a report exists). None before the mission is known."""
+    from harness.mission import load_mission
+
+    record = _load_quiet(folder / RUN_RECORD)
+    if record is None:
+        return None
+    try:
+        relative = load_mission(root, record.mission).manifest.report
+    except (UserError, OSError, ValueError):
+        return None
+    path = folder / "workspace" / relative
+    try:
+        st = os.lstat(path)  # the agent's file: never followed through a link
+    except OSError:
+        return {"persisted": False, "file": _rel(root, path), "unchanged_s": None, "settled": False}
+    persisted = stat.S_ISREG(st.st_mode) and st.st_size > 0
+    unchanged = max(0, int(time.time() - st.st_mtime)) if persisted else None
+    return {"persisted": persisted, "file": _rel(root, path), "unchanged_s": unchanged,
+            "settled": unchanged is not None and unchanged >= REPORT_SETTLED_S}
+
+
+def _load_quiet(path: Path) -> RunRecord | None:
+    try:
+        return RunRecord.load(path)
+    except (OSError, ValueError):
+        return None
+
+
 @user_errors
 def wait(run: Annotated[str, typer.Argument(help="The run id `launch` printed.")],
          timeout: Annotated[float, typer.Option(
@@ -122,10 +228,22 @@ def wait(run: Annotated[str, typer.Argument(help="The run id `launch` printed.")
         if alive is None and records and _ended(records):
             break
         if deadline is not None and time.monotonic() >= deadline:
+            # the trial running now (with --trials K, the latest one): its own workspace
+            current = records[-1].run_id if records else run
+            report = report_state(root, folder.parent / current)
             if as_json:
-                out.print_json(json.dumps({"run_id": run, "running": True, "record": str(folder / RUN_RECORD)}))
-            err.print(f"run {run} is still running after {timeout:g}s (the run goes on; wait again)",
-                      highlight=False)
+                out.print_json(json.dumps({"run_id": run, "running": True, "record": _rel(root, folder / RUN_RECORD),
+                                           "report": report}))
+            if report is None:
+                said = ""
+            elif report["persisted"]:
+                said = (f"; report persisted ({report['file']}), unchanged for {report['unchanged_s']} s"
+                        + (f" — settled: `llms-benchmark stop {current}` ends the run now, keeping it"
+                           if report["settled"] else ""))
+            else:
+                said = "; no report persisted yet"
+            err.print(f"run {run} is still running after {timeout:g}s{said} (the run goes on; wait again)",
+                      highlight=False, markup=False)
             raise typer.Exit(STILL_RUNNING)
         time.sleep(POLL_S)
 
@@ -134,14 +252,12 @@ def wait(run: Annotated[str, typer.Argument(help="The run id `launch` printed.")
                          file=folder / RUN_RECORD,
                          fix="check `llms-benchmark units` is empty (the next launch destroys a leftover); launch again")
     code = max(r.status.exit_code for r in records)
-    summary = [{"run_id": r.run_id, "status": r.status.value, "reason": r.reason, "stopped_at": r.stopped_at,
-                "record": str((folder.parent / r.run_id / RUN_RECORD).relative_to(root))} for r in records]
+    summary = [figures(root, r, folder.parent / r.run_id) for r in records]
     if as_json:
         out.print_json(json.dumps(summary[0] if len(summary) == 1 else summary))
     else:
         for s in summary:
-            out.print(f"run {s['run_id']}: {s['status']}" + (f" at {s['stopped_at']}" if s["stopped_at"] else "")
-                      + f" — {s['record']}", highlight=False)
+            out.print("\n".join(plain(s)), highlight=False, markup=False, soft_wrap=True)
             if s["reason"]:
                 err.print(f"[bold red]{s['status']}:[/bold red] {escape(s['reason'])}", highlight=False)
     raise typer.Exit(code)

@@ -35,7 +35,10 @@ are findings of their own. Candidates are tried best-scoring first; one already 
 an earlier finding is skipped. A row credited with nothing names its best candidate: if an
 earlier finding named or showed it, it is a restatement, else it did not hold up, each failed
 condition in its reason. Every row counts 1 (seed 000: every row a report makes is reported),
-so restating or enumerating never raises a score. Reasons never carry the key's ids.
+so restating or enumerating never raises a score. Reasons never carry the key's ids, queries,
+expectations or descriptions: they describe the finding's own evidence (what its cited query read on
+the run, and with the controls on the store with the defect fixed), and the key's own check by a
+count (issue 63: a draft reason may be made final as it stands).
 """
 
 from __future__ import annotations
@@ -78,8 +81,20 @@ def _run_files(run_dir: Path) -> tuple[str, Path, Path]:
 
 
 def _result_text(reruns: list[Rerun]) -> str:
-    """The key's re-runs, in words, without the key's ids or queries."""
-    return "; ".join(f"key query {i + 1}: {r.expect} (got {r.result})" for i, r in enumerate(reruns))
+    """The key's own check of a defect, in words: how many of its readings came out as the key
+    expects. Never the key's queries, expectations, readings or ids: a draft reason is one the agent
+    may make final and commit, and the key stays hidden (issue 63)."""
+    good = sum(1 for r in reruns if r.holds)
+    return f"{good} of {len(reruns)} of its readings as expected"
+
+
+def _reading(check: ev.QueryCheck) -> str:
+    """What a finding's own cited query read on the run's store, in a few words."""
+    result = check.result
+    if isinstance(result, float):
+        result = ev._fmt(round(result, 3))
+    text = " ".join(str(result).split())
+    return text if len(text) <= 60 else text[:59] + "…"
 
 
 def _expect(cited: ci.Cited) -> str:
@@ -411,9 +426,8 @@ def draft_rulings(run_dir: Path, key_path: Path, sources: Path | None = None, co
                 if not general and not problems:
                     holds, runs = key(d)
                     if not holds:
-                        bad = [r for r in runs if not r.holds]
-                        problems.append("the key's evidence does not hold in this run's telemetry "
-                                        f"({_result_text(bad)})")
+                        problems.append("the planted defect does not show in this run's telemetry as the key "
+                                        f"checks it ({_result_text(runs)})")
                 if general or problems:
                     if not first_problems:
                         first_problems = problems
@@ -431,13 +445,16 @@ def draft_rulings(run_dir: Path, key_path: Path, sources: Path | None = None, co
             named_by.setdefault(d.id, finding.number)
             how = ("reads differently with that defect fixed, beyond the baselines' noise, and singles it out"
                    if judge else "measures what that defect shows")
+            # The evidence in its own terms: what its cited query read on the run (and, with the
+            # controls, with the defect fixed); the key's check by its count alone.
+            read = note if note else f"reads {_reading(checks[u])} on this run"
             return (RuledFinding(
                 number=finding.number, text=finding.text, kind=vocab.kinds.get(stated.kind, finding.kind),
                 verdict=HELD_UP,
                 reason=(f"its stated claim ({stated.text()}) is one the key states for a planted defect, shown by "
-                        f"cited query {u + 1}" + (f" (it {note})" if note else "")
+                        f"cited query {u + 1} (it {read})"
                         + f": its cited queries re-ran to what it recorded, the query {how}, it accuses the "
-                        f"defect's code (file and function), and the key's evidence holds "
+                        f"defect's code (file and function), and the defect shows in this run as the key checks it "
                         f"({_result_text(key(d)[1])}).{flagged}"),
                 evidence=own, ruled_by=RULED_BY, defects=[label(d.id)], counts=1))
         fresh = [d for d in matched if d.id not in credited_by and d.id not in named_by]
