@@ -117,3 +117,21 @@ def test_runnable_threads_reads_the_state_after_the_last_parenthesis(tmp_path):
         (task / tid / "stat").write_text(f"{tid} ({comm}) {state} 1 2 3\n")
     assert cpu_threads.runnable_threads([42], proc=tmp_path) == 2
     assert cpu_threads.runnable_threads([7], proc=tmp_path) == 0  # gone: nothing, never an error
+
+
+def test_a_server_named_beside_the_launcher_that_started_it_is_counted_once():
+    """Issue 62's cause of "others kept 0.2 busy" beside a busy process: the pace monitor names
+    the launcher and its own server, the server is also the launcher's child, and its CPU time
+    was subtracted twice (and its runnable threads counted twice)."""
+    child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(1.0)
+        once = cpu_threads._tree_cpu_s((os.getpid(),))
+        named_twice = cpu_threads._tree_cpu_s((os.getpid(), child.pid))
+        child_cpu = cpu_threads._tree_cpu_s((child.pid,))
+        assert sorted(cpu_threads._tree_pids((os.getpid(), child.pid))) == sorted({os.getpid(), child.pid})
+    finally:
+        child.kill()
+        child.wait()
+    assert child_cpu > 0.2
+    assert abs(named_twice - once) < 0.5 * child_cpu, (once, named_twice, child_cpu)

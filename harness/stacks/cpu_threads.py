@@ -86,18 +86,28 @@ def _cpu_busy_ticks(cpus: set[int]) -> float:
     return busy
 
 
-def _tree_cpu_s(pids: tuple[int, ...]) -> float:
-    """CPU seconds used so far by the named processes and their descendants."""
-    seconds = 0.0
+def _tree_pids(pids: tuple[int, ...]) -> list[int]:
+    """The processes named and their descendants, each once (a server named beside the launcher
+    that started it is both)."""
+    found: dict[int, None] = {}
     for pid in pids:
         try:
             root = psutil.Process(pid)
-            for proc in (root, *root.children(recursive=True)):
-                try:
-                    t = proc.cpu_times()
-                    seconds += t.user + t.system
-                except psutil.Error:
-                    continue
+            found.update(dict.fromkeys([root.pid, *(c.pid for c in root.children(recursive=True))]))
+        except psutil.Error:
+            continue
+    return list(found)
+
+
+def _tree_cpu_s(pids: tuple[int, ...]) -> float:
+    """CPU seconds used so far by the named processes and their descendants, each counted once
+    (issue 62: the server, named beside the launcher that started it, was subtracted twice, and
+    a busy process beside it read as 0.2 of a core)."""
+    seconds = 0.0
+    for pid in _tree_pids(pids):
+        try:
+            t = psutil.Process(pid).cpu_times()
+            seconds += t.user + t.system
         except psutil.Error:
             continue
     return seconds
@@ -126,17 +136,6 @@ def procs_running(stat: Path = Path("/proc/stat")) -> int | None:
     except (OSError, ValueError):
         pass
     return None
-
-
-def _tree_pids(pids: tuple[int, ...]) -> list[int]:
-    found = []
-    for pid in pids:
-        try:
-            root = psutil.Process(pid)
-            found += [root.pid, *(c.pid for c in root.children(recursive=True))]
-        except psutil.Error:
-            continue
-    return found
 
 
 def runnable_threads(pids: list[int], proc: Path = Path("/proc")) -> int:
