@@ -49,8 +49,20 @@ OPENING = ("You are reviewing a small web service. " * 8 + "Here is its code:\n"
            + "def handler(request):\n    return respond(request.args, status=200)\n" * 60)
 
 
-def idle_reference(depth: int = 2048) -> tuple[float, str]:
-    """The box's idle decode: llama-bench tg64 at `depth`, best of 1 and 2 threads."""
+def idle_reference(depth: int = 2048, beside_hog: bool = False) -> tuple[float, str]:
+    """The box's decode: llama-bench tg64 at `depth`, best of 1 and 2 threads (idle, or beside a
+    busy process: the most any thread setting gets then)."""
+    import subprocess
+
+    hog = start_hog() if beside_hog else None
+    try:
+        return _bench_best(depth)
+    finally:
+        if hog is not None:
+            stop_hog(hog)
+
+
+def _bench_best(depth: int) -> tuple[float, str]:
     import subprocess
 
     gguf, bench = models.installed(models.MODELS[MODEL]), llama_server_binary().with_name("llama-bench")
@@ -73,6 +85,7 @@ class Mission:
     def __init__(self, url: str, model: str, turns: int, answer: int, cap_s: float) -> None:
         self.url, self.model, self.turns, self.answer, self.cap_s = url, model, turns, answer, cap_s
         self.chunks: list[float] = []
+        self.turn_chunks: list[list[float]] = []  # each answer's content chunks (a resent call: its own list)
         self.resent = 0
         self.started = self.ended = 0.0
 
@@ -80,23 +93,26 @@ class Mission:
         messages = [{"role": "user", "content": OPENING + "\nDescribe the service in detail."}]
         self.started = time.monotonic()
         deadline = self.started + self.cap_s
-        with httpx.Client(timeout=httpx.Timeout(30, read=self.cap_s)) as client:
-            for _ in range(self.turns):
-                text = None
-                while text is None and time.monotonic() < deadline:
-                    text = self._turn(client, messages, deadline)
-                    if text is None:
-                        self.resent += 1
-                        time.sleep(2.0)  # opencode's first retry comes after ~2 s
+        for _ in range(self.turns):
+            text = None
+            while text is None and time.monotonic() < deadline:
+                # a connection a turn: llama.cpp closes a streamed answer's connection, and a client
+                # that reused it would meet a dead socket (counted as a resend it is not)
+                with httpx.Client(timeout=httpx.Timeout(30, read=self.cap_s), headers={"Connection": "close"}) as c:
+                    text = self._turn(c, messages, deadline)
                 if text is None:
-                    break
-                messages += [{"role": "assistant", "content": text}, {"role": "user", "content": "Go on."}]
+                    self.resent += 1
+                    time.sleep(2.0)  # opencode's first retry comes after ~2 s
+            if text is None:
+                break
+            messages += [{"role": "assistant", "content": text}, {"role": "user", "content": "Go on."}]
         self.ended = time.monotonic()
 
     def _turn(self, client: httpx.Client, messages: list[dict], deadline: float) -> str | None:
         body = {"model": self.model, "messages": messages, "max_tokens": self.answer, "stream": True,
                 "ignore_eos": True}
         parts, done = [], False
+        self.turn_chunks.append([])
         try:
             with client.stream("POST", f"{self.url}/v1/chat/completions", json=body) as r:
                 for line in r.iter_lines():
@@ -109,6 +125,7 @@ class Mission:
                         if delta.get("content"):
                             parts.append(delta["content"])
                             self.chunks.append(time.monotonic())
+                            self.turn_chunks[-1].append(self.chunks[-1])
         except httpx.HTTPError:
             return None
         return "".join(parts) if done else None
@@ -116,6 +133,17 @@ class Mission:
     def after(self, t0: float) -> float:
         end = self.ended
         return sum(1 for t in self.chunks if t >= t0) / max(end - t0, 1e-3)
+
+    def decode_after(self, t0: float) -> float | None:
+        """Decode alone: tokens per second between an answer's first and last token, over the
+        answers streamed after t0 (their prefill and any restart left out), pooled."""
+        tokens = seconds = 0.0
+        for chunks in self.turn_chunks:
+            chunks = [t for t in chunks if t >= t0]
+            if len(chunks) >= 2:
+                tokens += len(chunks) - 1
+                seconds += chunks[-1] - chunks[0]
+        return tokens / seconds if seconds else None
 
 
 def one(stack: LlamaCppStack, env, preset, variant: str, start_s: float | None, args, tmp: Path) -> dict:
@@ -149,6 +177,7 @@ def one(stack: LlamaCppStack, env, preset, variant: str, start_s: float | None, 
         worker.join()
         return {"threads": first, "threads_end": stack.threads_now.threads, "seconds": mission.ended - mission.started,
                 "tps_after": mission.after(t_busy if t_busy is not None else mission.started),
+                "decode_after": mission.decode_after(t_busy if t_busy is not None else mission.started),
                 "tokens": len(mission.chunks), "resent": mission.resent,
                 "retunes": len(retuner.done) if retuner else 0,
                 "cut": sum(1 for e in read_log(tmp / f"{variant}-wire.jsonl") if e.get("cut")),
@@ -182,28 +211,39 @@ def main() -> None:
     stack = LlamaCppStack(tmp)
     reference, ref_how = idle_reference()
     print(f"idle llama-bench decode: {reference:.2f} tok/s ({ref_how})", file=sys.stderr, flush=True)
+    busy_best, busy_how = idle_reference(beside_hog=True)
+    print(f"beside a busy process: {busy_best:.2f} tok/s ({busy_how})", file=sys.stderr, flush=True)
     idle = one(stack, env, preset, "shipped", None, args, tmp)
     print(f"idle mission: {idle}", file=sys.stderr, flush=True)
     lines = [f"# The embedded default's decode when the box gets busy mid-mission ({datetime.date.today()})", "",
              f"`{' '.join(['.venv/bin/python bench/busy_mid_run.py', *sys.argv[1:]])}` on {cpu_label()}; "
              f"{PRESET} (llama.cpp), a mission of {args.turns} streamed turns of {args.answer} tokens through the "
              f"sandbox's bridge, capped at {args.cap:.0f} s. The box's idle decode (llama-bench tg64 at depth 2048, "
-             f"best of 1 and 2 threads): **{reference:.2f} tok/s** ({ref_how}). Idle mission: "
-             f"{idle['seconds']:.0f} s, {idle['tps_after']:.2f} tok/s streamed on {idle['threads']} threads.", "",
-             "Tok/s after: tokens streamed after the busy process started over the seconds since (prefill, "
-             "restarts and resent calls included).", "",
-             row(["busy from", "shipped threads", "tok/s after", "share of idle", "mission s",
-                  "chosen threads", "tok/s after", "share of idle", "mission s", "cut / resent"]),
-             rule(10, spaced=True)]
+             f"best of 1 and 2 threads): **{reference:.2f} tok/s** ({ref_how}); beside one busy process the most "
+             f"any thread setting gets: {busy_best:.2f} tok/s ({busy_how}, {busy_best / reference:.0%} of idle). "
+             f"Idle mission: {idle['seconds']:.0f} s, decode {idle['decode_after']:.2f} tok/s on {idle['threads']} "
+             "threads.", "",
+             "*Decode*: tokens per second between each answer's first and last token, over the answers streamed "
+             "after the busy process started (pooled); *streamed*: every token after it over the seconds since "
+             "(prefill, the retune's restart and resent calls included).", "",
+             row(["busy from", "shipped threads", "decode tok/s", "of idle", "streamed tok/s", "mission s",
+                  "chosen threads", "decode tok/s", "of idle", "streamed tok/s", "mission s", "cut / resent"]),
+             rule(12, spaced=True)]
     for pct in [int(x) for x in args.starts.split(",")]:
         start = idle["seconds"] * pct / 100
         got = {v: one(stack, env, preset, v, start, args, tmp) for v in ("shipped", "chosen")}
         print(f"{pct}%: {got}", file=sys.stderr, flush=True)
         s, c = got["shipped"], got["chosen"]
-        lines.append(row([f"{pct} % ({start:.0f} s)", s["threads"], f"{s['tps_after']:.2f}",
-                          f"{s['tps_after'] / reference:.0%}", f"{s['seconds']:.0f}" + (" (cap)" if s["capped"] else ""),
-                          f"{c['threads']} → {c['threads_end']}", f"{c['tps_after']:.2f}",
-                          f"{c['tps_after'] / reference:.0%}", f"{c['seconds']:.0f}" + (" (cap)" if c["capped"] else ""),
+        def dec(v):
+            return "—" if v is None else f"{v:.2f}"
+
+        def share(v):
+            return "—" if v is None else f"{v / reference:.0%}"
+
+        lines.append(row([f"{pct} % ({start:.0f} s)", s["threads"], dec(s["decode_after"]), share(s["decode_after"]),
+                          f"{s['tps_after']:.2f}", f"{s['seconds']:.0f}" + (" (cap)" if s["capped"] else ""),
+                          f"{c['threads']} → {c['threads_end']}", dec(c["decode_after"]), share(c["decode_after"]),
+                          f"{c['tps_after']:.2f}", f"{c['seconds']:.0f}" + (" (cap)" if c["capped"] else ""),
                           f"{c['cut']} / {c['resent']}"]))
         print(lines[-1], flush=True)
     text = "\n".join(lines) + "\n"
