@@ -21,7 +21,6 @@ import argparse
 import json
 import sys
 from dataclasses import asdict
-from datetime import UTC, datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -107,6 +106,9 @@ def render(run: dict) -> str:
         "",
     ]
     levels = run["rebuilt"] if run.get("rebuilt") is not None else (full or {}).get("levels")
+    if full is None:
+        lines.insert(-1, "- read from the run record alone: its `capacity/` folder (every turn) was never committed, "
+                     "so the levels' p99s and verdicts are as the sweep saved them, not rebuilt")
     if full is not None and full.get("measure"):
         lines.insert(-1, f"- measured: {full['measure'].get('text')}")
     if full is not None and full.get("ended_by"):
@@ -156,6 +158,29 @@ def render(run: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def across_section(runs: list[dict]) -> str:
+    """The launches of one preset, effort, CLI and GPU cell under one SLO, read together
+    (harness/load/agents/across.py): the figure that holds across them, or "not repeatable"."""
+    from harness.load.agents.across import Launch, combine, workload
+    from harness.records.capacity import CapacityFigures
+
+    groups: dict[tuple, list] = {}
+    for run in runs:
+        cap, key = run["capacity"], run["record"].get("key") or {}
+        if cap.get("sustained") is None:
+            continue
+        figures = CapacityFigures.model_validate(cap)
+        group = (key.get("preset"), key.get("effort"), key.get("cli"), key.get("gpu"),
+                 workload(figures, run["record"].get("mission")), figures.ttft_p99_s, figures.turn_p99_s)
+        groups.setdefault(group, []).append(Launch(run["name"], figures))
+    rows = [[f"`{preset}`", effort, gpu, what, f"TTFT p99 ≤ {ttft:g} s, turn p99 ≤ {turn:g} s", len(launches),
+             combine(launches).cell()]
+            for (preset, effort, _cli, gpu, what, ttft, turn), launches in sorted(groups.items(), key=lambda g: str(g[0]))]
+    return ("## Across launches\n\n"
+            + table(["preset", "effort", "GPU", "replayed", "SLO", "launches", "agents sustained across them"], rows)
+            + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", type=Path, help="run folders launched with --capacity")
@@ -164,9 +189,11 @@ def main(argv: list[str] | None = None) -> int:
     runs = [load(run_dir) for run_dir in args.runs]
     command = " ".join(["bench/agents_capacity.py", *(str(r) for r in args.runs)]
                        + (["--out", str(args.out)] if args.out else []))
-    head = (f"# Capacity: concurrent agents each launch's serve sustained\n\n`.venv/bin/python {command}` "
-            f"({datetime.now(UTC):%Y-%m-%d %H:%M} UTC), written from the records, one section a launch.\n\n")
-    text = head + "\n".join(render(run) for run in runs)
+    # No clock of its own: the same committed inputs write the same file (tests/test_capacity_across.py).
+    head = (f"# Capacity: concurrent agents each launch's serve sustained\n\n`.venv/bin/python {command}`, "
+            "written from the committed records, one section a launch, then the launches of one preset read "
+            "together.\n\n")
+    text = head + "\n".join(render(run) for run in runs) + "\n" + across_section(runs)
     if args.out:
         args.out.write_text(text)
     else:

@@ -358,3 +358,30 @@ def test_a_launch_killed_during_its_destroy_is_collected_never_served_again(plan
     assert round(records_spent(plan, state), 2) == round(report_spent(plan), 2)
     assert abs(records_spent(plan, state) - cloud_spent(arm)) < 1.0
     assert_no_app_left(plan, arm)
+
+
+@pytest.mark.timeout(400)
+def test_a_slow_create_is_counted_from_its_request_and_the_cell_stopped_before_the_budget(
+        plan: Project, arm: FakeArm):  # noqa: F811
+    """Issue 61: a cloud that takes 10 s to create the app. The budget sees the serve from the
+    create request (its record's serve_start is on disk before the PUT), reserves the rest of the
+    create while it runs (a create in progress refuses its delete: it is paid to its end), and
+    stops the cell before the budget is passed; the records and the cloud's own log agree."""
+    arm.behaviour.provision_s = 10.0
+    write_plan(plan, presets=["mx-a"], trials=1,
+               serve_costs={"cold_start_s": 12.0, "probe_s": 0.5, "smoke_s": 0.5, "destroy_s": 2.0})
+    plan.env["MATRIX_CELL_TRIAL_S"] = "30.0"
+    code, out, err = plan.run_cli(["matrix", "four", "--budget-usd", "20", "--json"], timeout=200)
+    assert code == 1, dump(out, err)
+    state = json.loads(out)
+    a = state["cells"][0]
+    assert a["status"] == "over-budget" and "stopped before the budget $20.00 was passed" in a["reason"], a
+    run_id = a["attempts"][0]["run_ids"][0]
+    rec = json.loads((plan.runs_dir / run_id / "run.json").read_text())
+    lives = app_lives(arm, "vot-mx-a")
+    assert len(lives) == 1 and lives[0] >= 10.0, arm.app_log  # the create's 10 s are billed, from the cloud
+    assert rec["gpu_hours"] * 3600 >= lives[0] - 1.0, (rec["gpu_hours"], lives)
+    spent = records_spent(plan, state)
+    assert spent <= 20.0 and cloud_spent(arm) <= 20.0, (spent, arm.app_log)
+    assert round(state_spent(state), 2) == round(spent, 2) == round(report_spent(plan), 2)
+    assert_no_app_left(plan, arm)

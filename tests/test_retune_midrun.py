@@ -250,7 +250,9 @@ def test_the_real_opencode_sends_a_call_the_bridge_cut_again_and_finishes(tmp_pa
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             deadline = time.monotonic() + 120
-            while not any(s.body.get("stream") for s in fake.seen) and time.monotonic() < deadline:
+            # the agent's own call (its tools sent) in flight, not only opencode's title call
+            while not any(s.body.get("stream") and s.body.get("tools") for s in fake.seen) \
+                    and time.monotonic() < deadline:
                 time.sleep(0.2)
             time.sleep(1.0)
             cut_sent.set()

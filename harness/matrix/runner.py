@@ -216,9 +216,22 @@ class MatrixRun:
         first = run.attempt.run_ids[:1]
         return live_hours(load_records(self.paths, first)) * self.price if first else 0.0
 
+    def tail_usd(self, run: Running) -> float:
+        """What a cell in flight still bills once told to stop: its destroy, and while its unit is
+        not ready yet, the rest of its create too (a cloud that is creating an app refuses its
+        delete until the create ends: the create is paid to its end either way)."""
+        rate = run.bound.gpus * self.price / 3600
+        first = run.attempt.run_ids[:1]
+        records = load_records(self.paths, first) if first else []
+        creating = bool(records) and records[0].times.serve_start is not None and records[0].times.ready is None
+        if not creating:
+            return run.bound.tail_usd(self.price)
+        created_s = live_hours(records[:1]) * 3600 / max(run.bound.gpus, 1)
+        return run.bound.tail_usd(self.price) + max(0.0, run.bound.cold_start_s - created_s) * rate
+
     def reserve_usd(self, run: Running) -> float:
         """What a cell in flight may still bill in all: its bound, or more once it passed it."""
-        return max(run.bound.usd(self.price), self.live_usd(run) + run.bound.tail_usd(self.price))
+        return max(run.bound.usd(self.price), self.live_usd(run) + self.tail_usd(run))
 
     def spent_usd(self) -> float:
         """Ended launches' (from their records) plus the serves running now, so far."""
@@ -250,18 +263,18 @@ class MatrixRun:
             return
         spent = self.state.spent_usd()
         live = {cid: self.live_usd(r) for cid, r in self.running.items()}
-        reserve = {cid: max(r.bound.usd(self.price), live[cid] + r.bound.tail_usd(self.price))
-                   for cid, r in self.running.items()}
+        tails = {cid: self.tail_usd(r) for cid, r in self.running.items()}
+        reserve = {cid: max(r.bound.usd(self.price), live[cid] + tails[cid]) for cid, r in self.running.items()}
         for cid, run in self.running.items():
             if run.signalled:
                 continue
             left = budget - spent - sum(v for k, v in reserve.items() if k != cid)
             rate = run.bound.gpus * self.price / 3600
-            tail = run.bound.tail_usd(self.price)
+            tail = tails[cid]
             if live[cid] + tail + STOP_LEAD_S * rate >= left:
                 run.budget_stop = (f"stopped before the budget ${budget:.2f} was passed: its serve had billed "
-                                   f"${live[cid]:.2f} of the ${left:.2f} left to it, its destroy reserved "
-                                   f"${tail:.2f}")
+                                   f"${live[cid]:.2f} of the ${left:.2f} left to it, the rest of its create and "
+                                   f"its destroy reserved ${tail:.2f}")
                 self._interrupt(run, "the budget")
                 reserve[cid] = live[cid] + tail
             elif live[cid] + tail + (STOP_LEAD_S + run.bound.trial_s) * rate > left:

@@ -243,9 +243,16 @@ def load_local_rows(root: Path, include_scripted: bool = False, left_out: list[U
             left_out.append(exc)
             return None
 
+    launches: dict[tuple[str, str, str, str], dict[str, RunRecord]] = {}  # key -> serve -> a record of it
+    by_id: dict[str, RunRecord] = {}
     for record in _load_records(root, left_out):
         if record.scripted and not include_scripted:
             continue
+        by_id[record.run_id] = record
+        if record.capacity is not None and record.capacity.sustained is not None:
+            k = record.key  # the serve's capacity, whatever its mission made of it
+            serve = record.trial.group if record.trial is not None else record.run_id
+            launches.setdefault((k.preset, k.effort, k.cli, k.gpu), {}).setdefault(serve, record)
         if record.mission != RESULTS_MISSION:
             continue  # the tables rank the observability mission; a hello run is a smoke of the plumbing
         if record.trial is not None:
@@ -255,7 +262,25 @@ def load_local_rows(root: Path, include_scripted: bool = False, left_out: list[U
     for group in groups.values():
         first = min(group, key=lambda r: r.trial.index)
         offer(first, left(lambda: trial_group_row(root, group)))
+    for key, (_, row) in latest.items():
+        own = by_id.get(row.run_id)
+        if own is not None and own.capacity is not None and own.capacity.sustained is not None:
+            row.capacity = capacity_across(own, launches.get(key, {}))
     return [row for _, row in latest.values()]
+
+
+def capacity_across(own: RunRecord, serves: dict[str, RunRecord]) -> str:
+    """The row's capacity read with every launch of its preset, effort, CLI and GPU under the
+    same SLO replaying the same work (harness/load/agents/across.py): one launch says so;
+    launches that disagree say so."""
+    from harness.load.agents.across import Launch, combine, same_slo, workload
+
+    mine = workload(own.capacity, own.mission)
+    chosen = [Launch(serve, record.capacity) for serve, record in sorted(serves.items())
+              if same_slo(record.capacity, own.capacity) and workload(record.capacity, record.mission) == mine]
+    if not chosen:
+        chosen = [Launch(own.run_id, own.capacity)]
+    return combine(chosen).cell()
 
 
 # --- remote rows: kept by hand, cells as written, shapes checked (results/columns.py) --
