@@ -278,3 +278,33 @@ def test_the_real_opencode_sends_a_call_the_bridge_cut_again_and_finishes(tmp_pa
     entries = read_log(tmp_path / "wire.jsonl")
     assert sum(1 for e in entries if e.get("cut")) == len(stalled)  # every call cut is marked, none a turn
     assert figures(entries)["turns"] == len(chats) - len(stalled)
+
+
+def test_llama_cpp_decode_is_read_from_its_decode_calls_not_its_end_of_request_counter():
+    """The demo beside a busy loop (issue 62) read "decode fell to 0.00" on an ok run: llama.cpp
+    adds to tokens_predicted_total only when a request ends. Its n_decode_total counts as it goes;
+    a prefill (prompt tokens processed) is no decode and never a fall."""
+    from harness.serving.pace import _decode_rate
+
+    before = Reading(0.0, 500, 800, 1, 0, None, 0.0, decode_steps=1000)
+    mid = Reading(5.0, 500, 800, 1, 0, None, 0.0, decode_steps=1050)  # 50 calls, no request ended
+    assert _decode_rate(before, mid, 1.0) == 10.0
+    assert _decode_rate(before, mid, 2.0) == 20.0  # two slots decoded in each call
+    restarted = Reading(5.0, 0, 0, 1, 0, None, 0.0, decode_steps=3)  # a retune restarted the server
+    assert _decode_rate(before, restarted, 1.0) is None
+    vllm = Reading(5.0, 500, 850, 1, 0, None, 0.0)
+    assert _decode_rate(Reading(0.0, 500, 800, 1, 0, None, 0.0), vllm, None) == 10.0
+
+    monitor = PaceMonitor("http://127.0.0.1:9", probe=Probe(decode_short_tps=15.0))
+    t, readings = 0.0, []
+    for n in range(6):  # a long answer at 12 tok/s: the end-of-request counter never moves
+        t += 5
+        readings.append(Reading(t, 0, 0, 1, 0, None, 0.0, wall=t, threads=2, decode_steps=60.0 * (n + 1)))
+    for n in range(5):  # then a long prefill: its decode calls are few, it is no fall
+        t += 5
+        r = Reading(t, 0, 0, 1, 0, None, 1.0, wall=t, threads=2, decode_steps=360.0 + n, prefilling=True)
+        readings.append(r)
+    for before, now in zip(readings, readings[1:]):
+        now.decode_tps = _decode_rate(before, now, 1.0)
+        monitor.readings.append(now)
+    assert monitor.fall() is None

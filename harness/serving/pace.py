@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import statistics
 import threading
 import time
 from collections import deque
@@ -40,6 +41,9 @@ from harness.stacks.cpu_threads import FREE_SHARE
 _PROGRESS = re.compile(rb"prompt processing(?: progress)?, (?:n_past = \d+, )?n_tokens = +(\d+)[^\n]{0,80}?progress = ([0-9.]+)")
 LOG_READ_CAP = 4 << 20  # bytes read from the log per reading
 SLOW_SHARE = 0.25  # below a quarter of the pace the probe measured: the box, not the model
+# llama.cpp counts the tokens it predicted only when a request ends (a 90 s answer reads 0 tok/s for
+# 90 s); its decode calls count as they happen: one a token for each busy slot.
+DECODE_STEPS, SLOTS_PER_DECODE = "llamacpp:n_decode_total", "llamacpp:n_busy_slots_per_decode"
 FALL_SHARE = 0.5  # a decode below half the reference, held FALL_READINGS readings in a row, fell
 FALL_READINGS = 3
 
@@ -56,6 +60,8 @@ class Reading:
     wall: float = 0.0  # time.time() of the reading
     threads: int | None = None  # the server's threads then (llama.cpp)
     decode_tps: float | None = None  # tokens generated per second since the reading before
+    decode_steps: float | None = None  # llama.cpp's decode calls so far (they count mid-request)
+    prefilling: bool = False  # prompt tokens were processed since the reading before
 
 
 @dataclass
@@ -143,12 +149,17 @@ class PaceMonitor:
             self._read_log()
             reading = Reading(time.monotonic(), snap.prompt_tokens_total if snap else None,
                               snap.generation_tokens_total if snap else None, snap.busy if snap else None,
-                              self._prefilled, self._progress, busy, wall=time.time(), threads=threads)
+                              self._prefilled, self._progress, busy, wall=time.time(), threads=threads,
+                              decode_steps=snap.raw.get(DECODE_STEPS) if snap else None)
             before = self.readings[-1] if self.readings else None
-            if before is not None and (grown := _grew(before.generated_total, reading.generated_total)) is not None:
-                reading.decode_tps = round(grown / max(reading.t - before.t, 1e-3), 3)
+            if before is not None:
+                reading.decode_tps = _decode_rate(before, reading, snap.raw.get(SLOTS_PER_DECODE) if snap else None)
+                reading.prefilling = (reading.prefilled > before.prefilled
+                                      or (_grew(before.prompt_total, reading.prompt_total) or 0) > 0
+                                      or (reading.prefill_progress is not None and reading.prefill_progress < 1.0))
             self.readings.append(reading)
             self._write({"at": _clock(reading.wall, full=True), "decode_tps": reading.decode_tps,
+                         "prefilling": reading.prefilling,
                          "generated_total": reading.generated_total, "prompt_total": reading.prompt_total,
                          "running": reading.running, "others_want_cores": busy, "threads": threads})
         return reading
@@ -178,17 +189,23 @@ class PaceMonitor:
             readings, notes = list(self.readings), list(self.notes)
         if not ref:
             return None
+        def slow(reading: Reading) -> bool:
+            return ((reading.running or 0) > 0 and not reading.prefilling and reading.decode_tps is not None
+                    and reading.decode_tps < FALL_SHARE * ref)
+
         run: list[Reading] = []
-        for reading in readings:
-            slow = (reading.running or 0) > 0 and reading.decode_tps is not None and reading.decode_tps < FALL_SHARE * ref
-            run = [*run, reading] if slow else []
+        for i, reading in enumerate(readings):
+            run = [*run, reading] if slow(reading) else []
             if len(run) >= FALL_READINGS:
+                for later in readings[i + 1:]:  # the whole slow stretch, for its pace
+                    if not slow(later):
+                        break
+                    run.append(later)
                 break
         else:
             return None
         first = run[0]
-        held = [r for r in readings if r.t >= first.t and (r.running or 0) > 0 and r.decode_tps is not None]
-        low = min(r.decode_tps for r in held[:20])
+        low = statistics.median(r.decode_tps for r in run)
         wanted = [r.busy_others for r in run if r.busy_others is not None]
         text = f"decode fell from {ref:g} to {low:.2f} tok/s at {_clock(first.wall)}"
         if wanted:
@@ -250,6 +267,17 @@ class PaceMonitor:
         if best and rate < SLOW_SHARE * best:
             return Diagnosis("slow", f"{what}; {load}: the machine is too busy or too slow for this preset")
         return Diagnosis(cause, f"{what}; {load}")
+
+
+def _decode_rate(before: Reading, now: Reading, slots: float | None) -> float | None:
+    """Tokens decoded per second between two readings: llama.cpp's decode calls (times the slots
+    each served) where the server counts them, else the generated-token counter."""
+    span = max(now.t - before.t, 1e-3)
+    steps = _grew(before.decode_steps, now.decode_steps)
+    if steps is not None:
+        return round(steps * max(slots or 1.0, 1.0) / span, 3)
+    grown = _grew(before.generated_total, now.generated_total)
+    return None if grown is None else round(grown / span, 3)
 
 
 def _clock(wall: float, full: bool = False) -> str:
