@@ -343,28 +343,87 @@ class Controls:
         path = self.path(name)
         return path is not None and path.is_file()
 
-    OPEN_AT_ONCE = 3  # connections kept open: each reserves ~70 MB the rule's memory cap counts (bounds.py)
+    SHELVES = 2  # shared connections kept (one per run clock; a rule uses one)
 
     def connection(self, name: str, align=None):
-        """The store, confined; with `align` (a run's `timeshift.Clock`) its timeline laid onto the run's."""
-        from harness.verdicts.evidence import _CONFIG, open_store
-        from harness.verdicts.timeshift import aligned
-
-        key = (name, align)
-        if key in self._cons:
-            self._cons[key] = self._cons.pop(key)  # most recently used last
-            return self._cons[key]
-        while len(self._cons) >= self.OPEN_AT_ONCE:
-            oldest = next(iter(self._cons))
-            self._cons.pop(oldest).close()
-        path = self.path(name)
-        self._cons[key] = aligned(path, align, dict(_CONFIG)) if align is not None else open_store(path)
-        return self._cons[key]
+        """The store, confined; with `align` (a run's `timeshift.Clock`) its timeline laid onto the run's.
+        Every store of the set is read through one DuckDB (`_Shelf`): one instance to start and to
+        hold in memory, not one per store (an instance costs ~30 ms to open and ~70 MB, bounds.py)."""
+        shelf = self._cons.pop(align, None)
+        if shelf is None:
+            while len(self._cons) >= self.SHELVES:
+                self._cons.pop(next(iter(self._cons))).close()
+            names = [n for n in (*BASELINES, *self.fixes) if self.has(n)]
+            shelf = _Shelf({n: self.path(n) for n in names}, align)
+        self._cons[align] = shelf  # most recently used last
+        return shelf.view(name)
 
     def close(self) -> None:
-        for con in self._cons.values():
-            con.close()
+        for shelf in self._cons.values():
+            shelf.close()
         self._cons.clear()
+
+
+class _Shelf:
+    """Control stores attached read-only to one in-memory DuckDB, each with views of its signal tables
+    (its timeline laid onto the run's) in a schema of its own, then confined as the run's store is
+    (external access off, the configuration locked). A store's connection reads its own schema first."""
+
+    def __init__(self, paths: dict[str, Path], align) -> None:
+        import duckdb
+
+        from harness.verdicts.evidence import _CONFIG
+        from harness.verdicts.timeshift import confine, lay_views, open_config
+
+        self.con = duckdb.connect(":memory:", config=open_config(_CONFIG))
+        self.schemas: dict[str, str] = {}
+        self._views: dict[str, _StoreView] = {}
+        try:
+            for i, (name, path) in enumerate(paths.items()):
+                catalog, schema = f"_control_{i}", f"_views_{i}"
+                self.con.execute(f"ATTACH ? AS {catalog} (READ_ONLY)", [str(path)])
+                self.con.execute(f"CREATE SCHEMA {schema}")
+                lay_views(self.con, catalog, align, schema)
+                self.schemas[name] = schema
+            confine(self.con, _CONFIG)
+        except Exception:
+            self.con.close()
+            raise
+
+    def view(self, name: str) -> _StoreView:
+        if name not in self._views:
+            self._views[name] = _StoreView(self.con, self.schemas[name])  # KeyError: not in the set
+        return self._views[name]
+
+    def close(self) -> None:
+        for view in self._views.values():
+            view.close()
+        self.con.close()
+
+
+class _StoreView:
+    """One control store on its shelf: `cursor()` (what a cited query runs on: its own connection, so
+    it can be interrupted alone) and `execute()`, both reading the store's views first. A query never
+    sets the path back: only a lone SELECT is re-run (`readonly.check_read_only`)."""
+
+    def __init__(self, con, schema: str) -> None:
+        self._con, self.schema = con, schema
+        self._own = None
+
+    def cursor(self):
+        cur = self._con.cursor()
+        cur.execute(f"SET search_path = 'memory.{self.schema}'")
+        return cur
+
+    def execute(self, *args):
+        if self._own is None:
+            self._own = self.cursor()
+        return self._own.execute(*args)
+
+    def close(self) -> None:
+        if self._own is not None:
+            self._own.close()
+            self._own = None
 
 
 def _first(con, sql: str):

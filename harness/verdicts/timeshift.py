@@ -69,37 +69,53 @@ def _column(name: str, table: str, columns: set[str], store: Clock, run: Clock) 
     return f"{moved(name)} AS {name}"
 
 
+def lay_views(con, catalog: str, run: Clock | None, schema: str | None = None) -> None:
+    """Views named as the signal tables of the attached `catalog` (in `schema`, else the default one),
+    its timeline laid onto `run`'s; read as they are without a run clock or a store clock."""
+    store = store_clock(con, catalog) if run is not None else None
+    rows = con.execute("SELECT table_name, column_name, data_type FROM information_schema.columns "
+                       "WHERE table_catalog = ? AND table_schema = 'main' ORDER BY table_name, ordinal_position",
+                       [catalog]).fetchall()
+    tables: dict[str, list[tuple[str, str]]] = {}
+    for table, column, kind in rows:
+        if table in sqlread.SIGNAL_TABLES:
+            tables.setdefault(table, []).append((column, kind))
+    where = f'"{schema}".' if schema else ""
+    for table, cols in tables.items():
+        names = {c for c, _ in cols}
+        moved = [c for c, kind in cols if c.endswith("_ns") and kind.upper() in _INTEGERS]
+        if store is None or not moved:
+            select = f"SELECT * FROM {catalog}.main.{table}"
+        else:
+            replace = ", ".join(_column(c, table, names, store, run) for c in moved)
+            select = f"SELECT * REPLACE ({replace}) FROM {catalog}.main.{table}"
+        con.execute(f'CREATE VIEW {where}"{table}" AS {select}')
+
+
+def confine(con, config: dict) -> None:
+    """External access off and the configuration locked, once the views exist (`config` says which)."""
+    if config.get("enable_external_access") is False:
+        con.execute("SET enable_external_access = false")
+    if config.get("lock_configuration"):
+        con.execute("SET lock_configuration = true")
+
+
+def open_config(config: dict) -> dict:
+    """What an in-memory DuckDB that attaches stores is opened with: `config` but what `confine` sets last."""
+    return {k: v for k, v in config.items() if k not in ("enable_external_access", "lock_configuration")}
+
+
 def aligned(path: Path, run: Clock | None, config: dict):
     """The store at `path`, read-only and confined by `config` (external access off and the
     configuration locked once the views exist), its timeline laid onto `run`'s. Without a run
     clock or a store clock it is opened as it is."""
     import duckdb
 
-    base = {k: v for k, v in config.items() if k not in ("enable_external_access", "lock_configuration")}
-    con = duckdb.connect(":memory:", config=base)
+    con = duckdb.connect(":memory:", config=open_config(config))
     try:
         con.execute(f"ATTACH ? AS {_ALIAS} (READ_ONLY)", [str(path)])
-        store = store_clock(con, _ALIAS) if run is not None else None
-        rows = con.execute("SELECT table_name, column_name, data_type FROM information_schema.columns "
-                           "WHERE table_catalog = ? AND table_schema = 'main' ORDER BY table_name, ordinal_position",
-                           [_ALIAS]).fetchall()
-        tables: dict[str, list[tuple[str, str]]] = {}
-        for table, column, kind in rows:
-            if table in sqlread.SIGNAL_TABLES:
-                tables.setdefault(table, []).append((column, kind))
-        for table, cols in tables.items():
-            names = {c for c, _ in cols}
-            moved = [c for c, kind in cols if c.endswith("_ns") and kind.upper() in _INTEGERS]
-            if store is None or not moved:
-                select = f"SELECT * FROM {_ALIAS}.main.{table}"
-            else:
-                replace = ", ".join(_column(c, table, names, store, run) for c in moved)
-                select = f"SELECT * REPLACE ({replace}) FROM {_ALIAS}.main.{table}"
-            con.execute(f'CREATE VIEW "{table}" AS {select}')
-        if config.get("enable_external_access") is False:
-            con.execute("SET enable_external_access = false")
-        if config.get("lock_configuration"):
-            con.execute("SET lock_configuration = true")
+        lay_views(con, _ALIAS, run)
+        confine(con, config)
     except Exception:
         con.close()
         raise
