@@ -202,10 +202,7 @@ class TestServed:
     ({"--bogus-flag": "1"}, "unrecognized arguments: --bogus-flag"),
     # One 131072-token sequence needs 2.81 GiB of KV, the CPU space holds 2 (preflight's KV fit
     # refuses this first; serve is called here without it, to meet vLLM's own fatal line).
-    # The start profiles one batch of --max-num-batched-tokens (the whole 131072 by default): 2048
-    # keeps that small and meets the same fatal line when the KV space is counted (32 s here, alone).
-    ({"--max-model-len": 131072, "--max-num-batched-tokens": 2048,
-      "--hf-overrides": '{"rope_parameters": {"rope_type": "yarn", "factor": 16.0, '
+    ({"--max-model-len": 131072, "--hf-overrides": '{"rope_parameters": {"rope_type": "yarn", "factor": 16.0, '
       '"original_max_position_embeddings": 8192, "rope_theta": 100000.0}, "max_position_embeddings": 131072}'},
      "EngineCore failed to start"),
 ])
