@@ -145,13 +145,25 @@ def test_launch_stops_itself_n_turns_after_the_report(project: Project):
     _assert_stopped_ok(project, _record(project), "2 model turns without changing it")
 
 
+def _report_and_session(project: Project) -> bool:
+    dirs = project.run_dirs()
+    if not dirs or not (dirs[0] / "workspace" / "REPORT.md").is_file():
+        return False
+    try:
+        return '"sessionID"' in (dirs[0] / "opencode-events.jsonl").read_text(errors="replace")
+    except FileNotFoundError:
+        return False
+
+
 @pytest.mark.timeout(300)
 def test_the_maintainer_stops_a_run_after_its_report(project: Project):
     _setup(project)
     proc = project.popen(["launch", "local", "replay", "replay-reading", "--mission", "reading", *SMALL_PROBE])
     try:
-        _wait("a persisted report", lambda: project.run_dirs() and (project.run_dirs()[0] / "workspace" /
-                                                                    "REPORT.md").is_file(), 200, proc)
+        # The report on disk, and the session it belongs to named on opencode's event stream: a stop
+        # that lands between the write and opencode's first event line leaves no session the harness
+        # can call its own (the run is void then, rightly), and which comes first is the box's timing.
+        _wait("a persisted report", lambda: _report_and_session(project), 200, proc)
         run_id = project.run_dirs()[0].name
         code, out, err = project.run_cli(["stop", run_id[:20]], timeout=30)
         assert code == 0, err
